@@ -1,0 +1,13 @@
+//! Generates the KMS v2 gRPC bindings with protox, a pure-Rust protobuf
+//! compiler, so that building sceau never needs an installed `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/kms/v2/api.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let descriptors = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

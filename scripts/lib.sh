@@ -1,0 +1,40 @@
+# Shared by the quick start, the test command and CI. Sourced, not run.
+
+# Debian 12 packages sceau builds and tests against.
+SCEAU_PACKAGES=(libtss2-dev pkg-config gcc swtpm swtpm-tools tpm2-tools)
+
+# Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).
+install_packages() {
+    local missing=()
+    for pkg in "${SCEAU_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+            missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "installing: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Rust comes from rustup (Debian 12's rustc is too old for tonic).
+require_cargo() {
+    if ! command -v cargo >/dev/null; then
+        [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    command -v cargo >/dev/null || {
+        echo "cargo not found: install Rust 1.88 or newer with rustup" >&2
+        exit 1
+    }
+}
+
+# Prints the first port P >= $1 such that P and P+1 are both free on loopback.
+free_port_pair() {
+    local port=$1
+    while (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null ||
+        (echo >/dev/tcp/127.0.0.1/$((port + 1))) 2>/dev/null; do
+        port=$((port + 2))
+    done
+    echo "$port"
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Quick start: build sceau, start a throwaway software TPM, serve on
+# ./run/kms.sock, prove one Encrypt/Decrypt round trip, and keep serving
+# until Ctrl-C. Everything it creates lives in ./run and is removed on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+install_packages
+require_cargo
+cargo build --release --locked --bin sceau
+
+run_dir="$PWD/run"
+rm -rf "$run_dir"
+mkdir -p "$run_dir/tpm-state"
+port=$(free_port_pair 2321)
+
+cleanup() {
+    [ -n "${sceau_pid:-}" ] && kill "$sceau_pid" 2>/dev/null && wait "$sceau_pid" 2>/dev/null
+    [ -f "$run_dir/swtpm.pid" ] && kill "$(cat "$run_dir/swtpm.pid")" 2>/dev/null
+    rm -rf "$run_dir"
+}
+trap cleanup EXIT
+trap 'exit 0' INT TERM
+
+swtpm socket --tpm2 --tpmstate dir="$run_dir/tpm-state" \
+    --server type=tcp,port="$port",bindaddr=127.0.0.1 \
+    --ctrl type=tcp,port=$((port + 1)),bindaddr=127.0.0.1 \
+    --flags not-need-init,startup-clear --daemon --pid file="$run_dir/swtpm.pid"
+echo "software TPM on 127.0.0.1:$port (throwaway state in $run_dir/tpm-state)"
+
+./target/release/sceau serve --socket "$run_dir/kms.sock" \
+    --tcti "swtpm:host=127.0.0.1,port=$port" &
+sceau_pid=$!
+for _ in $(seq 100); do
+    [ -S "$run_dir/kms.sock" ] && break
+    sleep 0.1
+done
+
+./target/release/sceau check --socket "$run_dir/kms.sock"
+echo "sceau is serving on $run_dir/kms.sock; press Ctrl-C to stop"
+wait "$sceau_pid"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, and integration tests that start their own
+# swtpm instances and drive the real sceau binary, tpm2-tools and TCTI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+install_packages
+require_cargo
+cargo test --locked "$@"

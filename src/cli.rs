@@ -1,0 +1,319 @@
+//! Command-line parsing. Hand-written because sceau has few flags and every
+//! dependency in a KMS plugin is code a security reviewer must read.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::tpm::worker::DEFAULT_DEADLINE;
+
+pub const DEFAULT_SOCKET: &str = "/run/sceau/kms.sock";
+pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
+pub const TCTI_ENV: &str = "SCEAU_TCTI";
+const MIN_DEADLINE: Duration = Duration::from_millis(100);
+const MAX_DEADLINE: Duration = Duration::from_secs(60);
+const PERSISTENT_HANDLES: std::ops::RangeInclusive<u32> = 0x8100_0000..=0x81FF_FFFF;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Serve(ServeOptions),
+    Check(CheckOptions),
+    Help(&'static str),
+    Version,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeOptions {
+    pub socket: PathBuf,
+    pub tcti: String,
+    pub socket_mode: u32,
+    pub socket_group: Option<String>,
+    pub srk_handle: Option<u32>,
+    pub request_deadline: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckOptions {
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    #[error("unknown command {0:?}; see `sceau --help`")]
+    UnknownCommand(String),
+    #[error("unknown option {0:?}; see `sceau {1} --help`")]
+    UnknownOption(String, &'static str),
+    #[error("{0} needs a value")]
+    MissingValue(String),
+    #[error("invalid value {value:?} for {flag}: {reason}")]
+    InvalidValue {
+        flag: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    #[error("arguments must be valid UTF-8")]
+    NotUtf8,
+}
+
+pub const MAIN_HELP: &str = "\
+sceau: a Kubernetes KMS v2 plugin that seals every DEK with this machine's TPM 2.0
+
+Usage: sceau <COMMAND> [OPTIONS]
+
+Commands:
+  serve   Serve the KMS v2 API (Status, Encrypt, Decrypt) on a unix socket
+  check   Ask a running sceau for its Status and make one Encrypt/Decrypt round trip
+
+Options:
+  -h, --help     Print help (`sceau serve --help` for the daemon's options)
+  -V, --version  Print the version
+
+Environment:
+  SCEAU_TCTI  TPM connection, as --tcti (the flag wins)
+  SCEAU_LOG   Log level: error, warn, info (default), debug, off
+";
+
+pub const SERVE_HELP: &str = "\
+Serve the KMS v2 API on a unix socket, sealing DEKs under the TPM's storage root key
+
+Usage: sceau serve [OPTIONS]
+
+Options:
+      --socket PATH          Unix socket to listen on [default: /run/sceau/kms.sock].
+                             A stale socket there is replaced; any other file is refused.
+      --tcti TCTI            TPM connection [default: device:/dev/tpmrm0, or $SCEAU_TCTI].
+                             A software TPM: swtpm:host=127.0.0.1,port=2321 (control on port+1)
+      --socket-mode OCTAL    Permission bits of the socket [default: 0600]
+      --socket-group GROUP   Group owning the socket, by name or number (use with 0660)
+      --srk-handle HANDLE    Use the persistent key at HANDLE (e.g. 0x81000001) as the SRK,
+                             only if it is the same key the SRK template gives; else refuse to start
+      --request-deadline DUR Longest a request may wait for the TPM, e.g. 2.5s or 800ms
+                             [default: 2.5s; the apiserver gives up after 3s]
+  -h, --help                 Print help
+";
+
+pub const CHECK_HELP: &str = "\
+Ask a running sceau for its Status and make one Encrypt/Decrypt round trip with a random DEK
+
+Usage: sceau check [OPTIONS]
+
+Options:
+      --socket PATH  Unix socket of the running sceau [default: /run/sceau/kms.sock]
+  -h, --help         Print help
+";
+
+/// Parses the arguments after the program name. `env_tcti` is `$SCEAU_TCTI`.
+pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
+    let Some((command, rest)) = args.split_first() else {
+        return Ok(Command::Help(MAIN_HELP));
+    };
+    match command.as_str() {
+        "-h" | "--help" | "help" => Ok(Command::Help(MAIN_HELP)),
+        "-V" | "--version" => Ok(Command::Version),
+        "serve" => parse_serve(rest, env_tcti),
+        "check" => parse_check(rest),
+        other => Err(UsageError::UnknownCommand(other.into())),
+    }
+}
+
+fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
+    let mut options = ServeOptions {
+        socket: DEFAULT_SOCKET.into(),
+        tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
+        socket_mode: 0o600,
+        socket_group: None,
+        srk_handle: None,
+        request_deadline: DEFAULT_DEADLINE,
+    };
+    let mut flags = Flags::new(args, "serve");
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(SERVE_HELP)),
+            "--socket" => options.socket = flags.value(&flag)?.into(),
+            "--tcti" => options.tcti = flags.value(&flag)?,
+            "--socket-mode" => options.socket_mode = parse_mode(&flags.value(&flag)?)?,
+            "--socket-group" => options.socket_group = Some(flags.value(&flag)?),
+            "--srk-handle" => options.srk_handle = Some(parse_handle(&flags.value(&flag)?)?),
+            "--request-deadline" => {
+                options.request_deadline = parse_deadline(&flags.value(&flag)?)?
+            }
+            _ => return Err(UsageError::UnknownOption(flag, "serve")),
+        }
+    }
+    Ok(Command::Serve(options))
+}
+
+fn parse_check(args: &[String]) -> Result<Command, UsageError> {
+    let mut options = CheckOptions {
+        socket: DEFAULT_SOCKET.into(),
+    };
+    let mut flags = Flags::new(args, "check");
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(CHECK_HELP)),
+            "--socket" => options.socket = flags.value(&flag)?.into(),
+            _ => return Err(UsageError::UnknownOption(flag, "check")),
+        }
+    }
+    Ok(Command::Check(options))
+}
+
+/// Walks `--flag value` and `--flag=value` pairs.
+struct Flags<'a> {
+    args: std::slice::Iter<'a, String>,
+    inline_value: Option<String>,
+    command: &'static str,
+}
+
+impl<'a> Flags<'a> {
+    fn new(args: &'a [String], command: &'static str) -> Self {
+        Self {
+            args: args.iter(),
+            inline_value: None,
+            command,
+        }
+    }
+
+    fn next_flag(&mut self) -> Result<Option<String>, UsageError> {
+        let Some(arg) = self.args.next() else {
+            return Ok(None);
+        };
+        if !arg.starts_with('-') {
+            return Err(UsageError::UnknownOption(arg.clone(), self.command));
+        }
+        match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                self.inline_value = Some(value.into());
+                Ok(Some(flag.into()))
+            }
+            _ => {
+                self.inline_value = None;
+                Ok(Some(arg.clone()))
+            }
+        }
+    }
+
+    fn value(&mut self, flag: &str) -> Result<String, UsageError> {
+        self.inline_value
+            .take()
+            .or_else(|| self.args.next().cloned())
+            .ok_or_else(|| UsageError::MissingValue(flag.into()))
+    }
+}
+
+fn invalid(flag: &'static str, value: &str, reason: &'static str) -> UsageError {
+    UsageError::InvalidValue {
+        flag,
+        value: value.into(),
+        reason,
+    }
+}
+
+fn parse_mode(value: &str) -> Result<u32, UsageError> {
+    let digits = value.strip_prefix("0o").unwrap_or(value);
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o777 => Ok(mode),
+        _ => Err(invalid("--socket-mode", value, "expected octal permission bits such as 0660")),
+    }
+}
+
+fn parse_handle(value: &str) -> Result<u32, UsageError> {
+    let parsed = match value.strip_prefix("0x").or_else(|| value.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => value.parse().ok(),
+    };
+    parsed
+        .filter(|handle| PERSISTENT_HANDLES.contains(handle))
+        .ok_or_else(|| invalid("--srk-handle", value, "expected a persistent handle 0x81000000..0x81ffffff"))
+}
+
+fn parse_deadline(value: &str) -> Result<Duration, UsageError> {
+    let parsed = if let Some(ms) = value.strip_suffix("ms") {
+        ms.parse::<u64>().ok().map(Duration::from_millis)
+    } else if let Some(s) = value.strip_suffix('s') {
+        s.parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok())
+    } else {
+        None
+    };
+    parsed
+        .filter(|d| (MIN_DEADLINE..=MAX_DEADLINE).contains(d))
+        .ok_or_else(|| invalid("--request-deadline", value, "expected 100ms to 60s, such as 2.5s or 800ms"))
+}
+
+/// Converts `std::env::args_os()` (minus the program name) to strings.
+pub fn utf8_args(args: impl Iterator<Item = std::ffi::OsString>) -> Result<Vec<String>, UsageError> {
+    args.map(|a| a.into_string().map_err(|_| UsageError::NotUtf8))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
+    fn serve(line: &str, env: Option<&str>) -> ServeOptions {
+        match parse(&args(line), env).unwrap() {
+            Command::Serve(options) => options,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn serve_defaults() {
+        let options = serve("serve", None);
+        assert_eq!(options.socket, PathBuf::from(DEFAULT_SOCKET));
+        assert_eq!(options.tcti, DEFAULT_TCTI);
+        assert_eq!(options.socket_mode, 0o600);
+        assert_eq!(options.request_deadline, Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn serve_flags_in_both_spellings() {
+        let options = serve(
+            "serve --socket=/tmp/k.sock --tcti swtpm:host=127.0.0.1,port=2321 --socket-mode 0660 \
+             --socket-group kube --srk-handle 0x81000001 --request-deadline 800ms",
+            Some("device:/dev/tpm0"),
+        );
+        assert_eq!(options.socket, PathBuf::from("/tmp/k.sock"));
+        assert_eq!(options.tcti, "swtpm:host=127.0.0.1,port=2321");
+        assert_eq!(options.socket_mode, 0o660);
+        assert_eq!(options.socket_group.as_deref(), Some("kube"));
+        assert_eq!(options.srk_handle, Some(0x8100_0001));
+        assert_eq!(options.request_deadline, Duration::from_millis(800));
+    }
+
+    #[test]
+    fn env_tcti_applies_when_the_flag_is_absent() {
+        assert_eq!(serve("serve", Some("device:/dev/tpm0")).tcti, "device:/dev/tpm0");
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        for line in [
+            "serve --socket-mode 0999",
+            "serve --socket-mode 01777",
+            "serve --srk-handle 0x80000001",
+            "serve --srk-handle nonsense",
+            "serve --request-deadline 2.5",
+            "serve --request-deadline 5ms",
+            "serve --request-deadline 10m",
+            "serve --tcti",
+            "serve --bogus",
+            "serve stray",
+            "frobnicate",
+        ] {
+            assert!(parse(&args(line), None).is_err(), "{line}");
+        }
+    }
+
+    #[test]
+    fn help_lists_every_serve_flag() {
+        assert_eq!(parse(&args("serve --help"), None), Ok(Command::Help(SERVE_HELP)));
+        for flag in ["--socket ", "--tcti", "--socket-mode", "--socket-group", "--srk-handle", "--request-deadline"] {
+            assert!(SERVE_HELP.contains(flag), "{flag}");
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Concurrent requests for the same key share one computation.
+//!
+//! After a restart the apiserver may send many Decrypts of one ciphertext at
+//! once (it does not de-duplicate them), and each would cost a Load and an
+//! Unseal on a TPM that runs one command at a time.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OnceCell;
+
+pub struct Coalescer<K, V> {
+    in_flight: Mutex<HashMap<K, Arc<OnceCell<V>>>>,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Coalescer<K, V> {
+    pub fn new() -> Self {
+        Self {
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `compute` unless a call for `key` is already running, in which
+    /// case it waits for that call's result. Results are not cached: once
+    /// the first caller is done, the next call computes afresh.
+    pub async fn run<F, Fut>(&self, key: K, compute: F) -> V
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = V>,
+    {
+        let cell = self.cell_for(&key);
+        let _forget = ForgetOnDrop {
+            coalescer: self,
+            key,
+            cell: cell.clone(),
+        };
+        cell.get_or_init(compute).await.clone()
+    }
+
+    fn cell_for(&self, key: &K) -> Arc<OnceCell<V>> {
+        self.map().entry(key.clone()).or_default().clone()
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<K, Arc<OnceCell<V>>>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.map().len()
+    }
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> Default for Coalescer<K, V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Removes the entry when its caller finishes or is cancelled, unless a newer
+/// call has already replaced it.
+struct ForgetOnDrop<'a, K: Eq + Hash, V> {
+    coalescer: &'a Coalescer<K, V>,
+    key: K,
+    cell: Arc<OnceCell<V>>,
+}
+
+impl<K: Eq + Hash, V> Drop for ForgetOnDrop<'_, K, V> {
+    fn drop(&mut self) {
+        let mut map = self
+            .coalescer
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if map.get(&self.key).is_some_and(|c| Arc::ptr_eq(c, &self.cell)) {
+            map.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn concurrent_calls_share_one_computation() {
+        let coalescer = Arc::new(Coalescer::<u8, u32>::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let calls = (0..16).map(|_| {
+            let (coalescer, runs) = (coalescer.clone(), runs.clone());
+            tokio::spawn(async move {
+                coalescer
+                    .run(1, || async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        42
+                    })
+                    .await
+            })
+        });
+        for call in calls.collect::<Vec<_>>() {
+            assert_eq!(call.await.unwrap(), 42);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(coalescer.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn later_calls_compute_afresh() {
+        let coalescer = Coalescer::<u8, u32>::new();
+        assert_eq!(coalescer.run(1, || async { 1 }).await, 1);
+        assert_eq!(coalescer.run(1, || async { 2 }).await, 2);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_caller_leaves_no_entry() {
+        let coalescer = Coalescer::<u8, u32>::new();
+        let slow = coalescer.run(1, || std::future::pending());
+        assert!(tokio::time::timeout(Duration::from_millis(10), slow).await.is_err());
+        assert_eq!(coalescer.in_flight(), 0);
+    }
+}

@@ -1,0 +1,44 @@
+//! The KMS v2 gRPC service: request validation, Decrypt coalescing, and the
+//! mapping of every failure to a gRPC status that carries no TPM detail.
+#![forbid(unsafe_code)]
+
+mod coalesce;
+mod service;
+
+use std::future::Future;
+
+pub use coalesce::Coalescer;
+pub use service::KmsService;
+
+use crate::secret::Dek;
+use crate::tpm::envelope::SealedBlobs;
+use crate::tpm::sealed::LoadableObject;
+use crate::tpm::worker::TpmWorker;
+use crate::tpm::{Fault, KeyId};
+
+/// What the service needs from a TPM. The real one is [`TpmWorker`]; unit
+/// tests and fuzzers put a fake behind it.
+pub trait Sealer: Send + Sync + 'static {
+    fn key_id(&self) -> &KeyId;
+    fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
+    fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send;
+    fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send;
+}
+
+impl Sealer for TpmWorker {
+    fn key_id(&self) -> &KeyId {
+        TpmWorker::key_id(self)
+    }
+
+    fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send {
+        TpmWorker::seal(self, dek)
+    }
+
+    fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send {
+        TpmWorker::unseal(self, object)
+    }
+
+    fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send {
+        TpmWorker::health(self)
+    }
+}

@@ -1,0 +1,164 @@
+//! `v2.KeyManagementService`: the three calls the kube-apiserver makes.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tonic::{Code, Request, Response, Status};
+
+use super::{Coalescer, Sealer};
+use crate::pb::key_management_service_server::KeyManagementService;
+use crate::pb::{
+    DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest,
+    StatusResponse,
+};
+use crate::secret::Dek;
+use crate::tpm::Fault;
+use crate::tpm::envelope::Envelope;
+use crate::tpm::sealed::LoadableObject;
+
+/// The KMS API version sceau speaks; it never changes during a process's life.
+const API_VERSION: &str = "v2";
+const HEALTHY: &str = "ok";
+
+type Unsealed = Result<Arc<Dek>, Fault>;
+
+pub struct KmsService<S> {
+    sealer: Arc<S>,
+    decrypts: Coalescer<Vec<u8>, Unsealed>,
+}
+
+impl<S: Sealer> KmsService<S> {
+    pub fn new(sealer: Arc<S>) -> Self {
+        Self {
+            sealer,
+            decrypts: Coalescer::new(),
+        }
+    }
+
+    async fn seal(&self, request: EncryptRequest) -> Result<EncryptResponse, Status> {
+        let dek = Dek::take_from(request.plaintext)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let blobs = self.sealer.seal(dek).await.map_err(fault_status)?;
+        Ok(EncryptResponse {
+            ciphertext: blobs.encode(),
+            key_id: self.sealer.key_id().to_string(),
+            annotations: HashMap::new(),
+        })
+    }
+
+    /// Checks run cheapest first, and none touches the TPM until the request
+    /// is known to be well-formed and addressed to this TPM.
+    async fn unseal(&self, request: DecryptRequest) -> Result<DecryptResponse, Status> {
+        let ours = self.sealer.key_id().as_str();
+        if request.key_id != ours {
+            return Err(Status::invalid_argument(format!(
+                "unknown key_id {}; this TPM only serves {ours}",
+                printable(&request.key_id)
+            )));
+        }
+        if !request.annotations.is_empty() {
+            return Err(Status::invalid_argument(
+                "sceau envelopes carry no annotations, but the request has some",
+            ));
+        }
+        let object = loadable_object(&request.ciphertext)?;
+        let sealer = self.sealer.clone();
+        let dek = self
+            .decrypts
+            .run(request.ciphertext, || async move {
+                sealer.unseal(object).await.map(Arc::new)
+            })
+            .await
+            .map_err(fault_status)?;
+        Ok(DecryptResponse {
+            plaintext: dek.expose().to_vec(),
+        })
+    }
+}
+
+fn loadable_object(ciphertext: &[u8]) -> Result<LoadableObject, Status> {
+    let invalid = |e: &dyn std::fmt::Display| Status::invalid_argument(format!("malformed ciphertext: {e}"));
+    let Envelope::Sealed(blobs) = Envelope::parse(ciphertext).map_err(|e| invalid(&e))?;
+    LoadableObject::from_blobs(&blobs).map_err(|e| invalid(&e))
+}
+
+/// The class word only: TPM return codes and TSS text stay in sceau's log.
+fn fault_status(fault: Fault) -> Status {
+    let code = match fault {
+        Fault::EnvelopeRejected => Code::InvalidArgument,
+        Fault::Timeout => Code::DeadlineExceeded,
+        Fault::Unreachable | Fault::Busy | Fault::Lockout | Fault::ShuttingDown => {
+            Code::Unavailable
+        }
+        Fault::Failure => Code::Internal,
+    };
+    Status::new(code, fault.to_string())
+}
+
+/// Client-supplied text echoed in an error or a log line, bounded and with
+/// control characters escaped.
+fn printable(text: &str) -> String {
+    const LIMIT: usize = 80;
+    let shown: String = text.chars().take(LIMIT).collect();
+    let escaped = shown.escape_debug().to_string();
+    if text.chars().count() > LIMIT {
+        format!("{escaped}…")
+    } else {
+        escaped
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Sealer> KeyManagementService for KmsService<S> {
+    async fn status(
+        &self,
+        _request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        let healthz = match self.sealer.health().await {
+            Ok(()) => HEALTHY.to_string(),
+            Err(fault) => fault.to_string(),
+        };
+        Ok(Response::new(StatusResponse {
+            version: API_VERSION.to_string(),
+            healthz,
+            key_id: self.sealer.key_id().to_string(),
+        }))
+    }
+
+    async fn encrypt(
+        &self,
+        request: Request<EncryptRequest>,
+    ) -> Result<Response<EncryptResponse>, Status> {
+        let request = request.into_inner();
+        let uid = printable(&request.uid);
+        let result = self.seal(request).await;
+        log_call("Encrypt", &uid, &result);
+        result.map(Response::new)
+    }
+
+    async fn decrypt(
+        &self,
+        request: Request<DecryptRequest>,
+    ) -> Result<Response<DecryptResponse>, Status> {
+        let request = request.into_inner();
+        let uid = printable(&request.uid);
+        let result = self.unseal(request).await;
+        log_call("Decrypt", &uid, &result);
+        result.map(Response::new)
+    }
+}
+
+fn log_call<T>(method: &str, uid: &str, result: &Result<T, Status>) {
+    match result {
+        Ok(_) => log::debug!("{method} uid={uid} ok"),
+        Err(status) => log::info!(
+            "{method} uid={uid} failed: {:?} {}",
+            status.code(),
+            status.message()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

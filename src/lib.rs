@@ -1,0 +1,25 @@
+//! sceau: a Kubernetes KMS v2 plugin that seals every DEK under the TPM's
+//! storage root key (SRK).
+//!
+//! The crate follows the request pipeline:
+//! `server` (unix socket, gRPC) → `kms` (validation, coalescing, status) →
+//! `tpm::worker` (one thread, bounded queue, deadlines) → `tpm` (ESAPI calls).
+//! `unsafe` is confined to the process-level calls in `server::socket` and
+//! `logging`; every other module forbids it.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod cli;
+pub mod client;
+pub mod kms;
+pub mod logging;
+pub mod secret;
+pub mod server;
+pub mod tpm;
+
+/// Code generated from `proto/kms/v2/api.proto` (package `v2`).
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("v2");
+}

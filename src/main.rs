@@ -1,0 +1,159 @@
+//! The `sceau` binary: parses the command line and runs the start-up sequence.
+//!
+//! Start-up stays single-threaded until the TPM is open and the worker thread
+//! is the only one that will ever touch it; the tokio runtime is built by hand
+//! afterwards (no `#[tokio::main]`), so later sandboxing can apply to every
+//! thread.
+
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use sceau::cli::{self, CheckOptions, Command, ServeOptions};
+use sceau::kms::KmsService;
+use sceau::server::{self, StopReason, socket};
+use sceau::tpm::worker::TpmWorker;
+use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
+use tss_esapi::tcti_ldr::TctiNameConf;
+
+/// Tokio threads for gRPC. TPM work runs on its own thread, so two suffice.
+const RUNTIME_THREADS: usize = 2;
+/// How long to wait for the TPM thread to flush its handles at exit.
+const WORKER_EXIT_WAIT: Duration = Duration::from_secs(3);
+
+fn main() -> ExitCode {
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    sceau::logging::init(
+        sceau::logging::level_from_env(std::env::var("SCEAU_LOG").ok().as_deref()),
+        journald,
+    );
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = cli::utf8_args(std::env::args_os().skip(1))?;
+    let env_tcti = std::env::var(cli::TCTI_ENV).ok();
+    match cli::parse(&args, env_tcti.as_deref())? {
+        Command::Help(text) => print!("{text}"),
+        Command::Version => println!("sceau {}", env!("CARGO_PKG_VERSION")),
+        Command::Serve(options) => serve(options)?,
+        Command::Check(options) => check(options)?,
+    }
+    Ok(())
+}
+
+fn serve(options: ServeOptions) -> anyhow::Result<()> {
+    silence_tss_log();
+    let config = TpmConfig {
+        tcti: TctiNameConf::from_str(&options.tcti)
+            .with_context(|| format!("invalid --tcti {:?}", options.tcti))?,
+        srk_handle: options.srk_handle,
+        parameter_encryption: ParameterEncryption::SaltedSession,
+    };
+    let bound = socket::bind(&socket::SocketOptions {
+        path: options.socket.clone(),
+        mode: options.socket_mode,
+        group: options.socket_group.clone(),
+    })?;
+    let result = open_and_serve(&options, config, &bound);
+    bound.remove();
+    match result? {
+        StopReason::TpmLost => bail!("stopped because the TPM was lost"),
+        reason => log::info!("stopped cleanly ({reason})"),
+    }
+    Ok(())
+}
+
+fn open_and_serve(
+    options: &ServeOptions,
+    config: TpmConfig,
+    bound: &socket::BoundSocket,
+) -> anyhow::Result<StopReason> {
+    let started = Instant::now();
+    let tpm = Tpm::open(&config).with_context(|| format!("opening the TPM at {}", options.tcti))?;
+    let srk = tpm.srk();
+    let key_id = srk.key_id();
+    log::info!(
+        "SRK {:?}{} ready in {:?}; Name {}",
+        srk.algorithm,
+        srk.persistent.map(|h| format!(" (persistent {h:#010x})")).unwrap_or_default(),
+        started.elapsed(),
+        sceau::tpm::srk::hex(srk.name.value()),
+    );
+    let (worker, death, worker_thread) =
+        TpmWorker::spawn(tpm, config, options.request_deadline).context("starting the TPM thread")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .thread_name("sceau-grpc")
+        .enable_all()
+        .build()
+        .context("building the async runtime")?;
+    let listener = bound.listener.try_clone().context("cloning the listener")?;
+    let service = KmsService::new(Arc::new(worker));
+    let reason = runtime.block_on(async {
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        let stop = server::stop_requested(death)?;
+        log::info!("serving key_id={key_id} on {}", bound.path().display());
+        anyhow::Ok(server::serve(listener, service, stop).await?)
+    })?;
+    drop(runtime);
+    wait_for_worker(worker_thread);
+    Ok(reason)
+}
+
+/// The worker flushes the SRK and the session when its queue closes. A TPM
+/// that hangs must not keep the process alive, so the wait is bounded.
+fn wait_for_worker(worker_thread: std::thread::JoinHandle<()>) {
+    let deadline = Instant::now() + WORKER_EXIT_WAIT;
+    while !worker_thread.is_finished() {
+        if Instant::now() >= deadline {
+            log::warn!("the TPM thread did not finish within {WORKER_EXIT_WAIT:?}; exiting anyway");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = worker_thread.join();
+}
+
+/// tpm2-tss prints its own diagnostics to stderr, TPM return codes included.
+/// sceau logs its own account of every failure, so the TSS is silenced
+/// unless the operator set TSS2_LOG explicitly.
+fn silence_tss_log() {
+    if std::env::var_os("TSS2_LOG").is_none() {
+        // SAFETY: called before any other thread exists (the runtime and the
+        // TPM thread start later), so nothing reads the environment concurrently.
+        unsafe { std::env::set_var("TSS2_LOG", "all+none") };
+    }
+}
+
+fn check(options: CheckOptions) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime
+        .block_on(sceau::client::check(&options.socket))
+        .with_context(|| format!("checking {}", options.socket.display()))?;
+    let status = &report.status;
+    println!(
+        "status: version={} healthz={} key_id={}",
+        status.version, status.healthz, status.key_id
+    );
+    println!(
+        "round trip: ok (32-byte DEK, {}-byte ciphertext, encrypt {:.1} ms, decrypt {:.1} ms)",
+        report.ciphertext_len,
+        report.encrypt.as_secs_f64() * 1e3,
+        report.decrypt.as_secs_f64() * 1e3
+    );
+    if status.healthz != "ok" {
+        bail!("sceau reports healthz={}", status.healthz);
+    }
+    Ok(())
+}

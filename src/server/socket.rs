@@ -1,0 +1,184 @@
+//! The listening unix socket, when sceau binds it itself.
+#![forbid(unsafe_code)]
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use super::sys::{UmaskGuard, group_id};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketOptions {
+    pub path: PathBuf,
+    /// Permission bits of the socket file; 0600 unless the operator widens it.
+    pub mode: u32,
+    /// A group that may connect (with a mode such as 0660), by name or number.
+    pub group: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("{0} exists and is not a socket; refusing to replace it")]
+    NotASocket(PathBuf),
+    #[error("another process is serving on {0}")]
+    InUse(PathBuf),
+    #[error("unknown group {0:?}")]
+    UnknownGroup(String),
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// A socket sceau created, remembered by inode so that sceau only ever
+/// removes its own file.
+pub struct BoundSocket {
+    pub listener: UnixListener,
+    path: PathBuf,
+    inode: (u64, u64),
+}
+
+impl BoundSocket {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the socket file, if it is still the one sceau created.
+    pub fn remove(&self) {
+        let ours = fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.inode);
+        if ours && let Err(e) = fs::remove_file(&self.path) {
+            log::warn!("could not remove {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// Binds `options.path`, replacing a stale socket but never another kind of
+/// file or a socket someone is still serving on.
+pub fn bind(options: &SocketOptions) -> Result<BoundSocket, SocketError> {
+    let path = options.path.clone();
+    let io_error = |action, source| SocketError::Io {
+        action,
+        path: path.clone(),
+        source,
+    };
+    remove_stale_socket(&path)?;
+    let gid = options.group.as_deref().map(resolve_group).transpose()?;
+    let listener = {
+        // Created 0600 so that no one can connect before the mode is set.
+        let _umask = UmaskGuard::set(0o177);
+        UnixListener::bind(&path).map_err(|e| io_error("binding", e))?
+    };
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(&path, None, Some(gid)).map_err(|e| io_error("chgrp", e))?;
+    }
+    fs::set_permissions(&path, fs::Permissions::from_mode(options.mode))
+        .map_err(|e| io_error("chmod", e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| io_error("configuring", e))?;
+    let metadata = fs::symlink_metadata(&path).map_err(|e| io_error("inspecting", e))?;
+    Ok(BoundSocket {
+        listener,
+        path,
+        inode: (metadata.dev(), metadata.ino()),
+    })
+}
+
+fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
+    let metadata = match fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(SocketError::Io {
+                action: "inspecting",
+                path: path.into(),
+                source,
+            });
+        }
+    };
+    if !metadata.file_type().is_socket() {
+        return Err(SocketError::NotASocket(path.into()));
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(SocketError::InUse(path.into()));
+    }
+    log::info!("removing stale socket {}", path.display());
+    fs::remove_file(path).map_err(|source| SocketError::Io {
+        action: "removing stale socket",
+        path: path.into(),
+        source,
+    })
+}
+
+fn resolve_group(group: &str) -> Result<u32, SocketError> {
+    group
+        .parse::<u32>()
+        .ok()
+        .or_else(|| group_id(group))
+        .ok_or_else(|| SocketError::UnknownGroup(group.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sceau-socket-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn options(path: PathBuf) -> SocketOptions {
+        SocketOptions {
+            path,
+            mode: 0o600,
+            group: None,
+        }
+    }
+
+    #[test]
+    fn creates_0600_and_replaces_only_stale_sockets() {
+        let dir = scratch("stale");
+        let path = dir.join("kms.sock");
+        drop(UnixListener::bind(&path).unwrap()); // a stale socket file
+        let bound = bind(&options(path.clone())).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(matches!(bind(&options(path.clone())), Err(SocketError::InUse(_))));
+        bound.remove();
+        assert!(!path.exists());
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_regular_file() {
+        let dir = scratch("file");
+        let path = dir.join("kms.sock");
+        fs::write(&path, b"keep me").unwrap();
+        assert!(matches!(bind(&options(path.clone())), Err(SocketError::NotASocket(_))));
+        assert_eq!(fs::read(&path).unwrap(), b"keep me");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn applies_mode_and_group() {
+        let dir = scratch("mode");
+        let path = dir.join("kms.sock");
+        // A group this process may always chgrp to: its own.
+        let own_gid = fs::metadata(&dir).unwrap().gid();
+        let bound = bind(&SocketOptions {
+            path: path.clone(),
+            mode: 0o660,
+            group: Some(own_gid.to_string()),
+        })
+        .unwrap();
+        let metadata = fs::metadata(&path).unwrap();
+        assert_eq!((metadata.permissions().mode() & 0o777, metadata.gid()), (0o660, own_gid));
+        bound.remove();
+        fs::remove_dir_all(dir).unwrap();
+    }
+}

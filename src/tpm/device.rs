@@ -1,0 +1,181 @@
+//! One open TPM: the ESAPI context, the SRK and the salted session, and the
+//! command sequences sceau runs on them. Only the worker thread holds this.
+#![forbid(unsafe_code)]
+
+use tss_esapi::Context;
+use tss_esapi::constants::{CapabilityType, StartupType};
+use tss_esapi::handles::{ObjectHandle, SessionHandle, TpmHandle};
+use tss_esapi::interface_types::session_handles::AuthSession;
+use tss_esapi::structures::{CapabilityData, SensitiveData};
+use tss_esapi::tcti_ldr::TctiNameConf;
+
+use super::envelope::SealedBlobs;
+use super::fault::TpmError;
+use super::sealed::{LoadableObject, blobs_from_created, sealed_template};
+use super::session::{ParameterEncryption, start_salted};
+use super::srk::{Srk, SrkError};
+use crate::secret::Dek;
+
+/// Everything needed to (re)open the TPM.
+#[derive(Debug, Clone)]
+pub struct TpmConfig {
+    pub tcti: TctiNameConf,
+    /// A persistent handle holding the same key as the SRK template.
+    pub srk_handle: Option<u32>,
+    pub parameter_encryption: ParameterEncryption,
+}
+
+/// TPM_HT_TRANSIENT: the first transient object handle.
+const FIRST_TRANSIENT_HANDLE: u32 = 0x8000_0000;
+/// More than any TPM holds at once (the PC Client minimum is 3).
+const MAX_TRANSIENT_OBJECTS: u32 = 64;
+
+pub struct Tpm {
+    ctx: Context,
+    srk: Srk,
+    session: Option<AuthSession>,
+    parameter_encryption: ParameterEncryption,
+}
+
+impl Tpm {
+    /// Opens the TCTI, clears what a crashed predecessor left loaded and
+    /// recreates the SRK. The salted session starts with the first DEK.
+    pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
+        let mut ctx =
+            Context::new(config.tcti.clone()).map_err(|e| TpmError::new("Initialize", e))?;
+        ensure_started(&mut ctx)?;
+        flush_leftover_objects(&mut ctx)?;
+        let srk = Srk::recreate(&mut ctx, config.srk_handle)?;
+        Ok(Self {
+            ctx,
+            srk,
+            session: None,
+            parameter_encryption: config.parameter_encryption,
+        })
+    }
+
+    pub fn srk(&self) -> &Srk {
+        &self.srk
+    }
+
+    /// TPM2_Create of a sealed-data object holding `dek`, under the SRK.
+    pub fn seal(&mut self, dek: &Dek) -> Result<SealedBlobs, TpmError> {
+        let template = sealed_template().map_err(|e| TpmError::new("sealed template", e))?;
+        let data = SensitiveData::try_from(dek.expose().to_vec())
+            .map_err(|e| TpmError::new("sealed data", e))?;
+        let session = self.dek_session()?;
+        let parent = self.srk.handle;
+        let created = self
+            .ctx
+            .execute_with_session(Some(session), |c| {
+                c.create(parent, template, None, Some(data), None, None)
+            })
+            .map_err(|e| TpmError::new("Create", e))?;
+        blobs_from_created(created.out_public, &created.out_private)
+            .map_err(|e| TpmError::new("marshal sealed object", e))
+    }
+
+    /// Load, Unseal and FlushContext. The loaded object is flushed on every
+    /// path, because a TPM without a resource manager holds only three.
+    pub fn unseal(&mut self, object: &LoadableObject) -> Result<Dek, TpmError> {
+        let parent = self.srk.handle;
+        let loaded = self
+            .ctx
+            .execute_with_session(Some(AuthSession::Password), |c| {
+                c.load(parent, object.private.clone(), object.public.clone())
+            })
+            .map_err(TpmError::loading_client_blob)?;
+        let unsealed = self.unseal_loaded(loaded.into());
+        if let Err(e) = self.ctx.flush_context(loaded.into()) {
+            log::warn!("FlushContext of a loaded sealed object failed: {e}");
+        }
+        unsealed
+    }
+
+    fn unseal_loaded(&mut self, loaded: ObjectHandle) -> Result<Dek, TpmError> {
+        let session = self.dek_session()?;
+        let data = self
+            .ctx
+            .execute_with_session(Some(session), |c| c.unseal(loaded))
+            .map_err(|e| TpmError::new("Unseal", e))?;
+        Ok(Dek::copy_from(data.value()))
+    }
+
+    /// A cheap liveness check: ReadPublic of the SRK.
+    pub fn probe(&mut self) -> Result<(), TpmError> {
+        let srk = self.srk.handle;
+        self.ctx
+            .execute_without_session(|c| c.read_public(srk))
+            .map(|_| ())
+            .map_err(|e| TpmError::new("ReadPublic", e))
+    }
+
+    /// Forgets the salted session after an error; the next DEK starts a new one.
+    pub fn discard_session(&mut self) {
+        if let Some(session) = self.session.take() {
+            let handle = ObjectHandle::from(SessionHandle::from(session));
+            if let Err(e) = self.ctx.flush_context(handle) {
+                log::debug!("flushing the discarded session failed: {e}");
+            }
+        }
+    }
+
+    fn dek_session(&mut self) -> Result<AuthSession, TpmError> {
+        match (self.parameter_encryption, self.session) {
+            (ParameterEncryption::Off, _) => Ok(AuthSession::Password),
+            (ParameterEncryption::SaltedSession, Some(session)) => Ok(session),
+            (ParameterEncryption::SaltedSession, None) => {
+                let session = start_salted(&mut self.ctx, self.srk.handle)?;
+                self.session = Some(session);
+                Ok(session)
+            }
+        }
+    }
+}
+
+/// A TPM that was reset without Startup answers TPM_RC_INITIALIZE to
+/// everything. The kernel and swtpm's `startup-clear` normally send it.
+fn ensure_started(ctx: &mut Context) -> Result<(), TpmError> {
+    let probe = ctx.execute_without_session(|c| {
+        c.get_capability(CapabilityType::Handles, FIRST_TRANSIENT_HANDLE, 1)
+    });
+    let not_started = matches!(
+        probe.as_ref().map_err(|e| TpmError::new("GetCapability", *e).response_code()),
+        Err(Some(0x100))
+    );
+    if not_started {
+        log::info!("TPM was not started; sending Startup(CLEAR)");
+        ctx.execute_without_session(|c| c.startup(StartupType::Clear))
+            .map_err(|e| TpmError::new("Startup", e))?;
+    }
+    Ok(())
+}
+
+/// Without a resource manager, objects a killed sceau left loaded stay in the
+/// TPM's few slots until flushed. Under /dev/tpmrm0 the list is always empty.
+/// On a TPM without a resource manager sceau assumes it is the only user.
+fn flush_leftover_objects(ctx: &mut Context) -> Result<(), TpmError> {
+    let (data, _) = ctx
+        .execute_without_session(|c| {
+            c.get_capability(
+                CapabilityType::Handles,
+                FIRST_TRANSIENT_HANDLE,
+                MAX_TRANSIENT_OBJECTS,
+            )
+        })
+        .map_err(|e| TpmError::new("GetCapability", e))?;
+    let CapabilityData::Handles(handles) = data else {
+        return Ok(());
+    };
+    for handle in handles.iter().copied() {
+        if let TpmHandle::Transient(raw) = handle {
+            let object = ctx
+                .execute_without_session(|c| c.tr_from_tpm_public(handle))
+                .map_err(|e| TpmError::new("TR_FromTPMPublic", e))?;
+            ctx.flush_context(object)
+                .map_err(|e| TpmError::new("FlushContext", e))?;
+            log::info!("flushed transient object {:#010x} left by an earlier process", u32::from(raw));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! The TPM layer: envelope format, SRK, sealed objects, parameter encryption,
+//! fault classification, and the worker thread that owns the ESAPI context.
+
+pub mod device;
+pub mod envelope;
+pub mod fault;
+pub mod health;
+pub mod sealed;
+pub mod session;
+pub mod srk;
+pub mod worker;
+
+pub use device::{Tpm, TpmConfig};
+pub use fault::Fault;
+pub use session::ParameterEncryption;
+pub use srk::KeyId;

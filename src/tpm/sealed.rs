@@ -1,0 +1,142 @@
+//! Sealed-data objects: the TPM form of one DEK under the SRK.
+#![forbid(unsafe_code)]
+
+use tss_esapi::attributes::{ObjectAttributes, ObjectAttributesBuilder};
+use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
+use tss_esapi::structures::{
+    Digest, KeyedHashScheme, Private, Public, PublicBuffer, PublicBuilder,
+    PublicKeyedHashParameters,
+};
+use tss_esapi::traits::{Marshall, UnMarshall};
+
+use super::envelope::SealedBlobs;
+
+/// fixedTPM|fixedParent|userWithAuth|noDA. sensitiveDataOrigin stays clear
+/// because sceau supplies the data; sign and decrypt stay clear because a
+/// sealed-data object is neither; noDA keeps Unseal out of lockout counting.
+pub fn sealed_attributes() -> Result<ObjectAttributes, tss_esapi::Error> {
+    ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_user_with_auth(true)
+        .with_no_da(true)
+        .build()
+}
+
+/// A KeyedHash object with a null scheme, empty auth and no policy.
+pub fn sealed_template() -> Result<Public, tss_esapi::Error> {
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::KeyedHash)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(sealed_attributes()?)
+        .with_keyed_hash_parameters(PublicKeyedHashParameters::new(KeyedHashScheme::Null))
+        .with_keyed_hash_unique_identifier(Digest::default())
+        .build()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    #[error("the public blob is not a valid TPM2B_PUBLIC")]
+    PublicUnreadable,
+    #[error("the public blob is not a sceau sealed-data object")]
+    NotSealedData,
+    #[error("the private blob is not a valid TPM2B_PRIVATE")]
+    PrivateUnreadable,
+}
+
+/// Blobs decoded into the types ESAPI takes, checked to be exactly the kind
+/// of object sceau creates before any of it reaches the TPM.
+pub struct LoadableObject {
+    pub public: Public,
+    pub private: Private,
+}
+
+impl LoadableObject {
+    pub fn from_blobs(blobs: &SealedBlobs) -> Result<Self, BlobError> {
+        let public = PublicBuffer::unmarshall(&blobs.public)
+            .and_then(Public::try_from)
+            .map_err(|_| BlobError::PublicUnreadable)?;
+        if !is_sceau_sealed_object(&public) {
+            return Err(BlobError::NotSealedData);
+        }
+        // The envelope parser has already checked the u16 size prefix.
+        let private = Private::try_from(blobs.private[2..].to_vec())
+            .map_err(|_| BlobError::PrivateUnreadable)?;
+        Ok(Self { public, private })
+    }
+}
+
+fn is_sceau_sealed_object(public: &Public) -> bool {
+    let Ok(expected_attributes) = sealed_attributes() else {
+        return false;
+    };
+    matches!(
+        public,
+        Public::KeyedHash {
+            object_attributes,
+            name_hashing_algorithm: HashingAlgorithm::Sha256,
+            auth_policy,
+            parameters,
+            ..
+        } if *object_attributes == expected_attributes
+            && auth_policy.is_empty()
+            && *parameters == PublicKeyedHashParameters::new(KeyedHashScheme::Null)
+    )
+}
+
+/// Marshals Create's output the way tpm2-tools writes `-u` and `-r` files.
+pub fn blobs_from_created(public: Public, private: &Private) -> Result<SealedBlobs, tss_esapi::Error> {
+    let public = PublicBuffer::try_from(public)?.marshall()?;
+    let content = private.value();
+    let size = u16::try_from(content.len()).expect("TPM2B_PRIVATE fits its u16 size field");
+    let mut private = Vec::with_capacity(2 + content.len());
+    private.extend_from_slice(&size.to_be_bytes());
+    private.extend_from_slice(content);
+    Ok(SealedBlobs { public, private })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_round_trips_through_the_blob_checks() {
+        let blobs = blobs_from_created(
+            sealed_template().unwrap(),
+            &Private::try_from(vec![9u8; 158]).unwrap(),
+        )
+        .unwrap();
+        // TPM2B_PUBLIC of a KeyedHash object with an empty unique.
+        assert_eq!(&blobs.public[..2], &[0x00, 0x0e]);
+        assert_eq!(&blobs.private[..2], &[0x00, 158]);
+        assert!(LoadableObject::from_blobs(&blobs).is_ok());
+    }
+
+    #[test]
+    fn refuses_objects_sceau_never_creates() {
+        let signing = PublicBuilder::new()
+            .with_public_algorithm(PublicAlgorithm::KeyedHash)
+            .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+            .with_object_attributes(
+                ObjectAttributesBuilder::new()
+                    .with_fixed_tpm(true)
+                    .with_fixed_parent(true)
+                    .with_user_with_auth(true)
+                    .with_sign_encrypt(true)
+                    .build()
+                    .unwrap(),
+            )
+            .with_keyed_hash_parameters(PublicKeyedHashParameters::new(
+                KeyedHashScheme::HMAC_SHA_256,
+            ))
+            .with_keyed_hash_unique_identifier(Digest::default())
+            .build()
+            .unwrap();
+        let blobs =
+            blobs_from_created(signing, &Private::try_from(vec![9u8; 158]).unwrap()).unwrap();
+        assert!(matches!(
+            LoadableObject::from_blobs(&blobs),
+            Err(BlobError::NotSealedData)
+        ));
+    }
+}

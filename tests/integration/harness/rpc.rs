@@ -1,0 +1,154 @@
+//! gRPC client helpers and the checks every test applies to sceau's answers.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sceau::pb::key_management_service_client::KeyManagementServiceClient;
+use sceau::pb::{DecryptRequest, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse};
+use sha2::{Digest, Sha256};
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+pub type Client = KeyManagementServiceClient<Channel>;
+
+/// Far above sceau's own request deadline (2.5 s by default): a call that
+/// reaches it is a hang, not a slow TPM.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub const KEY_ID_PREFIX: &str = "sceau-";
+/// "sceau-" and 16 lowercase hex digits (8 bytes of SHA-256).
+pub const KEY_ID_LEN: usize = 6 + 16;
+
+/// key_id = "sceau-" ‖ hex(SHA-256(SRK Name)[..8]); the Name is the full TPM
+/// Name, i.e. the 2-byte name-algorithm id followed by the digest.
+pub fn key_id_from_name(tpm_name: &[u8]) -> String {
+    let digest = Sha256::digest(tpm_name);
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{KEY_ID_PREFIX}{hex}")
+}
+
+pub fn is_well_formed_key_id(s: &str) -> bool {
+    s.len() == KEY_ID_LEN
+        && s.starts_with(KEY_ID_PREFIX)
+        && s[KEY_ID_PREFIX.len()..]
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+pub async fn connect(socket: &Path) -> Client {
+    match tokio::time::timeout(CALL_TIMEOUT, sceau::client::connect(socket)).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => panic!("connect to {}: {e:?}", socket.display()),
+        Err(_) => panic!("connect to {} hung for {CALL_TIMEOUT:?}", socket.display()),
+    }
+}
+
+/// A distinct request uid per call, as the API server would send.
+pub fn next_uid() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "it-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Bounds `call` by CALL_TIMEOUT, turning a hang into a test failure.
+async fn bounded<T>(
+    what: &str,
+    call: impl Future<Output = Result<tonic::Response<T>, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(result) => result.map(tonic::Response::into_inner),
+        Err(_) => panic!("{what} hung for {CALL_TIMEOUT:?}"),
+    }
+}
+
+pub async fn status(client: &mut Client) -> StatusResponse {
+    bounded("Status", client.status(StatusRequest {}))
+        .await
+        .unwrap_or_else(|s| panic!("Status failed: {s:?}"))
+}
+
+pub async fn encrypt(client: &mut Client, plaintext: &[u8]) -> Result<EncryptResponse, Status> {
+    let request = EncryptRequest {
+        plaintext: plaintext.to_vec(),
+        uid: next_uid(),
+    };
+    bounded("Encrypt", client.encrypt(request)).await
+}
+
+pub async fn decrypt(
+    client: &mut Client,
+    ciphertext: &[u8],
+    key_id: &str,
+) -> Result<Vec<u8>, Status> {
+    let request = DecryptRequest {
+        ciphertext: ciphertext.to_vec(),
+        uid: next_uid(),
+        key_id: key_id.to_string(),
+        annotations: Default::default(),
+    };
+    bounded("Decrypt", client.decrypt(request))
+        .await
+        .map(|r| r.plaintext)
+}
+
+/// Encrypt must succeed with the expected key_id and no annotations; returns
+/// the envelope.
+pub async fn seal(client: &mut Client, key_id: &str, plaintext: &[u8]) -> Vec<u8> {
+    let reply = encrypt(client, plaintext)
+        .await
+        .unwrap_or_else(|s| panic!("Encrypt of {} bytes failed: {s:?}", plaintext.len()));
+    assert_eq!(reply.key_id, key_id, "Encrypt returned another key_id");
+    assert!(
+        reply.annotations.is_empty(),
+        "Encrypt returned annotations: {:?}",
+        reply.annotations
+    );
+    reply.ciphertext
+}
+
+/// Decrypt must succeed and give back exactly `expected`.
+pub async fn open(client: &mut Client, key_id: &str, envelope: &[u8], expected: &[u8]) {
+    let plaintext = decrypt(client, envelope, key_id).await.unwrap_or_else(|s| {
+        panic!(
+            "Decrypt of a {}-byte envelope failed: {s:?}",
+            envelope.len()
+        )
+    });
+    assert!(
+        plaintext == expected,
+        "Decrypt returned other bytes than were sealed"
+    );
+}
+
+pub async fn round_trip(client: &mut Client, key_id: &str, plaintext: &[u8]) {
+    let envelope = seal(client, key_id, plaintext).await;
+    open(client, key_id, &envelope, plaintext).await;
+}
+
+/// The call must have failed with INVALID_ARGUMENT and a clean message.
+pub fn expect_invalid_argument<T>(result: Result<T, Status>, what: &str) -> Status {
+    let status = match result {
+        Ok(_) => panic!("{what}: accepted, expected INVALID_ARGUMENT"),
+        Err(status) => status,
+    };
+    assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+    assert_clean_message(&status, what);
+    status
+}
+
+/// Client-visible messages must not leak TPM or TSS internals: no hex return
+/// codes, no TPM_RC names, no tss/Esys error text.
+pub fn assert_clean_message(status: &Status, what: &str) {
+    let message = status.message().to_ascii_lowercase();
+    for needle in ["0x", "tpm_rc", "tss", "esys"] {
+        assert!(
+            !message.contains(needle),
+            "{what}: message leaks {needle:?}: {:?}",
+            status.message()
+        );
+    }
+}

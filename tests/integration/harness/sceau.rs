@@ -1,0 +1,189 @@
+//! The sceau daemon under test, run as a real child process.
+
+use std::ffi::OsString;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use super::process::{
+    create_file, kill_and_reap, poll_until, read_lossy, send_signal, wait_timeout,
+};
+use super::rpc::{self, Client};
+use super::swtpm::Swtpm;
+use super::tempdir::TempDir;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sceau");
+
+/// Generous: the first start in a debug build also creates the primary key.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a SIGTERM'd or failing sceau gets to exit on its own.
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The log line sceau prints once it serves: `serving key_id=sceau-<16 hex>`.
+const READY_MARKER: &str = "serving key_id=";
+
+pub struct Sceau {
+    child: Child,
+    socket: PathBuf,
+    stderr_path: PathBuf,
+    exit: Option<ExitStatus>,
+}
+
+impl Sceau {
+    /// `sceau serve --socket <tmp>/sceau.sock --tcti <tpm> <extra...>`, waiting
+    /// until it serves; panics with its stderr if it does not.
+    pub fn start(tmp: &TempDir, tpm: &Swtpm, extra: &[&str]) -> Sceau {
+        Self::start_on_socket(tmp, &tmp.join("sceau.sock"), &tpm.tcti(), extra)
+    }
+
+    pub fn start_on_socket(tmp: &TempDir, socket: &Path, tcti: &str, extra: &[&str]) -> Sceau {
+        let mut sceau = Self::spawn(tmp, socket, serve_args(socket, Some(tcti), extra), &[]);
+        if let Err(why) = sceau.wait_serving() {
+            panic!(
+                "sceau did not start: {why}\n----- sceau stderr -----\n{}",
+                sceau.stderr_text()
+            );
+        }
+        sceau
+    }
+
+    /// Spawns sceau with exactly `args` (and extra `env`) without waiting for it.
+    /// `socket` is only where the helpers look for it. stdout and stderr go to a
+    /// file so that a chatty daemon can never block on a full pipe.
+    pub fn spawn(tmp: &TempDir, socket: &Path, args: Vec<OsString>, env: &[(&str, &str)]) -> Sceau {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let stderr_path = tmp.join(&format!(
+            "sceau-{}.stderr",
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let log = create_file(&stderr_path);
+        let child = Command::new(BIN)
+            .args(args)
+            // A developer's own SCEAU_TCTI must not leak into the tests; a test
+            // that wants one passes it in `env`, which is applied afterwards.
+            .env_remove("SCEAU_TCTI")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone sceau log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));
+        Sceau {
+            child,
+            socket: socket.to_path_buf(),
+            stderr_path,
+            exit: None,
+        }
+    }
+
+    /// Waits until the socket accepts connections. Fails early, with the reason,
+    /// if the process exits first.
+    pub fn wait_serving(&mut self) -> Result<(), String> {
+        let mut exited = None;
+        let serving = poll_until(START_TIMEOUT, || {
+            exited = self.try_exit();
+            exited.is_none() && UnixStream::connect(&self.socket).is_ok()
+        });
+        match (serving, exited) {
+            (true, _) => Ok(()),
+            (false, Some(status)) => Err(format!("sceau exited early with {status}")),
+            (false, None) => Err(format!(
+                "socket {} not accepting after {START_TIMEOUT:?}",
+                self.socket.display()
+            )),
+        }
+    }
+
+    /// The key_id from the readiness log line, waiting briefly for it to be
+    /// flushed (the socket may start accepting just before the line is written).
+    pub fn logged_key_id(&self) -> Option<String> {
+        let mut found = None;
+        poll_until(Duration::from_secs(5), || {
+            found = parse_logged_key_id(&self.stderr_text());
+            found.is_some()
+        });
+        found
+    }
+
+    pub async fn client(&self) -> Client {
+        rpc::connect(&self.socket).await
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn stderr_text(&self) -> String {
+        read_lossy(&self.stderr_path)
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        assert!(
+            self.exit.is_none(),
+            "signalling a sceau that already exited"
+        );
+        send_signal(&self.child, signal);
+    }
+
+    /// SIGTERM, then the exit status; panics if sceau does not exit in time.
+    pub fn terminate(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.wait_exit(EXIT_TIMEOUT).unwrap_or_else(|| {
+            panic!(
+                "sceau ignored SIGTERM for {EXIT_TIMEOUT:?}\n{}",
+                self.stderr_text()
+            )
+        })
+    }
+
+    /// The exit status, once the process has exited within `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = wait_timeout(&mut self.child, timeout);
+        }
+        self.exit
+    }
+
+    /// Non-blocking: the exit status if the process has already exited.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().expect("try_wait on sceau");
+        }
+        self.exit
+    }
+}
+
+impl Drop for Sceau {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            kill_and_reap(&mut self.child);
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "----- sceau stderr ({}) -----\n{}",
+                self.stderr_path.display(),
+                self.stderr_text()
+            );
+        }
+    }
+}
+
+/// `serve --socket S [--tcti T] extra...`
+pub fn serve_args(socket: &Path, tcti: Option<&str>, extra: &[&str]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["serve".into(), "--socket".into(), socket.into()];
+    if let Some(tcti) = tcti {
+        args.extend(["--tcti".into(), tcti.into()]);
+    }
+    args.extend(extra.iter().map(OsString::from));
+    args
+}
+
+fn parse_logged_key_id(log: &str) -> Option<String> {
+    log.lines().find_map(|line| {
+        let rest = &line[line.find(READY_MARKER)? + READY_MARKER.len()..];
+        let candidate = rest.get(..rpc::KEY_ID_LEN)?;
+        rpc::is_well_formed_key_id(candidate).then(|| candidate.to_string())
+    })
+}

@@ -1,0 +1,18 @@
+//! End-to-end tests of the sceau daemon against software TPMs.
+//!
+//! Every test starts its own swtpm (on its own loopback port pair, with its
+//! own state directory) and its own sceau process, so the tests run in
+//! parallel without sharing anything. tpm2-tools serve as an independent
+//! implementation to cross-check key ids and envelopes.
+
+mod harness;
+
+mod cli;
+mod concurrency;
+mod foreign_tpm;
+mod harness_self_test;
+mod malformed;
+mod restart;
+mod round_trip;
+mod tools_cross_check;
+mod tpm_loss;
