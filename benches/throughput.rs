@@ -27,12 +27,15 @@ use sceau::tpm::worker::{DEFAULT_DEADLINE, TpmWorker};
 use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use tss_esapi::tcti_ldr::TctiNameConf;
 
-const OPS_PER_CLIENT_SERIAL: usize = 300;
-const OPS_PER_CLIENT_PARALLEL: usize = 40;
+/// Rounds alternate the paths, so that load from other tenants of the
+/// machine hits both alike; each ratio is the median of per-round ratios.
+const ROUNDS: usize = 7;
+const OPS_PER_ROUND: usize = 60;
 const PARALLEL_CLIENTS: usize = 16;
 const STARTUP_RUNS: usize = 7;
 
 /// Latencies of one measured series.
+#[derive(Default)]
 struct Series {
     latencies: Vec<Duration>,
     wall: Duration,
@@ -48,52 +51,93 @@ impl Series {
         sorted.sort();
         sorted[((sorted.len() - 1) as f64 * p).round() as usize]
     }
+
+    fn absorb(&mut self, mut other: Series) {
+        self.latencies.append(&mut other.latencies);
+        self.wall += other.wall;
+    }
 }
 
+#[derive(Default)]
 struct Row {
     path: String,
     encrypt: Series,
     decrypt: Series,
 }
 
+impl Row {
+    fn absorb(&mut self, other: Row) {
+        self.encrypt.absorb(other.encrypt);
+        self.decrypt.absorb(other.decrypt);
+    }
+}
+
+/// Per-round (a)/(b) throughput ratios.
+#[derive(Default)]
+struct Ratios {
+    encrypt: Vec<f64>,
+    decrypt: Vec<f64>,
+    decrypt_parallel: Vec<f64>,
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 fn main() {
     let tmp = TempDir::new("bench");
+    // sceau flushes every transient object it finds at start (a TPM without
+    // a resource manager is assumed to be its own), so each path gets a
+    // swtpm of its own.
+    let direct_swtpm = Swtpm::start(&tmp.subdir("tpm-direct"));
     let swtpm = Swtpm::start(&tmp.subdir("tpm"));
     let mut rows = Vec::new();
-    let mut ratios = Vec::new();
+    let mut summary = Vec::new();
     for encryption in [ParameterEncryption::SaltedSession, ParameterEncryption::Off] {
-        let config = tpm_config(&swtpm, encryption);
         let label = match encryption {
-            ParameterEncryption::SaltedSession => "salted",
+            ParameterEncryption::SaltedSession => "salted session",
             ParameterEncryption::Off => "no session",
         };
-        let direct = in_process(&config);
-        let socket = tmp.join(&format!("bench-{}.sock", rows.len()));
-        let (one, sixteen) = through_socket(&config, &socket);
-        ratios.push((
-            label,
-            one.encrypt.ops_per_sec() / direct.encrypt.ops_per_sec(),
-            one.decrypt.ops_per_sec() / direct.decrypt.ops_per_sec(),
-            sixteen.decrypt.ops_per_sec() / direct.decrypt.ops_per_sec(),
-        ));
-        for (path, row) in [("(b) in-process TPM", direct), ("(a) socket, 1 client", one), ("(a) socket, 16 clients", sixteen)] {
-            rows.push(Row {
-                path: format!("{path}, {label}"),
-                ..row
-            });
+        let direct_config = tpm_config(&direct_swtpm, encryption);
+        let config = tpm_config(&swtpm, encryption);
+        let socket = tmp.join(&format!("bench-{}.sock", summary.len()));
+        let (mut measured, mut ratios) = alternate_rounds(&direct_config, &config, &socket);
+        for (row, path) in measured.iter_mut().zip([
+            "(b) in-process TPM",
+            "(a) socket, 1 client",
+            "(a) socket, 16 clients",
+        ]) {
+            row.path = format!("{path}, {label}");
         }
+        rows.extend(measured);
+        summary.push((
+            label,
+            median(&mut ratios.encrypt),
+            median(&mut ratios.decrypt),
+            median(&mut ratios.decrypt_parallel),
+        ));
     }
     print_table(&rows);
     println!();
-    println!("| session | (a)/(b) Encrypt ops/s, 1 client | (a)/(b) Decrypt ops/s, 1 client | (a)/(b) Decrypt ops/s, 16 clients |");
+    println!(
+        "| session | (a)/(b) Encrypt, 1 client | (a)/(b) Decrypt, 1 client | (a)/(b) Decrypt, 16 clients |"
+    );
     println!("|---|---|---|---|");
-    for (label, enc, dec, dec16) in ratios {
-        println!("| {label} | {enc:.2} | {dec:.2} | {dec16:.2} |");
+    for (label, encrypt, decrypt, parallel) in summary {
+        println!("| {label} | {encrypt:.2} | {decrypt:.2} | {parallel:.2} |");
     }
+    println!("(ratios of ops/s, median over {ROUNDS} alternating rounds)");
     println!();
     let (startup, rss_kib) = startup_and_rss(&tmp, &swtpm);
-    println!("exec → first served Status (real binary, median of {STARTUP_RUNS}): {:.1} ms", ms(startup));
-    println!("idle RSS of the serving binary: {:.1} MiB", rss_kib as f64 / 1024.0);
+    println!(
+        "exec → first served Status (real binary, median of {STARTUP_RUNS}): {:.1} ms",
+        ms(startup)
+    );
+    println!(
+        "idle RSS of the serving binary: {:.1} MiB",
+        rss_kib as f64 / 1024.0
+    );
 }
 
 fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmConfig {
@@ -105,12 +149,16 @@ fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmCo
 }
 
 /// (b): Create, then Load+Unseal+Flush, called directly on an open TPM.
-fn in_process(config: &TpmConfig) -> Row {
-    let mut tpm = Tpm::open(config).expect("open TPM");
-    let deks: Vec<Dek> = (0..OPS_PER_CLIENT_SERIAL).map(|_| Dek::copy_from(&harness::random_bytes(32))).collect();
+fn in_process(tpm: &mut Tpm, ops: usize) -> Row {
+    let deks: Vec<Dek> = (0..ops)
+        .map(|_| Dek::copy_from(&harness::random_bytes(32)))
+        .collect();
     let mut sealed = Vec::new();
     let encrypt = measure(&deks, |dek| sealed.push(tpm.seal(dek).expect("seal")));
-    let objects: Vec<LoadableObject> = sealed.iter().map(|b| LoadableObject::from_blobs(b).unwrap()).collect();
+    let objects: Vec<LoadableObject> = sealed
+        .iter()
+        .map(|b| LoadableObject::from_blobs(b).unwrap())
+        .collect();
     let decrypt = measure(&objects, |object| drop(tpm.unseal(object).expect("unseal")));
     Row {
         path: String::new(),
@@ -135,47 +183,101 @@ fn measure<T>(items: &[T], mut op: impl FnMut(&T)) -> Series {
     }
 }
 
-/// (a): the library's own server on a unix socket, built as `sceau serve`
-/// builds it, driven by gRPC clients on a runtime of their own, as the
-/// apiserver would be in its own process.
-fn through_socket(config: &TpmConfig, socket: &Path) -> (Row, Row) {
-    let tpm = Tpm::open(config).expect("open TPM");
-    let (worker, _death, thread) = TpmWorker::spawn(tpm, config.clone(), DEFAULT_DEADLINE).unwrap();
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+/// (b) runs on a TPM context of the bench's own, (a) through the library's server on a unix socket, built as `sceau serve`
+/// builds it, with clients on a runtime of their own, as the apiserver would
+/// be in its own process.
+fn alternate_rounds(direct: &TpmConfig, config: &TpmConfig, socket: &Path) -> ([Row; 3], Ratios) {
+    let mut direct_tpm = Tpm::open(direct).expect("open TPM");
+    let server = ServerUnderTest::start(config, socket);
+    let clients = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let listener = {
-        let _guard = server_runtime.enter();
-        tokio::net::UnixListener::bind(socket).unwrap()
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let service = KmsService::new(Arc::new(worker));
-    let server = server_runtime.spawn(sceau::server::serve(listener, service, async move {
-        let _ = stopped.await;
-        sceau::server::StopReason::Terminate
-    }));
-    let client_runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let rows = client_runtime.block_on(async {
-        let one = clients(socket, 1, OPS_PER_CLIENT_SERIAL).await;
-        let sixteen = clients(socket, PARALLEL_CLIENTS, OPS_PER_CLIENT_PARALLEL).await;
-        (one, sixteen)
-    });
-    drop(client_runtime);
-    let _ = stop.send(());
-    server_runtime.block_on(server).unwrap().unwrap();
-    drop(server_runtime);
-    thread.join().unwrap();
-    rows
+    let mut rows: [Row; 3] = Default::default();
+    let mut ratios = Ratios::default();
+    for _ in 0..ROUNDS {
+        let direct = in_process(&mut direct_tpm, OPS_PER_ROUND);
+        let one = clients.block_on(drive(socket, 1, OPS_PER_ROUND));
+        let sixteen = clients.block_on(drive(
+            socket,
+            PARALLEL_CLIENTS,
+            OPS_PER_ROUND / PARALLEL_CLIENTS + 1,
+        ));
+        let direct_decrypt = direct.decrypt.ops_per_sec();
+        ratios
+            .encrypt
+            .push(one.encrypt.ops_per_sec() / direct.encrypt.ops_per_sec());
+        ratios
+            .decrypt
+            .push(one.decrypt.ops_per_sec() / direct_decrypt);
+        ratios
+            .decrypt_parallel
+            .push(sixteen.decrypt.ops_per_sec() / direct_decrypt);
+        rows[0].absorb(direct);
+        rows[1].absorb(one);
+        rows[2].absorb(sixteen);
+    }
+    drop(clients);
+    drop(direct_tpm);
+    server.stop();
+    (rows, ratios)
+}
+
+/// The service, the TPM worker and the gRPC server, as in the daemon.
+struct ServerUnderTest {
+    runtime: tokio::runtime::Runtime,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<Result<sceau::server::StopReason, tonic::transport::Error>>,
+    worker_thread: std::thread::JoinHandle<()>,
+}
+
+impl ServerUnderTest {
+    fn start(config: &TpmConfig, socket: &Path) -> Self {
+        let tpm = Tpm::open(config).expect("open TPM");
+        let (worker, _death, worker_thread) =
+            TpmWorker::spawn(tpm, config.clone(), DEFAULT_DEADLINE).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::UnixListener::bind(socket).unwrap()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let service = KmsService::new(Arc::new(worker));
+        let server = runtime.spawn(sceau::server::serve(listener, service, async move {
+            let _ = stopped.await;
+            sceau::server::StopReason::Terminate
+        }));
+        Self {
+            runtime,
+            stop,
+            server,
+            worker_thread,
+        }
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        self.runtime.block_on(self.server).unwrap().unwrap();
+        drop(self.runtime);
+        self.worker_thread.join().unwrap();
+    }
 }
 
 /// `count` clients, each sealing `ops` DEKs and then opening them.
-async fn clients(socket: &Path, count: usize, ops: usize) -> Row {
+async fn drive(socket: &Path, count: usize, ops: usize) -> Row {
     let mut states = Vec::new();
     for _ in 0..count {
         let mut client = connect(socket).await.expect("connect");
-        let key_id = client.status(StatusRequest {}).await.unwrap().into_inner().key_id;
+        let key_id = client
+            .status(StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .key_id;
         states.push(ClientState {
             client,
             key_id,
@@ -275,7 +377,10 @@ fn startup_and_rss(tmp: &TempDir, swtpm: &Swtpm) -> (Duration, u64) {
             .env("SCEAU_LOG", "warn")
             .spawn()
             .expect("spawn sceau");
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         runtime.block_on(first_status(&socket));
         startups.push(started.elapsed());
         // Closes the client's connection, so the daemon's drain is immediate.
@@ -314,7 +419,9 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn print_table(rows: &[Row]) {
-    println!("| path | Encrypt ops/s | Encrypt p50 ms | Encrypt p99 ms | Decrypt ops/s | Decrypt p50 ms | Decrypt p99 ms |");
+    println!(
+        "| path | Encrypt ops/s | Encrypt p50 ms | Encrypt p99 ms | Decrypt ops/s | Decrypt p50 ms | Decrypt p99 ms |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for row in rows {
         let (e, d) = (&row.encrypt, &row.decrypt);

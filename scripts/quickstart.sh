@@ -32,8 +32,10 @@ echo "software TPM on 127.0.0.1:$port (throwaway state in $run_dir/tpm-state)"
 ./target/release/sceau serve --socket "$run_dir/kms.sock" \
     --tcti "swtpm:host=127.0.0.1,port=$port" &
 sceau_pid=$!
-for _ in $(seq 100); do
+# The socket appears once the SRK is ready; give up if sceau exits first.
+for _ in $(seq 300); do
     [ -S "$run_dir/kms.sock" ] && break
+    kill -0 "$sceau_pid" 2>/dev/null || { echo "sceau failed to start" >&2; exit 1; }
     sleep 0.1
 done
 

@@ -64,8 +64,19 @@ Commands:
   serve   Serve the KMS v2 API (Status, Encrypt, Decrypt) on a unix socket
   check   Ask a running sceau for its Status and make one Encrypt/Decrypt round trip
 
+Options of `sceau serve`:
+      --socket PATH          Unix socket to listen on [default: /run/sceau/kms.sock]
+      --tcti TCTI            TPM connection [default: device:/dev/tpmrm0, or $SCEAU_TCTI]
+      --socket-mode OCTAL    Permission bits of the socket [default: 0600]
+      --socket-group GROUP   Group owning the socket, by name or number
+      --srk-handle HANDLE    Use this persistent key as the SRK, if it is the template's key
+      --request-deadline DUR Longest a request may wait for the TPM [default: 2.5s]
+
+Options of `sceau check`:
+      --socket PATH          Unix socket of the running sceau [default: /run/sceau/kms.sock]
+
 Options:
-  -h, --help     Print help (`sceau serve --help` for the daemon's options)
+  -h, --help     Print help (`sceau serve --help` explains the daemon's options in full)
   -V, --version  Print the version
 
 Environment:
@@ -213,35 +224,58 @@ fn parse_mode(value: &str) -> Result<u32, UsageError> {
     let digits = value.strip_prefix("0o").unwrap_or(value);
     match u32::from_str_radix(digits, 8) {
         Ok(mode) if mode <= 0o777 => Ok(mode),
-        _ => Err(invalid("--socket-mode", value, "expected octal permission bits such as 0660")),
+        _ => Err(invalid(
+            "--socket-mode",
+            value,
+            "expected octal permission bits such as 0660",
+        )),
     }
 }
 
 fn parse_handle(value: &str) -> Result<u32, UsageError> {
-    let parsed = match value.strip_prefix("0x").or_else(|| value.strip_prefix("0X")) {
+    let parsed = match value
+        .strip_prefix("0x")
+        .or_else(|| value.strip_prefix("0X"))
+    {
         Some(hex) => u32::from_str_radix(hex, 16).ok(),
         None => value.parse().ok(),
     };
     parsed
         .filter(|handle| PERSISTENT_HANDLES.contains(handle))
-        .ok_or_else(|| invalid("--srk-handle", value, "expected a persistent handle 0x81000000..0x81ffffff"))
+        .ok_or_else(|| {
+            invalid(
+                "--srk-handle",
+                value,
+                "expected a persistent handle 0x81000000..0x81ffffff",
+            )
+        })
 }
 
 fn parse_deadline(value: &str) -> Result<Duration, UsageError> {
     let parsed = if let Some(ms) = value.strip_suffix("ms") {
         ms.parse::<u64>().ok().map(Duration::from_millis)
     } else if let Some(s) = value.strip_suffix('s') {
-        s.parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok())
+        s.parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
     } else {
         None
     };
     parsed
         .filter(|d| (MIN_DEADLINE..=MAX_DEADLINE).contains(d))
-        .ok_or_else(|| invalid("--request-deadline", value, "expected 100ms to 60s, such as 2.5s or 800ms"))
+        .ok_or_else(|| {
+            invalid(
+                "--request-deadline",
+                value,
+                "expected 100ms to 60s, such as 2.5s or 800ms",
+            )
+        })
 }
 
 /// Converts `std::env::args_os()` (minus the program name) to strings.
-pub fn utf8_args(args: impl Iterator<Item = std::ffi::OsString>) -> Result<Vec<String>, UsageError> {
+pub fn utf8_args(
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> Result<Vec<String>, UsageError> {
     args.map(|a| a.into_string().map_err(|_| UsageError::NotUtf8))
         .collect()
 }
@@ -287,7 +321,10 @@ mod tests {
 
     #[test]
     fn env_tcti_applies_when_the_flag_is_absent() {
-        assert_eq!(serve("serve", Some("device:/dev/tpm0")).tcti, "device:/dev/tpm0");
+        assert_eq!(
+            serve("serve", Some("device:/dev/tpm0")).tcti,
+            "device:/dev/tpm0"
+        );
     }
 
     #[test]
@@ -311,9 +348,20 @@ mod tests {
 
     #[test]
     fn help_lists_every_serve_flag() {
-        assert_eq!(parse(&args("serve --help"), None), Ok(Command::Help(SERVE_HELP)));
-        for flag in ["--socket ", "--tcti", "--socket-mode", "--socket-group", "--srk-handle", "--request-deadline"] {
+        assert_eq!(
+            parse(&args("serve --help"), None),
+            Ok(Command::Help(SERVE_HELP))
+        );
+        for flag in [
+            "--socket ",
+            "--tcti",
+            "--socket-mode",
+            "--socket-group",
+            "--srk-handle",
+            "--request-deadline",
+        ] {
             assert!(SERVE_HELP.contains(flag), "{flag}");
+            assert!(MAIN_HELP.contains(flag), "{flag}");
         }
     }
 }

@@ -55,7 +55,11 @@ pub enum CheckError {
 pub async fn check(path: &Path) -> Result<CheckReport, CheckError> {
     let mut client = connect(path).await?;
     let failed = |call| move |status| CheckError::Call { call, status };
-    let status = client.status(StatusRequest {}).await.map_err(failed("Status"))?.into_inner();
+    let status = client
+        .status(StatusRequest {})
+        .await
+        .map_err(failed("Status"))?
+        .into_inner();
     let dek = zeroize::Zeroizing::new(random_dek().map_err(CheckError::Random)?);
 
     let started = Instant::now();

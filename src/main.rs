@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use sceau::cli::{self, CheckOptions, Command, ServeOptions};
 use sceau::kms::KmsService;
-use sceau::server::{self, StopReason, socket};
+use sceau::server::{self, DeferredStopSignals, StopReason, socket};
 use sceau::tpm::worker::TpmWorker;
 use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use tss_esapi::tcti_ldr::TctiNameConf;
@@ -50,6 +50,8 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Start-up order: check the socket path, open the TPM and recreate the SRK,
+/// then bind, so that the socket only exists once sceau can serve on it.
 fn serve(options: ServeOptions) -> anyhow::Result<()> {
     silence_tss_log();
     let config = TpmConfig {
@@ -58,12 +60,16 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
         srk_handle: options.srk_handle,
         parameter_encryption: ParameterEncryption::SaltedSession,
     };
-    let bound = socket::bind(&socket::SocketOptions {
+    let socket_options = socket::SocketOptions {
         path: options.socket.clone(),
         mode: options.socket_mode,
         group: options.socket_group.clone(),
-    })?;
-    let result = open_and_serve(&options, config, &bound);
+    };
+    socket::preflight(&socket_options)?;
+    let tpm = open_tpm(&options, &config)?;
+    let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
+    let bound = socket::bind(&socket_options)?;
+    let result = serve_bound(&options, tpm, config, &bound, deferred_signals);
     bound.remove();
     match result? {
         StopReason::TpmLost => bail!("stopped because the TPM was lost"),
@@ -72,24 +78,34 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn open_and_serve(
-    options: &ServeOptions,
-    config: TpmConfig,
-    bound: &socket::BoundSocket,
-) -> anyhow::Result<StopReason> {
+fn open_tpm(options: &ServeOptions, config: &TpmConfig) -> anyhow::Result<Tpm> {
+    log::info!("opening the TPM at {}", options.tcti);
     let started = Instant::now();
-    let tpm = Tpm::open(&config).with_context(|| format!("opening the TPM at {}", options.tcti))?;
+    let tpm = Tpm::open(config).with_context(|| format!("opening the TPM at {}", options.tcti))?;
     let srk = tpm.srk();
-    let key_id = srk.key_id();
     log::info!(
         "SRK {:?}{} ready in {:?}; Name {}",
         srk.algorithm,
-        srk.persistent.map(|h| format!(" (persistent {h:#010x})")).unwrap_or_default(),
+        srk.persistent
+            .map(|h| format!(" (persistent {h:#010x})"))
+            .unwrap_or_default(),
         started.elapsed(),
         sceau::tpm::srk::hex(srk.name.value()),
     );
-    let (worker, death, worker_thread) =
-        TpmWorker::spawn(tpm, config, options.request_deadline).context("starting the TPM thread")?;
+    Ok(tpm)
+}
+
+/// Moves the TPM to its thread, builds the runtime, and serves until stopped.
+fn serve_bound(
+    options: &ServeOptions,
+    tpm: Tpm,
+    config: TpmConfig,
+    bound: &socket::BoundSocket,
+    deferred_signals: DeferredStopSignals,
+) -> anyhow::Result<StopReason> {
+    let key_id = tpm.srk().key_id();
+    let (worker, death, worker_thread) = TpmWorker::spawn(tpm, config, options.request_deadline)
+        .context("starting the TPM thread")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(RUNTIME_THREADS)
         .thread_name("sceau-grpc")
@@ -101,6 +117,7 @@ fn open_and_serve(
     let reason = runtime.block_on(async {
         let listener = tokio::net::UnixListener::from_std(listener)?;
         let stop = server::stop_requested(death)?;
+        drop(deferred_signals);
         log::info!("serving key_id={key_id} on {}", bound.path().display());
         anyhow::Ok(server::serve(listener, service, stop).await?)
     })?;

@@ -74,7 +74,10 @@ impl<K: Eq + Hash, V> Drop for ForgetOnDrop<'_, K, V> {
             .in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if map.get(&self.key).is_some_and(|c| Arc::ptr_eq(c, &self.cell)) {
+        if map
+            .get(&self.key)
+            .is_some_and(|c| Arc::ptr_eq(c, &self.cell))
+        {
             map.remove(&self.key);
         }
     }
@@ -119,8 +122,12 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_caller_leaves_no_entry() {
         let coalescer = Coalescer::<u8, u32>::new();
-        let slow = coalescer.run(1, || std::future::pending());
-        assert!(tokio::time::timeout(Duration::from_millis(10), slow).await.is_err());
+        let slow = coalescer.run(1, std::future::pending);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), slow)
+                .await
+                .is_err()
+        );
         assert_eq!(coalescer.in_flight(), 0);
     }
 }

@@ -9,8 +9,7 @@ use tonic::{Code, Request, Response, Status};
 use super::{Coalescer, Sealer};
 use crate::pb::key_management_service_server::KeyManagementService;
 use crate::pb::{
-    DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest,
-    StatusResponse,
+    DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse,
 };
 use crate::secret::Dek;
 use crate::tpm::Fault;
@@ -78,7 +77,8 @@ impl<S: Sealer> KmsService<S> {
 }
 
 fn loadable_object(ciphertext: &[u8]) -> Result<LoadableObject, Status> {
-    let invalid = |e: &dyn std::fmt::Display| Status::invalid_argument(format!("malformed ciphertext: {e}"));
+    let invalid =
+        |e: &dyn std::fmt::Display| Status::invalid_argument(format!("malformed ciphertext: {e}"));
     let Envelope::Sealed(blobs) = Envelope::parse(ciphertext).map_err(|e| invalid(&e))?;
     LoadableObject::from_blobs(&blobs).map_err(|e| invalid(&e))
 }

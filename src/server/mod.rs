@@ -3,6 +3,8 @@
 pub mod socket;
 mod sys;
 
+pub use sys::DeferredStopSignals;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -76,7 +78,9 @@ pub async fn serve<S: Sealer>(
         }
         reason = stop => reason,
     };
-    log::info!("stopping ({reason}): refusing new connections, draining for up to {SHUTDOWN_GRACE:?}");
+    log::info!(
+        "stopping ({reason}): refusing new connections, draining for up to {SHUTDOWN_GRACE:?}"
+    );
     let _ = begin_drain.send(());
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
         Ok(result) => result?,

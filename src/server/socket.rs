@@ -56,6 +56,13 @@ impl BoundSocket {
     }
 }
 
+/// Checks, before a possibly slow TPM start, that `bind` can succeed: the
+/// group exists and the path is free or holds a stale socket.
+pub fn preflight(options: &SocketOptions) -> Result<(), SocketError> {
+    options.group.as_deref().map(resolve_group).transpose()?;
+    path_state(&options.path).map(drop)
+}
+
 /// Binds `options.path`, replacing a stale socket but never another kind of
 /// file or a socket someone is still serving on.
 pub fn bind(options: &SocketOptions) -> Result<BoundSocket, SocketError> {
@@ -65,7 +72,10 @@ pub fn bind(options: &SocketOptions) -> Result<BoundSocket, SocketError> {
         path: path.clone(),
         source,
     };
-    remove_stale_socket(&path)?;
+    if path_state(&path)? == PathState::StaleSocket {
+        log::info!("removing stale socket {}", path.display());
+        fs::remove_file(&path).map_err(|e| io_error("removing stale socket", e))?;
+    }
     let gid = options.group.as_deref().map(resolve_group).transpose()?;
     let listener = {
         // Created 0600 so that no one can connect before the mode is set.
@@ -88,10 +98,17 @@ pub fn bind(options: &SocketOptions) -> Result<BoundSocket, SocketError> {
     })
 }
 
-fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
+#[derive(Debug, PartialEq, Eq)]
+enum PathState {
+    Free,
+    StaleSocket,
+}
+
+/// A path sceau may bind: nothing there, or a socket no one serves on.
+fn path_state(path: &Path) -> Result<PathState, SocketError> {
     let metadata = match fs::symlink_metadata(path) {
         Ok(metadata) => metadata,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PathState::Free),
         Err(source) => {
             return Err(SocketError::Io {
                 action: "inspecting",
@@ -106,12 +123,7 @@ fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
     if UnixStream::connect(path).is_ok() {
         return Err(SocketError::InUse(path.into()));
     }
-    log::info!("removing stale socket {}", path.display());
-    fs::remove_file(path).map_err(|source| SocketError::Io {
-        action: "removing stale socket",
-        path: path.into(),
-        source,
-    })
+    Ok(PathState::StaleSocket)
 }
 
 fn resolve_group(group: &str) -> Result<u32, SocketError> {
@@ -147,8 +159,14 @@ mod tests {
         let path = dir.join("kms.sock");
         drop(UnixListener::bind(&path).unwrap()); // a stale socket file
         let bound = bind(&options(path.clone())).unwrap();
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        assert!(matches!(bind(&options(path.clone())), Err(SocketError::InUse(_))));
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert!(matches!(
+            bind(&options(path.clone())),
+            Err(SocketError::InUse(_))
+        ));
         bound.remove();
         assert!(!path.exists());
         fs::remove_dir_all(dir).unwrap();
@@ -159,7 +177,10 @@ mod tests {
         let dir = scratch("file");
         let path = dir.join("kms.sock");
         fs::write(&path, b"keep me").unwrap();
-        assert!(matches!(bind(&options(path.clone())), Err(SocketError::NotASocket(_))));
+        assert!(matches!(
+            bind(&options(path.clone())),
+            Err(SocketError::NotASocket(_))
+        ));
         assert_eq!(fs::read(&path).unwrap(), b"keep me");
         fs::remove_dir_all(dir).unwrap();
     }
@@ -177,7 +198,10 @@ mod tests {
         })
         .unwrap();
         let metadata = fs::metadata(&path).unwrap();
-        assert_eq!((metadata.permissions().mode() & 0o777, metadata.gid()), (0o660, own_gid));
+        assert_eq!(
+            (metadata.permissions().mode() & 0o777, metadata.gid()),
+            (0o660, own_gid)
+        );
         bound.remove();
         fs::remove_dir_all(dir).unwrap();
     }

@@ -27,6 +27,52 @@ impl Drop for UmaskGuard {
     }
 }
 
+/// Holds SIGTERM and SIGINT pending from just before the socket is bound
+/// until the async runtime's handlers exist; dropping it releases them.
+///
+/// Without it, a stop request in that window would kill sceau with the
+/// default action and leave its socket file behind. Threads started while it
+/// is held inherit the blocked mask, so a held signal is delivered to the
+/// thread that drops the guard, once the handlers are installed.
+pub struct DeferredStopSignals {
+    set: libc::sigset_t,
+}
+
+impl DeferredStopSignals {
+    pub fn hold() -> std::io::Result<Self> {
+        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: sigemptyset initialises the set it is given; sigaddset
+        // then only writes into that initialised set.
+        let set = unsafe {
+            libc::sigemptyset(set.as_mut_ptr());
+            libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
+            libc::sigaddset(set.as_mut_ptr(), libc::SIGINT);
+            set.assume_init()
+        };
+        Self::mask(libc::SIG_BLOCK, &set)?;
+        Ok(Self { set })
+    }
+
+    fn mask(how: libc::c_int, set: &libc::sigset_t) -> std::io::Result<()> {
+        // SAFETY: `set` is an initialised sigset_t and the old-mask pointer
+        // is null, which pthread_sigmask accepts; it changes only this
+        // thread's signal mask.
+        let rc = unsafe { libc::pthread_sigmask(how, set, std::ptr::null_mut()) };
+        match rc {
+            0 => Ok(()),
+            errno => Err(std::io::Error::from_raw_os_error(errno)),
+        }
+    }
+}
+
+impl Drop for DeferredStopSignals {
+    fn drop(&mut self) {
+        if let Err(e) = Self::mask(libc::SIG_UNBLOCK, &self.set) {
+            log::error!("could not unblock SIGTERM and SIGINT: {e}");
+        }
+    }
+}
+
 /// Resolves a group name through NSS (files, sssd, …) as `chgrp` would.
 pub fn group_id(name: &str) -> Option<u32> {
     let name = CString::new(name).ok()?;

@@ -140,7 +140,9 @@ fn ensure_started(ctx: &mut Context) -> Result<(), TpmError> {
         c.get_capability(CapabilityType::Handles, FIRST_TRANSIENT_HANDLE, 1)
     });
     let not_started = matches!(
-        probe.as_ref().map_err(|e| TpmError::new("GetCapability", *e).response_code()),
+        probe
+            .as_ref()
+            .map_err(|e| TpmError::new("GetCapability", *e).response_code()),
         Err(Some(0x100))
     );
     if not_started {
@@ -174,7 +176,10 @@ fn flush_leftover_objects(ctx: &mut Context) -> Result<(), TpmError> {
                 .map_err(|e| TpmError::new("TR_FromTPMPublic", e))?;
             ctx.flush_context(object)
                 .map_err(|e| TpmError::new("FlushContext", e))?;
-            log::info!("flushed transient object {:#010x} left by an earlier process", u32::from(raw));
+            log::info!(
+                "flushed transient object {:#010x} left by an earlier process",
+                u32::from(raw)
+            );
         }
     }
     Ok(())

@@ -173,14 +173,20 @@ mod tests {
             (bad_version, EnvelopeError::UnknownVersion(2)),
             (good[..40].to_vec(), EnvelopeError::Truncated("public blob")),
             (good[..51].to_vec(), EnvelopeError::Truncated("private")),
-            (good[..good.len() - 1].to_vec(), EnvelopeError::SizeMismatch {
-                blob: "private",
-                declared: 158,
-                actual: 157,
-            }),
+            (
+                good[..good.len() - 1].to_vec(),
+                EnvelopeError::SizeMismatch {
+                    blob: "private",
+                    declared: 158,
+                    actual: 157,
+                },
+            ),
             (trailing, EnvelopeError::TrailingBytes(1)),
             (zero_private, EnvelopeError::EmptyBlob("private")),
-            (vec![0; MAX_ENVELOPE_LEN + 1], EnvelopeError::TooLong(MAX_ENVELOPE_LEN + 1)),
+            (
+                vec![0; MAX_ENVELOPE_LEN + 1],
+                EnvelopeError::TooLong(MAX_ENVELOPE_LEN + 1),
+            ),
         ];
         for (bytes, expected) in cases {
             assert_eq!(Envelope::parse(&bytes), Err(expected), "{bytes:02x?}");

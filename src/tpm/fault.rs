@@ -190,7 +190,10 @@ mod tests {
     use super::*;
 
     fn tss(rc: u32) -> TpmError {
-        TpmError::new("test", tss_esapi::Error::Tss2Error(Tss2ResponseCode::from(rc)))
+        TpmError::new(
+            "test",
+            tss_esapi::Error::Tss2Error(Tss2ResponseCode::from(rc)),
+        )
     }
 
     fn load(rc: u32) -> TpmError {
@@ -208,7 +211,10 @@ mod tests {
     fn classifies_the_codes_seen_in_practice() {
         // Measured on swtpm: a foreign or altered envelope fails Load with
         // TPM_RC_INTEGRITY on parameter 1.
-        assert_eq!(load(0x1df).recovery(), Recovery::Report(Fault::EnvelopeRejected));
+        assert_eq!(
+            load(0x1df).recovery(),
+            Recovery::Report(Fault::EnvelopeRejected)
+        );
         assert_eq!(tss(0x1df).recovery(), Recovery::Report(Fault::Failure));
         assert_eq!(tss(0x922).recovery(), Recovery::RetryLater);
         assert_eq!(tss(0x908).recovery(), Recovery::RetryLater);
@@ -221,7 +227,10 @@ mod tests {
         // TPM_RC_SESSION_HANDLE-like format-one code on session 1.
         assert_eq!(load(0x98B).recovery(), Recovery::NewSession);
         // A parameter error on parameter 8 also sets bit 11; it is not a session error.
-        assert_eq!(load(0x8DF).recovery(), Recovery::Report(Fault::EnvelopeRejected));
+        assert_eq!(
+            load(0x8DF).recovery(),
+            Recovery::Report(Fault::EnvelopeRejected)
+        );
         assert_eq!(tss(0x902).recovery(), Recovery::Report(Fault::Busy));
         // TPM_RC_HANDLE on handle 1: the SRK vanished (TPM reset).
         assert_eq!(load(0x18B).recovery(), Recovery::Reconnect);
@@ -240,7 +249,10 @@ mod tests {
             Fault::ShuttingDown,
         ] {
             let word = fault.to_string();
-            assert!(word.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "{word}");
+            assert!(
+                word.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                "{word}"
+            );
         }
     }
 }

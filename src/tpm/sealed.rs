@@ -85,7 +85,10 @@ fn is_sceau_sealed_object(public: &Public) -> bool {
 }
 
 /// Marshals Create's output the way tpm2-tools writes `-u` and `-r` files.
-pub fn blobs_from_created(public: Public, private: &Private) -> Result<SealedBlobs, tss_esapi::Error> {
+pub fn blobs_from_created(
+    public: Public,
+    private: &Private,
+) -> Result<SealedBlobs, tss_esapi::Error> {
     let public = PublicBuffer::try_from(public)?.marshall()?;
     let content = private.value();
     let size = u16::try_from(content.len()).expect("TPM2B_PRIVATE fits its u16 size field");

@@ -193,7 +193,8 @@ impl Worker {
             return;
         }
         let result = self.execute(&job.request, job.deadline);
-        self.health.record(result.as_ref().map(|_| ()).map_err(|f| *f));
+        self.health
+            .record(result.as_ref().map(|_| ()).map_err(|f| *f));
         // A caller that gave up drops the answer here, DEK included.
         let _ = job.reply.send(result);
     }

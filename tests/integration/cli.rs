@@ -2,13 +2,15 @@
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::process::run_with_timeout;
-use crate::harness::rpc::{self, expect_invalid_argument};
+use crate::harness::process::{poll_until, run_with_timeout};
+use crate::harness::rpc;
 use crate::harness::sceau::{self, BIN, EXIT_TIMEOUT, START_TIMEOUT};
+use crate::harness::swtpm::SilentTpm;
 use crate::harness::{Fixture, Sceau, Swtpm, TempDir, random_bytes};
 
 const SERVE_FLAGS: [&str; 6] = [
@@ -28,29 +30,43 @@ fn mode_of(path: &Path) -> u32 {
         & 0o7777
 }
 
-#[test]
-fn help_mentions_every_flag() {
+fn assert_help_mentions_every_flag(args: &[&str]) {
     let tmp = TempDir::new("help");
-    for args in [&["--help"][..], &["serve", "--help"][..]] {
-        let done = run_with_timeout(
-            Command::new(BIN).args(args),
-            tmp.path(),
-            Duration::from_secs(10),
-        );
+    let done = run_with_timeout(
+        Command::new(BIN).args(args),
+        tmp.path(),
+        Duration::from_secs(10),
+    );
+    let text = done.all_output();
+    assert!(
+        done.status.success(),
+        "sceau {args:?}: {}\n{text}",
+        done.status
+    );
+    for flag in SERVE_FLAGS {
         assert!(
-            done.status.success(),
-            "sceau {args:?}: {}\n{}",
-            done.status,
-            done.all_output()
+            mentions_flag(&text, flag),
+            "sceau {args:?} does not mention {flag}:\n{text}"
         );
-        let text = done.all_output();
-        for flag in SERVE_FLAGS {
-            assert!(
-                text.contains(flag),
-                "sceau {args:?} does not mention {flag}:\n{text}"
-            );
-        }
     }
+}
+
+/// `flag` as a whole word: "--socket-mode" alone does not mention "--socket".
+fn mentions_flag(text: &str, flag: &str) -> bool {
+    text.match_indices(flag).any(|(at, _)| {
+        let next = text[at + flag.len()..].chars().next();
+        !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+    })
+}
+
+#[test]
+fn top_level_help_mentions_every_flag() {
+    assert_help_mentions_every_flag(&["--help"]);
+}
+
+#[test]
+fn serve_help_mentions_every_flag() {
+    assert_help_mentions_every_flag(&["serve", "--help"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -71,7 +87,12 @@ async fn tcti_can_come_from_the_environment() {
 async fn socket_is_0600_by_default_and_socket_mode_is_honoured() {
     let mut fx = Fixture::start("socket-mode", &[]);
     assert_eq!(mode_of(fx.sceau.socket()), 0o600, "default socket mode");
-    assert!(fx.sceau.terminate().success());
+    let status = fx.sceau.terminate();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGTERM: {status}"
+    );
 
     fx.sceau = Sceau::start(&fx.tmp, &fx.tpm, &["--socket-mode", "0660"]);
     assert_eq!(mode_of(fx.sceau.socket()), 0o660, "--socket-mode 0660");
@@ -89,7 +110,12 @@ async fn socket_group_is_honoured_by_name_and_by_gid() {
     let meta = std::fs::metadata(fx.sceau.socket()).expect("stat socket");
     assert_eq!(meta.gid(), gid, "--socket-group {group_name}");
     assert_eq!(meta.permissions().mode() & 0o777, 0o660);
-    assert!(fx.sceau.terminate().success());
+    let status = fx.sceau.terminate();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGTERM: {status}"
+    );
 
     fx.sceau = Sceau::start(&fx.tmp, &fx.tpm, &["--socket-group", &gid.to_string()]);
     assert_eq!(
@@ -154,6 +180,66 @@ fn regular_file_at_socket_path_is_refused_and_left_untouched() {
     assert_eq!(std::fs::read(&path).unwrap(), precious);
 }
 
+/// The same protection must hold when the path is a symlink: sceau must not
+/// remove or write through it.
+#[test]
+fn symlink_at_socket_path_is_refused_and_left_untouched() {
+    let tmp = TempDir::new("symlink");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let target = tmp.join("precious.txt");
+    let precious = b"sceau must not touch this file\n";
+    std::fs::write(&target, precious).unwrap();
+    let path = tmp.join("sceau.sock");
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+
+    let mut sceau = Sceau::spawn(
+        &tmp,
+        &path,
+        sceau::serve_args(&path, Some(&tpm.tcti()), &[]),
+        &[],
+    );
+    let status = sceau
+        .wait_exit(START_TIMEOUT)
+        .unwrap_or_else(|| panic!("sceau kept running over a symlink\n{}", sceau.stderr_text()));
+    assert!(!status.success(), "exit status {status}");
+    assert_eq!(
+        std::fs::read_link(&path).unwrap(),
+        target,
+        "symlink replaced"
+    );
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        precious,
+        "symlink target changed"
+    );
+}
+
+/// A socket someone is still serving on is not stale: a second sceau must
+/// neither take it over nor remove it on its way out.
+#[tokio::test(flavor = "multi_thread")]
+async fn live_socket_is_not_taken_over() {
+    let fx = Fixture::start("live-socket", &[]);
+    let other_tpm = Swtpm::start(&fx.tmp.subdir("other-tpm"));
+    let path = fx.sceau.socket();
+    let args = sceau::serve_args(path, Some(&other_tpm.tcti()), &[]);
+    let mut intruder = Sceau::spawn(&fx.tmp, path, args, &[]);
+    let status = intruder.wait_exit(START_TIMEOUT).unwrap_or_else(|| {
+        panic!(
+            "second sceau kept running on a live socket\n{}",
+            intruder.stderr_text()
+        )
+    });
+    assert!(!status.success(), "second sceau exit status {status}");
+
+    let (mut client, key_id) = fx.client().await;
+    assert_eq!(
+        fx.sceau.logged_key_id().as_deref(),
+        Some(key_id.as_str()),
+        "the first sceau still answers"
+    );
+    rpc::round_trip(&mut client, &key_id, &random_bytes(32)).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn stale_socket_is_replaced_and_served() {
     let tmp = TempDir::new("stale-socket");
@@ -196,6 +282,44 @@ async fn sigterm_and_sigint_exit_zero_and_remove_the_socket() {
     }
 }
 
+/// While the TPM is still opening, no socket exists (so no client can queue
+/// up on a daemon that is not serving), and SIGTERM ends sceau at once with
+/// nothing left behind. Under systemd, a SIGTERM death counts as a clean stop.
+#[test]
+fn sigterm_during_startup_leaves_no_socket() {
+    let tmp = TempDir::new("sigterm-startup");
+    let tpm = SilentTpm::bind();
+    let socket = tmp.join("sceau.sock");
+    let mut sceau = Sceau::spawn(
+        &tmp,
+        &socket,
+        sceau::serve_args(&socket, Some(&tpm.tcti()), &[]),
+        &[],
+    );
+    // Let it get as far as it can: into the TPM, which never answers.
+    poll_until(Duration::from_secs(5), || {
+        sceau.stderr_text().contains("opening the TPM")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        sceau.try_exit().is_none(),
+        "sceau gave up on the silent TPM by itself\n{}",
+        sceau.stderr_text()
+    );
+    assert!(!socket.exists(), "the socket exists before sceau can serve");
+
+    sceau.signal(libc::SIGTERM);
+    let status = sceau.wait_exit(EXIT_TIMEOUT).unwrap_or_else(|| {
+        panic!("sceau still running {EXIT_TIMEOUT:?} after SIGTERM during startup")
+    });
+    let clean = status.code() == Some(0) || status.signal() == Some(libc::SIGTERM);
+    assert!(
+        clean && !socket.exists(),
+        "after SIGTERM during startup: exit status {status}, socket left behind: {}",
+        socket.exists()
+    );
+}
+
 /// Calls already received when SIGTERM arrives are completed, not dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_finishes_in_flight_calls() {
@@ -220,6 +344,12 @@ async fn sigterm_finishes_in_flight_calls() {
     // sceau too; now ask it to stop while the rest are still being served.
     let first = done_rx.recv().await.expect("at least one answer");
     fx.sceau.signal(libc::SIGTERM);
+    let answered_before_signal = 1 + done_rx.len();
+    println!("{answered_before_signal} of {IN_FLIGHT} calls answered before SIGTERM");
+    assert!(
+        answered_before_signal < IN_FLIGHT,
+        "no call was in flight at SIGTERM; the test proved nothing"
+    );
     let mut results = vec![first];
     while let Some(result) = done_rx.recv().await {
         results.push(result);
@@ -237,13 +367,4 @@ async fn sigterm_finishes_in_flight_calls() {
         .expect("sceau exits after draining");
     assert_eq!(status.code(), Some(0), "exit status {status}");
     assert!(!fx.sceau.socket().exists(), "socket left behind");
-}
-
-/// The request deadline flag is accepted and does not disturb normal calls.
-#[tokio::test(flavor = "multi_thread")]
-async fn request_deadline_flag_is_accepted() {
-    let fx = Fixture::start("deadline-flag", &["--request-deadline", "5s"]);
-    let (mut client, key_id) = fx.client().await;
-    rpc::round_trip(&mut client, &key_id, &random_bytes(32)).await;
-    expect_invalid_argument(rpc::encrypt(&mut client, &[]).await, "empty plaintext");
 }

@@ -10,13 +10,6 @@ use crate::harness::process::run_with_timeout;
 use crate::harness::rpc::{is_well_formed_key_id, key_id_from_name};
 use crate::harness::{Swtpm, TempDir, Tpm2Tools, random_bytes};
 
-fn port_of(tpm: &Swtpm) -> u16 {
-    let tcti = tpm.tcti();
-    tcti.rsplit_once("port=")
-        .and_then(|(_, p)| p.parse().ok())
-        .expect("tcti has a port")
-}
-
 fn accepts(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
@@ -26,7 +19,7 @@ fn swtpms_get_distinct_port_pairs_and_die_when_killed() {
     let tmp = TempDir::new("self-ports");
     let mut a = Swtpm::start(&tmp.subdir("a"));
     let b = Swtpm::start(&tmp.subdir("b"));
-    let (pa, pb) = (port_of(&a), port_of(&b));
+    let (pa, pb) = (a.port(), b.port());
     assert!(pa.abs_diff(pb) >= 2, "pairs overlap: {pa} and {pb}");
     assert!(accepts(pa) && accepts(pa + 1) && accepts(pb) && accepts(pb + 1));
     a.kill();

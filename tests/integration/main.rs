@@ -7,6 +7,7 @@
 
 mod harness;
 
+mod bus_capture;
 mod cli;
 mod concurrency;
 mod foreign_tpm;
@@ -15,4 +16,4 @@ mod malformed;
 mod restart;
 mod round_trip;
 mod tools_cross_check;
-mod tpm_loss;
+mod tpm_faults;

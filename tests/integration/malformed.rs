@@ -33,7 +33,8 @@ async fn malformed_envelopes_are_invalid_arguments() {
             "case {what:?} must differ from the real envelope"
         );
         let result = rpc::decrypt(&mut client, bytes, &key_id).await;
-        expect_invalid_argument(result, what);
+        let status = expect_invalid_argument(result, what);
+        println!("{what}: {:?}", status.message());
     }
 
     assert_eq!(rpc::status(&mut client).await.healthz, "ok");

@@ -16,6 +16,9 @@ async fn tpm2_tools_derive_the_same_key_id_and_unseal_sceau_envelopes() {
         let dek = random_bytes(len);
         sealed.push((rpc::seal(&mut client, &key_id, &dek).await, dek));
     }
+    // Printable, so that it survives the script's stdout capture as text.
+    let script_dek = b"opened-by-scripts/open-envelope!";
+    let script_envelope = rpc::seal(&mut client, &key_id, script_dek).await;
     drop(client);
     // swtpm has no resource manager: the tools only get the TPM to themselves
     // once sceau is gone.
@@ -36,6 +39,13 @@ async fn tpm2_tools_derive_the_same_key_id_and_unseal_sceau_envelopes() {
             dek.len()
         );
     }
+
+    // The documented recovery script opens an envelope with tpm2-tools alone.
+    std::fs::write(tools.path("envelope.bin"), &script_envelope).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/open-envelope.sh");
+    let opened = tools.run("bash", &[script, "envelope.bin"]);
+    assert_eq!(opened.stdout.as_bytes(), script_dek);
+    tools.flush_all();
 
     // Same layout as tpm2_create's -u/-r output for a 32-byte secret.
     let (tools_public, tools_private) = tools.seal("prim.ctx", &random_bytes(32));

@@ -80,10 +80,16 @@ async fn encrypt(svc: &KmsService<FakeTpm>, plaintext: &[u8]) -> Result<EncryptR
         plaintext: plaintext.to_vec(),
         uid: "test".into(),
     };
-    svc.encrypt(Request::new(request)).await.map(Response::into_inner)
+    svc.encrypt(Request::new(request))
+        .await
+        .map(Response::into_inner)
 }
 
-async fn decrypt(svc: &KmsService<FakeTpm>, ciphertext: Vec<u8>, key_id: &str) -> Result<Vec<u8>, Status> {
+async fn decrypt(
+    svc: &KmsService<FakeTpm>,
+    ciphertext: Vec<u8>,
+    key_id: &str,
+) -> Result<Vec<u8>, Status> {
     let request = DecryptRequest {
         ciphertext,
         uid: "test".into(),
@@ -98,14 +104,25 @@ async fn decrypt(svc: &KmsService<FakeTpm>, ciphertext: Vec<u8>, key_id: &str) -
 #[tokio::test]
 async fn round_trip_and_status() {
     let (svc, fake) = service(FakeTpm::new());
-    let sealed = encrypt(&svc, b"0123456789abcdef0123456789abcdef").await.unwrap();
+    let sealed = encrypt(&svc, b"0123456789abcdef0123456789abcdef")
+        .await
+        .unwrap();
     assert_eq!(sealed.key_id, fake.key_id.as_str());
     assert!(sealed.annotations.is_empty());
-    let opened = decrypt(&svc, sealed.ciphertext, &sealed.key_id).await.unwrap();
+    let opened = decrypt(&svc, sealed.ciphertext, &sealed.key_id)
+        .await
+        .unwrap();
     assert_eq!(opened, b"0123456789abcdef0123456789abcdef");
 
-    let status = svc.status(Request::new(StatusRequest {})).await.unwrap().into_inner();
-    assert_eq!((status.version.as_str(), status.healthz.as_str()), ("v2", "ok"));
+    let status = svc
+        .status(Request::new(StatusRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (status.version.as_str(), status.healthz.as_str()),
+        ("v2", "ok")
+    );
     assert_eq!(status.key_id, fake.key_id.as_str());
 }
 
@@ -122,11 +139,16 @@ async fn plaintext_sizes_outside_1_to_128_are_invalid() {
 #[tokio::test]
 async fn a_foreign_key_id_is_refused_before_the_tpm() {
     let (svc, fake) = service(FakeTpm::new());
-    let status = decrypt(&svc, vec![1, 2, 3], "sceau-0000000000000000").await.unwrap_err();
+    let status = decrypt(&svc, vec![1, 2, 3], "sceau-0000000000000000")
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(
         status.message(),
-        format!("unknown key_id sceau-0000000000000000; this TPM only serves {}", fake.key_id)
+        format!(
+            "unknown key_id sceau-0000000000000000; this TPM only serves {}",
+            fake.key_id
+        )
     );
     assert_eq!(fake.unseals.load(Ordering::SeqCst), 0);
 }
@@ -137,7 +159,12 @@ async fn malformed_envelopes_never_reach_the_tpm() {
     let good = encrypt(&svc, &[5; 32]).await.unwrap().ciphertext;
     let mut not_sealed_data = good.clone();
     not_sealed_data[6] ^= 0x01; // flips the nameAlg
-    for bad in [vec![], vec![1], good[..good.len() - 1].to_vec(), not_sealed_data] {
+    for bad in [
+        vec![],
+        vec![1],
+        good[..good.len() - 1].to_vec(),
+        not_sealed_data,
+    ] {
         let status = decrypt(&svc, bad, fake.key_id.as_str()).await.unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
     }
@@ -158,8 +185,15 @@ async fn tpm_faults_reach_the_client_as_class_words() {
         let good = encrypt(&svc, &[5; 32]).await.unwrap().ciphertext;
         fake.fail_with(fault);
         let status = decrypt(&svc, good, fake.key_id.as_str()).await.unwrap_err();
-        assert_eq!((status.code(), status.message()), (code, fault.to_string().as_str()));
-        let health = svc.status(Request::new(StatusRequest {})).await.unwrap().into_inner();
+        assert_eq!(
+            (status.code(), status.message()),
+            (code, fault.to_string().as_str())
+        );
+        let health = svc
+            .status(Request::new(StatusRequest {}))
+            .await
+            .unwrap()
+            .into_inner();
         assert_eq!(health.healthz, fault.to_string());
     }
 }
@@ -174,7 +208,8 @@ async fn concurrent_decrypts_of_one_ciphertext_share_one_unseal() {
     let ciphertext = encrypt(&svc, &[9; 32]).await.unwrap().ciphertext;
     let calls: Vec<_> = (0..16)
         .map(|_| {
-            let (svc, ciphertext, key_id) = (svc.clone(), ciphertext.clone(), fake.key_id.to_string());
+            let (svc, ciphertext, key_id) =
+                (svc.clone(), ciphertext.clone(), fake.key_id.to_string());
             tokio::spawn(async move { decrypt(&svc, ciphertext, &key_id).await })
         })
         .collect();

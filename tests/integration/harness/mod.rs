@@ -1,6 +1,7 @@
 //! Test harness: temporary directories, a private swtpm per test, the sceau
 //! process, tpm2-tools, and gRPC helpers.
 
+pub mod bus_proxy;
 pub mod envelope;
 pub mod process;
 pub mod rpc;

@@ -78,33 +78,32 @@ impl Sceau {
         }
     }
 
-    /// Waits until the socket accepts connections. Fails early, with the reason,
-    /// if the process exits first.
+    /// Waits until sceau is ready: it has logged its `serving key_id=` line
+    /// and its socket accepts connections. The socket alone is not enough: it
+    /// may be bound (and accept into the kernel backlog) before the TPM is open
+    /// and the signal handlers are installed. Fails early, with the reason, if
+    /// the process exits first.
     pub fn wait_serving(&mut self) -> Result<(), String> {
         let mut exited = None;
-        let serving = poll_until(START_TIMEOUT, || {
+        let ready = poll_until(START_TIMEOUT, || {
             exited = self.try_exit();
-            exited.is_none() && UnixStream::connect(&self.socket).is_ok()
+            exited.is_none()
+                && self.logged_key_id().is_some()
+                && UnixStream::connect(&self.socket).is_ok()
         });
-        match (serving, exited) {
+        match (ready, exited) {
             (true, _) => Ok(()),
             (false, Some(status)) => Err(format!("sceau exited early with {status}")),
             (false, None) => Err(format!(
-                "socket {} not accepting after {START_TIMEOUT:?}",
+                "no `{READY_MARKER}` log line with a connectable {} after {START_TIMEOUT:?}",
                 self.socket.display()
             )),
         }
     }
 
-    /// The key_id from the readiness log line, waiting briefly for it to be
-    /// flushed (the socket may start accepting just before the line is written).
+    /// The key_id from the readiness log line, if it has been written.
     pub fn logged_key_id(&self) -> Option<String> {
-        let mut found = None;
-        poll_until(Duration::from_secs(5), || {
-            found = parse_logged_key_id(&self.stderr_text());
-            found.is_some()
-        });
-        found
+        parse_logged_key_id(&self.stderr_text())
     }
 
     pub async fn client(&self) -> Client {

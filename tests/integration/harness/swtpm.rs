@@ -6,13 +6,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::process::{kill_and_reap, read_lossy};
+use super::process::{kill_and_reap, read_lossy, send_signal};
 
 /// Test ports live below Linux's default ephemeral range (32768+), so the
 /// outgoing connections of sceau and tpm2-tools can never be handed one of them.
 const PORT_BASE: u16 = 20_000;
 const PORT_PAIRS: u32 = 6_000;
-const START_ATTEMPTS: u32 = 25;
+const START_ATTEMPTS: usize = 25;
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Swtpm {
@@ -42,11 +42,26 @@ impl Swtpm {
         format!("swtpm:host=127.0.0.1,port={}", self.port)
     }
 
+    /// The command port; the control channel is on port + 1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Pulls the plug: SIGKILL, as if the TPM vanished.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             kill_and_reap(&mut child);
         }
+    }
+
+    /// SIGSTOP: the TPM keeps its connections open but stops answering.
+    pub fn freeze(&self) {
+        send_signal(self.child.as_ref().expect("swtpm running"), libc::SIGSTOP);
+    }
+
+    /// SIGCONT: undoes `freeze`.
+    pub fn thaw(&self) {
+        send_signal(self.child.as_ref().expect("swtpm running"), libc::SIGCONT);
     }
 
     /// Brings the same TPM (same seeds, same persistent objects) back up after
@@ -67,7 +82,7 @@ impl Swtpm {
         let candidates = preferred
             .into_iter()
             .chain(std::iter::repeat_with(next_candidate_port));
-        for port in candidates.take(START_ATTEMPTS as usize) {
+        for port in candidates.take(START_ATTEMPTS) {
             if !pair_is_free(port) {
                 continue;
             }
@@ -132,7 +147,7 @@ fn next_candidate_port() -> u16 {
 
 fn pair_is_free(port: u16) -> bool {
     let bind = |p| TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, p));
-    // Both listeners are dropped at once, freeing the ports again for swtpm.
+    // A probe only: both listeners are closed again before swtpm binds.
     bind(port).is_ok() && bind(port + 1).is_ok()
 }
 
@@ -151,4 +166,31 @@ fn wait_listening(child: &mut Child, port: u16) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     false
+}
+
+/// A "TPM" that accepts connections on a port pair and never answers, to make
+/// sceau wait on its TPM for as long as a test needs.
+pub struct SilentTpm {
+    port: u16,
+    _listeners: [TcpListener; 2],
+}
+
+impl SilentTpm {
+    pub fn bind() -> SilentTpm {
+        let bind = |p| TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, p));
+        for port in std::iter::repeat_with(next_candidate_port).take(START_ATTEMPTS) {
+            // Connections queue in the kernel backlog; nobody ever reads them.
+            if let (Ok(server), Ok(ctrl)) = (bind(port), bind(port + 1)) {
+                return SilentTpm {
+                    port,
+                    _listeners: [server, ctrl],
+                };
+            }
+        }
+        panic!("no free port pair for a silent TPM");
+    }
+
+    pub fn tcti(&self) -> String {
+        format!("swtpm:host=127.0.0.1,port={}", self.port)
+    }
 }

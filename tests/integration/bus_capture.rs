@@ -1,0 +1,123 @@
+//! Parameter encryption: a recording proxy between sceau and swtpm must never
+//! see a DEK in the clear.
+//!
+//! The control case proves the capture would catch it: the same Create and
+//! Unseal without the salted session put the marker on the wire (twice: in
+//! Create's inSensitive and in Unseal's outData).
+
+use sceau::secret::Dek;
+use sceau::tpm::sealed::LoadableObject;
+use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
+
+use crate::harness::bus_proxy::{RecordingProxy, occurrences};
+use crate::harness::{Sceau, Swtpm, TempDir, rpc};
+
+/// 32 bytes no TPM exchange would contain by chance.
+const MARKER_DEK: &[u8; 32] = b"sceau-bus-marker-DEK-0123456789!";
+
+fn tpm_port(swtpm: &Swtpm) -> u16 {
+    let tcti = swtpm.tcti();
+    tcti.rsplit("port=").next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_never_puts_a_dek_on_the_tpm_bus() {
+    let tmp = TempDir::new("bus-salted");
+    let swtpm = Swtpm::start(&tmp.subdir("tpm"));
+    let proxy = RecordingProxy::start(tpm_port(&swtpm));
+    let socket = tmp.join("sceau.sock");
+    let mut sceau = Sceau::start_on_socket(&tmp, &socket, &proxy.tcti(), &[]);
+    let mut client = sceau.client().await;
+    let key_id = rpc::status(&mut client).await.key_id;
+
+    let envelope = rpc::seal(&mut client, &key_id, MARKER_DEK).await;
+    rpc::open(&mut client, &key_id, &envelope, MARKER_DEK).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+
+    let capture = proxy.recorded();
+    assert!(
+        capture.len() > 1000,
+        "the proxy saw only {} bytes",
+        capture.len()
+    );
+    assert_eq!(
+        occurrences(&capture, MARKER_DEK),
+        0,
+        "the DEK crossed the bus in the clear"
+    );
+    // Nor any 8-byte window of it, in case it was split across reads.
+    for window in MARKER_DEK.windows(8) {
+        assert_eq!(occurrences(&capture, window), 0);
+    }
+}
+
+#[test]
+fn without_the_salted_session_the_capture_sees_the_dek() {
+    let tmp = TempDir::new("bus-clear");
+    let swtpm = Swtpm::start(&tmp.subdir("tpm"));
+    let proxy = RecordingProxy::start(tpm_port(&swtpm));
+    let config = TpmConfig {
+        tcti: proxy.tcti().parse().unwrap(),
+        srk_handle: None,
+        parameter_encryption: ParameterEncryption::Off,
+    };
+    let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
+    let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK)).unwrap();
+    let opened = tpm
+        .unseal(&LoadableObject::from_blobs(&blobs).unwrap())
+        .unwrap();
+    assert_eq!(opened.expose(), MARKER_DEK);
+    drop(tpm);
+
+    assert_eq!(occurrences(&proxy.recorded(), MARKER_DEK), 2);
+}
+
+/// TPM2_ReadPublic of one handle without sessions: tag 0x8001, size 14,
+/// command code 0x173. sceau's health probe is exactly this command.
+const READ_PUBLIC_COMMAND: [u8; 10] = [0x80, 0x01, 0, 0, 0, 0x0e, 0, 0, 0x01, 0x73];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_probes_the_tpm_at_most_once_per_interval() {
+    let tmp = TempDir::new("bus-status");
+    let swtpm = Swtpm::start(&tmp.subdir("tpm"));
+    let proxy = RecordingProxy::start(tpm_port(&swtpm));
+    let socket = tmp.join("sceau.sock");
+    let sceau = Sceau::start_on_socket(&tmp, &socket, &proxy.tcti(), &[]);
+    let mut client = sceau.client().await;
+    let probes = || occurrences(&proxy.recorded(), &READ_PUBLIC_COMMAND);
+
+    // Right after a TPM operation, Status answers from what it just learned.
+    let key_id = rpc::status(&mut client).await.key_id;
+    rpc::seal(&mut client, &key_id, &[1; 32]).await;
+    let before = probes();
+    for _ in 0..50 {
+        assert_eq!(rpc::status(&mut client).await.healthz, "ok");
+    }
+    assert_eq!(
+        probes(),
+        before,
+        "Status touched the TPM despite a fresh answer"
+    );
+
+    // Once that answer is stale, a burst of Status calls shares one probe.
+    tokio::time::sleep(sceau::tpm::health::PROBE_INTERVAL + std::time::Duration::from_millis(500))
+        .await;
+    let burst: Vec<_> = (0..50)
+        .map(|_| {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                let mut client = rpc::connect(&socket).await;
+                rpc::status(&mut client).await.healthz
+            })
+        })
+        .collect();
+    for call in burst {
+        assert_eq!(call.await.unwrap(), "ok");
+    }
+    assert_eq!(
+        probes(),
+        before + 1,
+        "a burst of Status calls probed more than once"
+    );
+}
