@@ -15,27 +15,43 @@ use crate::harness::{Sceau, Swtpm, TempDir, rpc};
 /// 32 bytes no TPM exchange would contain by chance.
 const MARKER_DEK: &[u8; 32] = b"sceau-bus-marker-DEK-0123456789!";
 
-fn tpm_port(swtpm: &Swtpm) -> u16 {
-    let tcti = swtpm.tcti();
-    tcti.rsplit("port=").next().unwrap().parse().unwrap()
+/// A sceau whose TPM traffic passes through a recording proxy. Field order
+/// is drop order: sceau stops before its TPM goes away.
+struct TappedDaemon {
+    sceau: Sceau,
+    proxy: RecordingProxy,
+    socket: std::path::PathBuf,
+    _swtpm: Swtpm,
+    _tmp: TempDir,
+}
+
+fn tapped_daemon(label: &str) -> TappedDaemon {
+    let tmp = TempDir::new(label);
+    let swtpm = Swtpm::start(&tmp.subdir("tpm"));
+    let proxy = RecordingProxy::start(swtpm.port());
+    let socket = tmp.join("sceau.sock");
+    let sceau = Sceau::start_on_socket(&tmp, &socket, &proxy.tcti(), &[]);
+    TappedDaemon {
+        sceau,
+        proxy,
+        socket,
+        _swtpm: swtpm,
+        _tmp: tmp,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_never_puts_a_dek_on_the_tpm_bus() {
-    let tmp = TempDir::new("bus-salted");
-    let swtpm = Swtpm::start(&tmp.subdir("tpm"));
-    let proxy = RecordingProxy::start(tpm_port(&swtpm));
-    let socket = tmp.join("sceau.sock");
-    let mut sceau = Sceau::start_on_socket(&tmp, &socket, &proxy.tcti(), &[]);
-    let mut client = sceau.client().await;
+    let mut daemon = tapped_daemon("bus-salted");
+    let mut client = daemon.sceau.client().await;
     let key_id = rpc::status(&mut client).await.key_id;
 
     let envelope = rpc::seal(&mut client, &key_id, MARKER_DEK).await;
     rpc::open(&mut client, &key_id, &envelope, MARKER_DEK).await;
     drop(client);
-    assert!(sceau.terminate().success());
+    assert!(daemon.sceau.terminate().success());
 
-    let capture = proxy.recorded();
+    let capture = daemon.proxy.recorded();
     assert!(
         capture.len() > 1000,
         "the proxy saw only {} bytes",
@@ -56,7 +72,7 @@ async fn the_daemon_never_puts_a_dek_on_the_tpm_bus() {
 fn without_the_salted_session_the_capture_sees_the_dek() {
     let tmp = TempDir::new("bus-clear");
     let swtpm = Swtpm::start(&tmp.subdir("tpm"));
-    let proxy = RecordingProxy::start(tpm_port(&swtpm));
+    let proxy = RecordingProxy::start(swtpm.port());
     let config = TpmConfig {
         tcti: proxy.tcti().parse().unwrap(),
         srk_handle: None,
@@ -79,13 +95,9 @@ const READ_PUBLIC_COMMAND: [u8; 10] = [0x80, 0x01, 0, 0, 0, 0x0e, 0, 0, 0x01, 0x
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_probes_the_tpm_at_most_once_per_interval() {
-    let tmp = TempDir::new("bus-status");
-    let swtpm = Swtpm::start(&tmp.subdir("tpm"));
-    let proxy = RecordingProxy::start(tpm_port(&swtpm));
-    let socket = tmp.join("sceau.sock");
-    let sceau = Sceau::start_on_socket(&tmp, &socket, &proxy.tcti(), &[]);
-    let mut client = sceau.client().await;
-    let probes = || occurrences(&proxy.recorded(), &READ_PUBLIC_COMMAND);
+    let daemon = tapped_daemon("bus-status");
+    let mut client = daemon.sceau.client().await;
+    let probes = || occurrences(&daemon.proxy.recorded(), &READ_PUBLIC_COMMAND);
 
     // Right after a TPM operation, Status answers from what it just learned.
     let key_id = rpc::status(&mut client).await.key_id;
@@ -105,7 +117,7 @@ async fn status_probes_the_tpm_at_most_once_per_interval() {
         .await;
     let burst: Vec<_> = (0..50)
         .map(|_| {
-            let socket = socket.clone();
+            let socket = daemon.socket.clone();
             tokio::spawn(async move {
                 let mut client = rpc::connect(&socket).await;
                 rpc::status(&mut client).await.healthz
