@@ -1,4 +1,5 @@
-//! sceau's benchmark: `cargo bench --bench throughput`. Prints one table.
+//! sceau's benchmark: `cargo bench --features insecure-test-hooks --bench
+//! throughput` (the feature allows the no-session comparison). Prints tables.
 //!
 //! Every figure comes from one run against one private swtpm, so the ratios
 //! compare like with like on a shared, noisy machine:

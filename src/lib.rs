@@ -4,8 +4,9 @@
 //! The crate follows the request pipeline:
 //! `server` (unix socket, gRPC) → `kms` (validation, coalescing, status) →
 //! `tpm::worker` (one thread, bounded queue, deadlines) → `tpm` (ESAPI calls).
-//! `unsafe` is confined to the process-level calls in `server::socket` and
-//! `logging`; every other module forbids it.
+//! `unsafe` is confined to the libc calls in `server::sys` and to one
+//! environment write in `main.rs`, each with a `SAFETY` comment; every other
+//! module forbids it.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -20,6 +20,9 @@ use tss_esapi::tcti_ldr::TctiNameConf;
 
 /// Tokio threads for gRPC. TPM work runs on its own thread, so two suffice.
 const RUNTIME_THREADS: usize = 2;
+/// `sceau check` gives up after this: a healthy sceau answers in milliseconds,
+/// and each of its calls is bounded by a 2.5 s TPM deadline.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for the TPM thread to flush its handles at exit.
 const WORKER_EXIT_WAIT: Duration = Duration::from_secs(3);
 
@@ -68,9 +71,9 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
     socket::preflight(&socket_options)?;
     let tpm = open_tpm(&options, &config)?;
     let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
-    let bound = socket::bind(&socket_options)?;
-    let result = serve_bound(&options, tpm, config, &bound, deferred_signals);
-    bound.remove();
+    let (listener, socket_file) = socket::bind(&socket_options)?;
+    let result = serve_bound(&options, tpm, config, listener, deferred_signals);
+    socket_file.remove();
     match result? {
         StopReason::TpmLost => bail!("stopped because the TPM was lost"),
         reason => log::info!("stopped cleanly ({reason})"),
@@ -80,6 +83,13 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
 
 fn open_tpm(options: &ServeOptions, config: &TpmConfig) -> anyhow::Result<Tpm> {
     log::info!("opening the TPM at {}", options.tcti);
+    if !has_resource_manager(&options.tcti) {
+        log::warn!(
+            "{} has no resource manager: sceau flushes the objects and sessions it finds \
+             and assumes it is this TPM's only user",
+            options.tcti
+        );
+    }
     let started = Instant::now();
     let tpm = Tpm::open(config).with_context(|| format!("opening the TPM at {}", options.tcti))?;
     let srk = tpm.srk();
@@ -100,7 +110,7 @@ fn serve_bound(
     options: &ServeOptions,
     tpm: Tpm,
     config: TpmConfig,
-    bound: &socket::BoundSocket,
+    listener: std::os::unix::net::UnixListener,
     deferred_signals: DeferredStopSignals,
 ) -> anyhow::Result<StopReason> {
     let key_id = tpm.srk().key_id();
@@ -112,18 +122,23 @@ fn serve_bound(
         .enable_all()
         .build()
         .context("building the async runtime")?;
-    let listener = bound.listener.try_clone().context("cloning the listener")?;
     let service = KmsService::new(Arc::new(worker));
     let reason = runtime.block_on(async {
         let listener = tokio::net::UnixListener::from_std(listener)?;
         let stop = server::stop_requested(death)?;
         drop(deferred_signals);
-        log::info!("serving key_id={key_id} on {}", bound.path().display());
+        log::info!("serving key_id={key_id} on {}", options.socket.display());
         anyhow::Ok(server::serve(listener, service, stop).await?)
     })?;
     drop(runtime);
     wait_for_worker(worker_thread);
     Ok(reason)
+}
+
+/// The kernel's /dev/tpmrm* and tpm2-abrmd give each client its own view of
+/// the TPM's handles; anything else is the raw TPM, shared with every user.
+fn has_resource_manager(tcti: &str) -> bool {
+    tcti.starts_with("device:/dev/tpmrm") || tcti.starts_with("tabrmd")
 }
 
 /// The worker flushes the SRK and the session when its queue closes. A TPM
@@ -156,7 +171,11 @@ fn check(options: CheckOptions) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let report = runtime
-        .block_on(sceau::client::check(&options.socket))
+        .block_on(async {
+            tokio::time::timeout(CHECK_TIMEOUT, sceau::client::check(&options.socket)).await
+        })
+        .map_err(|_| anyhow::anyhow!("no answer within {CHECK_TIMEOUT:?}"))
+        .and_then(|report| Ok(report?))
         .with_context(|| format!("checking {}", options.socket.display()))?;
     let status = &report.status;
     println!(

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::OnceCell;
 
@@ -24,27 +24,18 @@ impl<K: Eq + Hash + Clone, V: Clone> Coalescer<K, V> {
     }
 
     /// Runs `compute` unless a call for `key` is already running, in which
-    /// case it waits for that call's result. Results are not cached: once
-    /// the first caller is done, the next call computes afresh.
+    /// case it waits for that call's result. Results are not cached: once a
+    /// computation has finished, the next call computes afresh.
     pub async fn run<F, Fut>(&self, key: K, compute: F) -> V
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = V>,
     {
-        let cell = self.cell_for(&key);
-        let _forget = ForgetOnDrop {
-            coalescer: self,
-            key,
-            cell: cell.clone(),
-        };
-        cell.get_or_init(compute).await.clone()
+        let waiter = Waiter::join(self, key);
+        waiter.cell.get_or_init(compute).await.clone()
     }
 
-    fn cell_for(&self, key: &K) -> Arc<OnceCell<V>> {
-        self.map().entry(key.clone()).or_default().clone()
-    }
-
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<K, Arc<OnceCell<V>>>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<K, Arc<OnceCell<V>>>> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -59,25 +50,37 @@ impl<K: Eq + Hash + Clone, V: Clone> Default for Coalescer<K, V> {
     }
 }
 
-/// Removes the entry when its caller finishes or is cancelled, unless a newer
-/// call has already replaced it.
-struct ForgetOnDrop<'a, K: Eq + Hash, V> {
+/// One caller's share of an entry. The entry holds one reference to the cell
+/// and each waiter one more, so the count says who is still waiting.
+struct Waiter<'a, K: Eq + Hash + Clone, V: Clone> {
     coalescer: &'a Coalescer<K, V>,
     key: K,
     cell: Arc<OnceCell<V>>,
 }
 
-impl<K: Eq + Hash, V> Drop for ForgetOnDrop<'_, K, V> {
+impl<'a, K: Eq + Hash + Clone, V: Clone> Waiter<'a, K, V> {
+    fn join(coalescer: &'a Coalescer<K, V>, key: K) -> Self {
+        let cell = coalescer.map().entry(key.clone()).or_default().clone();
+        Self {
+            coalescer,
+            key,
+            cell,
+        }
+    }
+}
+
+/// Removes the entry once its computation has finished, or when the last
+/// waiter gives up; a waiter that leaves early (its client timed out) leaves
+/// the computation to the others. If the computing waiter is cancelled,
+/// another waiter takes over the computation (`OnceCell` semantics).
+impl<K: Eq + Hash + Clone, V: Clone> Drop for Waiter<'_, K, V> {
     fn drop(&mut self) {
-        let mut map = self
-            .coalescer
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if map
+        let mut map = self.coalescer.map();
+        let ours = map
             .get(&self.key)
-            .is_some_and(|c| Arc::ptr_eq(c, &self.cell))
-        {
+            .is_some_and(|c| Arc::ptr_eq(c, &self.cell));
+        let last_waiter = Arc::strong_count(&self.cell) == 2;
+        if ours && (self.cell.initialized() || last_waiter) {
             map.remove(&self.key);
         }
     }
@@ -117,6 +120,33 @@ mod tests {
         let coalescer = Coalescer::<u8, u32>::new();
         assert_eq!(coalescer.run(1, || async { 1 }).await, 1);
         assert_eq!(coalescer.run(1, || async { 2 }).await, 2);
+    }
+
+    #[tokio::test]
+    async fn a_follower_giving_up_does_not_start_a_second_computation() {
+        let coalescer = Arc::new(Coalescer::<u8, u32>::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let slow = |runs: Arc<AtomicUsize>| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            7
+        };
+        let leader = tokio::spawn({
+            let (coalescer, runs) = (coalescer.clone(), runs.clone());
+            async move { coalescer.run(1, || slow(runs)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let impatient = coalescer.run(1, || slow(runs.clone()));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), impatient)
+                .await
+                .is_err()
+        );
+        assert_eq!(coalescer.in_flight(), 1, "the leader's entry must survive");
+        assert_eq!(coalescer.run(1, || slow(runs.clone())).await, 7);
+        assert_eq!(leader.await.unwrap(), 7);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(coalescer.in_flight(), 0);
     }
 
     #[tokio::test]

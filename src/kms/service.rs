@@ -88,9 +88,7 @@ fn fault_status(fault: Fault) -> Status {
     let code = match fault {
         Fault::EnvelopeRejected => Code::InvalidArgument,
         Fault::Timeout => Code::DeadlineExceeded,
-        Fault::Unreachable | Fault::Busy | Fault::Lockout | Fault::ShuttingDown => {
-            Code::Unavailable
-        }
+        Fault::Unreachable | Fault::Busy | Fault::Lockout => Code::Unavailable,
         Fault::Failure => Code::Internal,
     };
     Status::new(code, fault.to_string())

@@ -34,15 +34,14 @@ pub enum SocketError {
     },
 }
 
-/// A socket sceau created, remembered by inode so that sceau only ever
-/// removes its own file.
-pub struct BoundSocket {
-    pub listener: UnixListener,
+/// The file of a socket sceau created, remembered by inode so that sceau
+/// only ever removes its own file.
+pub struct SocketFile {
     path: PathBuf,
     inode: (u64, u64),
 }
 
-impl BoundSocket {
+impl SocketFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -64,8 +63,9 @@ pub fn preflight(options: &SocketOptions) -> Result<(), SocketError> {
 }
 
 /// Binds `options.path`, replacing a stale socket but never another kind of
-/// file or a socket someone is still serving on.
-pub fn bind(options: &SocketOptions) -> Result<BoundSocket, SocketError> {
+/// file or a socket someone is still serving on. The listener goes to the
+/// server, which closes it when it stops accepting; the file is removed later.
+pub fn bind(options: &SocketOptions) -> Result<(UnixListener, SocketFile), SocketError> {
     let path = options.path.clone();
     let io_error = |action, source| SocketError::Io {
         action,
@@ -91,11 +91,11 @@ pub fn bind(options: &SocketOptions) -> Result<BoundSocket, SocketError> {
         .set_nonblocking(true)
         .map_err(|e| io_error("configuring", e))?;
     let metadata = fs::symlink_metadata(&path).map_err(|e| io_error("inspecting", e))?;
-    Ok(BoundSocket {
-        listener,
+    let file = SocketFile {
         path,
         inode: (metadata.dev(), metadata.ino()),
-    })
+    };
+    Ok((listener, file))
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -158,7 +158,7 @@ mod tests {
         let dir = scratch("stale");
         let path = dir.join("kms.sock");
         drop(UnixListener::bind(&path).unwrap()); // a stale socket file
-        let bound = bind(&options(path.clone())).unwrap();
+        let (_listener, file) = bind(&options(path.clone())).unwrap();
         assert_eq!(
             fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
@@ -167,7 +167,7 @@ mod tests {
             bind(&options(path.clone())),
             Err(SocketError::InUse(_))
         ));
-        bound.remove();
+        file.remove();
         assert!(!path.exists());
         fs::remove_dir_all(dir).unwrap();
     }
@@ -191,7 +191,7 @@ mod tests {
         let path = dir.join("kms.sock");
         // A group this process may always chgrp to: its own.
         let own_gid = fs::metadata(&dir).unwrap().gid();
-        let bound = bind(&SocketOptions {
+        let (_listener, file) = bind(&SocketOptions {
             path: path.clone(),
             mode: 0o660,
             group: Some(own_gid.to_string()),
@@ -202,7 +202,7 @@ mod tests {
             (metadata.permissions().mode() & 0o777, metadata.gid()),
             (0o660, own_gid)
         );
-        bound.remove();
+        file.remove();
         fs::remove_dir_all(dir).unwrap();
     }
 }

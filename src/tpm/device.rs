@@ -25,10 +25,11 @@ pub struct TpmConfig {
     pub parameter_encryption: ParameterEncryption,
 }
 
-/// TPM_HT_TRANSIENT: the first transient object handle.
+/// TPM_HT_TRANSIENT and TPM_HT_LOADED_SESSION: the first handle of each.
 const FIRST_TRANSIENT_HANDLE: u32 = 0x8000_0000;
+const FIRST_LOADED_SESSION_HANDLE: u32 = 0x0200_0000;
 /// More than any TPM holds at once (the PC Client minimum is 3).
-const MAX_TRANSIENT_OBJECTS: u32 = 64;
+const MAX_HANDLES: u32 = 64;
 
 pub struct Tpm {
     ctx: Context,
@@ -44,7 +45,7 @@ impl Tpm {
         let mut ctx =
             Context::new(config.tcti.clone()).map_err(|e| TpmError::new("Initialize", e))?;
         ensure_started(&mut ctx)?;
-        flush_leftover_objects(&mut ctx)?;
+        flush_leftovers(&mut ctx)?;
         let srk = Srk::recreate(&mut ctx, config.srk_handle)?;
         Ok(Self {
             ctx,
@@ -122,6 +123,7 @@ impl Tpm {
 
     fn dek_session(&mut self) -> Result<AuthSession, TpmError> {
         match (self.parameter_encryption, self.session) {
+            #[cfg(feature = "insecure-test-hooks")]
             (ParameterEncryption::Off, _) => Ok(AuthSession::Password),
             (ParameterEncryption::SaltedSession, Some(session)) => Ok(session),
             (ParameterEncryption::SaltedSession, None) => {
@@ -153,34 +155,42 @@ fn ensure_started(ctx: &mut Context) -> Result<(), TpmError> {
     Ok(())
 }
 
-/// Without a resource manager, objects a killed sceau left loaded stay in the
-/// TPM's few slots until flushed. Under /dev/tpmrm0 the list is always empty.
-/// On a TPM without a resource manager sceau assumes it is the only user.
-fn flush_leftover_objects(ctx: &mut Context) -> Result<(), TpmError> {
-    let (data, _) = ctx
-        .execute_without_session(|c| {
-            c.get_capability(
-                CapabilityType::Handles,
-                FIRST_TRANSIENT_HANDLE,
-                MAX_TRANSIENT_OBJECTS,
-            )
-        })
-        .map_err(|e| TpmError::new("GetCapability", e))?;
-    let CapabilityData::Handles(handles) = data else {
-        return Ok(());
-    };
-    for handle in handles.iter().copied() {
-        if let TpmHandle::Transient(raw) = handle {
+/// Without a resource manager, objects and sessions a killed sceau left
+/// loaded stay in the TPM's few slots until flushed (three of each on common
+/// TPMs). Under /dev/tpmrm0 the lists are always empty: the kernel gives each
+/// file descriptor its own view. On a TPM without a resource manager sceau
+/// assumes it is the only user.
+fn flush_leftovers(ctx: &mut Context) -> Result<(), TpmError> {
+    for (first, kind) in [
+        (FIRST_TRANSIENT_HANDLE, "transient object"),
+        (FIRST_LOADED_SESSION_HANDLE, "loaded session"),
+    ] {
+        for handle in list_handles(ctx, first)? {
             let object = ctx
                 .execute_without_session(|c| c.tr_from_tpm_public(handle))
                 .map_err(|e| TpmError::new("TR_FromTPMPublic", e))?;
             ctx.flush_context(object)
                 .map_err(|e| TpmError::new("FlushContext", e))?;
-            log::info!(
-                "flushed transient object {:#010x} left by an earlier process",
-                u32::from(raw)
+            log::warn!(
+                "flushed a {kind} ({:#010x}) left by an earlier process",
+                u32::from(handle)
             );
         }
     }
     Ok(())
+}
+
+/// The handles of one type (the top byte of `first`) the TPM reports.
+fn list_handles(ctx: &mut Context, first: u32) -> Result<Vec<TpmHandle>, TpmError> {
+    let (data, _) = ctx
+        .execute_without_session(|c| c.get_capability(CapabilityType::Handles, first, MAX_HANDLES))
+        .map_err(|e| TpmError::new("GetCapability", e))?;
+    let CapabilityData::Handles(handles) = data else {
+        return Ok(Vec::new());
+    };
+    Ok(handles
+        .iter()
+        .copied()
+        .filter(|h| u32::from(*h) >> 24 == first >> 24)
+        .collect())
 }

@@ -29,9 +29,6 @@ pub enum Fault {
     /// another TPM, or altered.
     #[error("envelope-not-for-this-tpm")]
     EnvelopeRejected,
-    /// sceau is stopping and no longer takes TPM work.
-    #[error("shutting-down")]
-    ShuttingDown,
 }
 
 /// A TPM call that failed, with the detail for the log.
@@ -79,8 +76,6 @@ const RC_INITIALIZE: u32 = 0x100;
 const RC_FAILURE: u32 = 0x101;
 const RC_YIELDED: u32 = 0x908;
 const RC_TESTING: u32 = 0x90A;
-const RC_REFERENCE_S0: u32 = 0x918;
-const RC_REFERENCE_H0: u32 = 0x910;
 const RC_LOCKOUT: u32 = 0x921;
 const RC_RETRY: u32 = 0x922;
 /// Format-one codes carry their error number in the low 6 bits.
@@ -89,8 +84,25 @@ const RC_FMT1: u32 = 0x080;
 /// marks a session error (bits 8..11 number the parameter, handle or session).
 const RC_FMT1_PARAMETER: u32 = 0x040;
 const RC_FMT1_SESSION: u32 = 0x800;
+const RC_FMT1_ERROR_NUMBER: u32 = 0x03F;
+/// Format-one error numbers meaning "not supported": ASYMMETRIC, VALUE,
+/// KEY_SIZE, KDF, SCHEME, SYMMETRIC, CURVE.
+const UNSUPPORTED_PARAMETER_ERRORS: [u32; 7] = [0x01, 0x04, 0x07, 0x0C, 0x12, 0x16, 0x26];
+/// Warnings that mean "not now": CONTEXT_GAP, MEMORY, CANCELED, NV_RATE,
+/// NV_UNAVAILABLE, besides RETRY, YIELDED and TESTING.
+const RC_CONTEXT_GAP: u32 = 0x901;
+const RC_MEMORY: u32 = 0x904;
+const RC_CANCELED: u32 = 0x909;
+const RC_NV_RATE: u32 = 0x920;
+const RC_NV_UNAVAILABLE: u32 = 0x923;
+/// The TPM ran out of object or session slots: something left handles
+/// loaded. Reopening flushes what sceau finds.
 const RC_OBJECT_MEMORY: u32 = 0x902;
 const RC_SESSION_MEMORY: u32 = 0x903;
+/// REFERENCE_H0..H6 and REFERENCE_S0..S6: a handle or session sceau holds
+/// no longer refers to anything loaded.
+const RC_REFERENCE_HANDLES: std::ops::RangeInclusive<u32> = 0x910..=0x916;
+const RC_REFERENCE_SESSIONS: std::ops::RangeInclusive<u32> = 0x918..=0x91E;
 
 impl TpmError {
     pub fn new(operation: &'static str, source: tss_esapi::Error) -> Self {
@@ -118,6 +130,19 @@ impl TpmError {
         }
     }
 
+    /// The TPM rejected an algorithm, curve or size as unsupported: the
+    /// answer TestParms gives for a template the TPM cannot make.
+    pub fn is_unsupported_parameter(&self) -> bool {
+        self.response_code().is_some_and(|rc| {
+            let format_one_parameter =
+                rc & (RC_FMT1 | RC_FMT1_PARAMETER) == RC_FMT1 | RC_FMT1_PARAMETER;
+            let layer = (rc >> 16) & 0xFF;
+            layer == LAYER_TPM
+                && format_one_parameter
+                && UNSUPPORTED_PARAMETER_ERRORS.contains(&(rc & RC_FMT1_ERROR_NUMBER))
+        })
+    }
+
     /// Decides what the worker does next.
     pub fn recovery(&self) -> Recovery {
         match self.response_code() {
@@ -127,13 +152,13 @@ impl TpmError {
     }
 }
 
-fn classify(rc: u32, loading_envelope: bool) -> Recovery {
+fn classify(rc: u32, client_blob: bool) -> Recovery {
     let layer = (rc >> 16) & 0xFF;
     let base = rc & 0xFFFF;
     match layer {
         LAYER_TCTI => Recovery::Reconnect,
         LAYER_ESAPI => classify_esapi(base),
-        LAYER_TPM => classify_tpm(base, loading_envelope),
+        LAYER_TPM => classify_tpm(base, client_blob),
         _ => Recovery::Report(Fault::Failure),
     }
 }
@@ -152,18 +177,20 @@ fn classify_esapi(base: u32) -> Recovery {
     }
 }
 
-fn classify_tpm(code: u32, loading_envelope: bool) -> Recovery {
+fn classify_tpm(code: u32, client_blob: bool) -> Recovery {
     match code {
-        RC_RETRY | RC_YIELDED | RC_TESTING => Recovery::RetryLater,
+        RC_RETRY | RC_YIELDED | RC_TESTING | RC_CONTEXT_GAP | RC_MEMORY | RC_CANCELED
+        | RC_NV_RATE | RC_NV_UNAVAILABLE => Recovery::RetryLater,
         RC_LOCKOUT => Recovery::Report(Fault::Lockout),
-        // The TPM was reset under us and sceau's handles are gone: a new
-        // context sends Startup and recreates the SRK.
-        RC_INITIALIZE | RC_REFERENCE_H0 => Recovery::Reconnect,
+        // The TPM was reset under us and sceau's handles are gone, or its
+        // slots are full: a new context sends Startup, flushes leftovers and
+        // recreates the SRK.
+        RC_INITIALIZE | RC_OBJECT_MEMORY | RC_SESSION_MEMORY => Recovery::Reconnect,
+        _ if RC_REFERENCE_HANDLES.contains(&code) => Recovery::Reconnect,
         RC_FAILURE => Recovery::Report(Fault::Failure),
-        RC_OBJECT_MEMORY | RC_SESSION_MEMORY => Recovery::Report(Fault::Busy),
-        RC_REFERENCE_S0 => Recovery::NewSession,
+        _ if RC_REFERENCE_SESSIONS.contains(&code) => Recovery::NewSession,
         _ if code & RC_FMT1 == 0 => Recovery::Report(Fault::Failure),
-        _ if code & RC_FMT1_PARAMETER != 0 => match loading_envelope {
+        _ if code & RC_FMT1_PARAMETER != 0 => match client_blob {
             true => Recovery::Report(Fault::EnvelopeRejected),
             false => Recovery::Report(Fault::Failure),
         },
@@ -174,7 +201,9 @@ fn classify_tpm(code: u32, loading_envelope: bool) -> Recovery {
 }
 
 /// tss-esapi 7.x keeps the raw code private but prints it as
-/// `Response code value: 0x…` in the inner code's `Display`.
+/// `Response code value: 0x…` in the inner code's `Display`. This depends on
+/// that text; `reads_the_raw_code_back` fails if a tss-esapi update changes
+/// it. tss-esapi 8 exposes the code directly.
 fn raw_response_code(rc: Tss2ResponseCode) -> Option<u32> {
     let text = match rc {
         Tss2ResponseCode::Success => return Some(0),
@@ -231,10 +260,25 @@ mod tests {
             load(0x8DF).recovery(),
             Recovery::Report(Fault::EnvelopeRejected)
         );
-        assert_eq!(tss(0x902).recovery(), Recovery::Report(Fault::Busy));
+        assert_eq!(tss(0x902).recovery(), Recovery::Reconnect);
+        assert_eq!(tss(0x903).recovery(), Recovery::Reconnect);
+        assert_eq!(tss(0x920).recovery(), Recovery::RetryLater);
+        assert_eq!(tss(0x91A).recovery(), Recovery::NewSession);
+        assert_eq!(tss(0x912).recovery(), Recovery::Reconnect);
         // TPM_RC_HANDLE on handle 1: the SRK vanished (TPM reset).
         assert_eq!(load(0x18B).recovery(), Recovery::Reconnect);
         assert_eq!(tss(0x910).recovery(), Recovery::Reconnect);
+    }
+
+    #[test]
+    fn recognises_unsupported_algorithms() {
+        // TPM_RC_CURVE and TPM_RC_VALUE on parameter 1, as TestParms answers.
+        assert!(tss(0x1E6).is_unsupported_parameter());
+        assert!(tss(0x1C4).is_unsupported_parameter());
+        // RETRY, an I/O error and an integrity failure are not "unsupported".
+        for rc in [0x922, 0xA000A, 0x1DF] {
+            assert!(!tss(rc).is_unsupported_parameter(), "{rc:#x}");
+        }
     }
 
     #[test]
@@ -246,7 +290,6 @@ mod tests {
             Fault::Lockout,
             Fault::Failure,
             Fault::EnvelopeRejected,
-            Fault::ShuttingDown,
         ] {
             let word = fault.to_string();
             assert!(

@@ -9,7 +9,7 @@
 use tss_esapi::Context;
 use tss_esapi::attributes::SessionAttributesBuilder;
 use tss_esapi::constants::SessionType;
-use tss_esapi::handles::KeyHandle;
+use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::SymmetricDefinition;
@@ -23,7 +23,9 @@ pub enum ParameterEncryption {
     SaltedSession,
     /// Plain password authorization: the DEK crosses the bus in the clear.
     /// It exists for the benchmark and for the test that proves the salted
-    /// session hides the DEK; no command-line flag selects it.
+    /// session hides the DEK, and only in builds with the
+    /// `insecure-test-hooks` feature; no command-line flag selects it.
+    #[cfg(feature = "insecure-test-hooks")]
     Off,
 }
 
@@ -52,7 +54,12 @@ pub fn start_salted(ctx: &mut Context, srk: KeyHandle) -> Result<AuthSession, Tp
         .with_encrypt(true)
         .with_continue_session(true)
         .build();
-    ctx.tr_sess_set_attributes(session, attributes, mask)
-        .map_err(|e| TpmError::new("TRSess_SetAttributes", e))?;
+    if let Err(e) = ctx.tr_sess_set_attributes(session, attributes, mask) {
+        let handle = ObjectHandle::from(SessionHandle::from(session));
+        if let Err(flush) = ctx.flush_context(handle) {
+            log::debug!("flushing the half-made session failed: {flush}");
+        }
+        return Err(TpmError::new("TRSess_SetAttributes", e));
+    }
     Ok(session)
 }

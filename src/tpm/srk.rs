@@ -17,7 +17,11 @@ use tss_esapi::structures::{
     SymmetricDefinitionObject,
 };
 
-use super::fault::TpmError;
+use super::fault::{Recovery, TpmError};
+
+/// TestParms answers RETRY or TESTING while the TPM self-tests after power-on.
+const TEST_PARMS_ATTEMPTS: u32 = 6;
+const FIRST_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Which TCG storage template produced the SRK.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,8 +115,10 @@ impl Srk {
         KeyId::from_srk_name(self.name.value())
     }
 
-    /// Uses a persistent copy of the SRK, which spares a CreatePrimary after
-    /// every TPM reset, but only if it is provably the template's key.
+    /// Uses a persistent copy of the SRK, but only if it is provably the
+    /// template's key: its Name must equal that of the key CreatePrimary just
+    /// made. Under /dev/tpmrm0 a persistent SRK spares the kernel a context
+    /// swap of the transient one around every command.
     fn switch_to_persistent(self, ctx: &mut Context, raw: u32) -> Result<Self, SrkError> {
         let tpm_handle = PersistentTpmHandle::new(raw).map_err(|_| SrkError::NotPersistent(raw))?;
         let object = ctx
@@ -138,16 +144,30 @@ impl Srk {
     }
 }
 
-/// P-256 is preferred, as systemd does; a TPM without it gets RSA-2048.
+/// P-256 is preferred, as systemd does; only a TPM that answers "unsupported"
+/// to TestParms gets RSA-2048. Any other failure is an error: falling back
+/// on a transient fault would silently change the key and the key_id, and
+/// orphan every envelope.
 fn best_algorithm(ctx: &mut Context) -> Result<SrkAlgorithm, SrkError> {
     let ecc = ecc_parameters().map_err(SrkError::Template)?;
-    match ctx.execute_without_session(|c| c.test_parms(PublicParameters::Ecc(ecc))) {
-        Ok(()) => Ok(SrkAlgorithm::EccP256),
-        Err(e) => {
-            log::warn!("TPM does not support an ECC P-256 SRK ({e}); falling back to RSA-2048");
-            Ok(SrkAlgorithm::Rsa2048)
+    let mut delay = FIRST_RETRY_DELAY;
+    for attempt in 1..=TEST_PARMS_ATTEMPTS {
+        let error = match ctx.execute_without_session(|c| c.test_parms(PublicParameters::Ecc(ecc)))
+        {
+            Ok(()) => return Ok(SrkAlgorithm::EccP256),
+            Err(e) => TpmError::new("TestParms", e),
+        };
+        if error.is_unsupported_parameter() {
+            log::warn!("TPM does not support an ECC P-256 SRK ({error}); using RSA-2048");
+            return Ok(SrkAlgorithm::Rsa2048);
         }
+        if error.recovery() != Recovery::RetryLater || attempt == TEST_PARMS_ATTEMPTS {
+            return Err(error.into());
+        }
+        std::thread::sleep(delay);
+        delay *= 2;
     }
+    unreachable!("the last attempt returns")
 }
 
 /// fixedTPM|fixedParent|sensitiveDataOrigin|userWithAuth|noDA|restricted|decrypt

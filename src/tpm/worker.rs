@@ -59,15 +59,14 @@ pub struct TpmWorker {
     health: Arc<HealthRecord>,
 }
 
-/// Resolves when the worker has stopped because the TPM is gone for good.
+/// Resolves when the worker has stopped because the TPM is gone for good, or
+/// because its thread panicked (which drops the notice unsent). A normal stop
+/// happens only after the server is gone, when no one waits on this any more.
 pub struct WorkerDeath(oneshot::Receiver<()>);
 
 impl WorkerDeath {
-    /// Waits for the worker's death; never resolves after a normal stop.
     pub async fn wait(self) {
-        if self.0.await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        let _ = self.0.await;
     }
 }
 

@@ -5,10 +5,6 @@
 //! Unseal without the salted session put the marker on the wire (twice: in
 //! Create's inSensitive and in Unseal's outData).
 
-use sceau::secret::Dek;
-use sceau::tpm::sealed::LoadableObject;
-use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
-
 use crate::harness::bus_proxy::{RecordingProxy, occurrences};
 use crate::harness::{Sceau, Swtpm, TempDir, rpc};
 
@@ -68,25 +64,38 @@ async fn the_daemon_never_puts_a_dek_on_the_tpm_bus() {
     }
 }
 
-#[test]
-fn without_the_salted_session_the_capture_sees_the_dek() {
-    let tmp = TempDir::new("bus-clear");
-    let swtpm = Swtpm::start(&tmp.subdir("tpm"));
-    let proxy = RecordingProxy::start(swtpm.port());
-    let config = TpmConfig {
-        tcti: proxy.tcti().parse().unwrap(),
-        srk_handle: None,
-        parameter_encryption: ParameterEncryption::Off,
-    };
-    let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
-    let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK)).unwrap();
-    let opened = tpm
-        .unseal(&LoadableObject::from_blobs(&blobs).unwrap())
-        .unwrap();
-    assert_eq!(opened.expose(), MARKER_DEK);
-    drop(tpm);
+/// The control case needs the library's `insecure-test-hooks` feature
+/// (`scripts/test.sh` enables it); the daemon binary never turns the session off.
+#[cfg(feature = "insecure-test-hooks")]
+mod clear_bus_control {
+    use sceau::secret::Dek;
+    use sceau::tpm::sealed::LoadableObject;
+    use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 
-    assert_eq!(occurrences(&proxy.recorded(), MARKER_DEK), 2);
+    use super::MARKER_DEK;
+    use crate::harness::bus_proxy::{RecordingProxy, occurrences};
+    use crate::harness::{Swtpm, TempDir};
+
+    #[test]
+    fn without_the_salted_session_the_capture_sees_the_dek() {
+        let tmp = TempDir::new("bus-clear");
+        let swtpm = Swtpm::start(&tmp.subdir("tpm"));
+        let proxy = RecordingProxy::start(swtpm.port());
+        let config = TpmConfig {
+            tcti: proxy.tcti().parse().unwrap(),
+            srk_handle: None,
+            parameter_encryption: ParameterEncryption::Off,
+        };
+        let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
+        let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK)).unwrap();
+        let opened = tpm
+            .unseal(&LoadableObject::from_blobs(&blobs).unwrap())
+            .unwrap();
+        assert_eq!(opened.expose(), MARKER_DEK);
+        drop(tpm);
+
+        assert_eq!(occurrences(&proxy.recorded(), MARKER_DEK), 2);
+    }
 }
 
 /// TPM2_ReadPublic of one handle without sessions: tag 0x8001, size 14,

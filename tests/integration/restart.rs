@@ -62,3 +62,26 @@ async fn tpm_power_cycle_keeps_key_id_and_opens_old_envelopes() {
     fx.sceau = Sceau::start(&fx.tmp, &fx.tpm, &[]);
     assert_same_key_and_all_open(&fx, &key_id, &sealed).await;
 }
+
+/// A SIGKILLed sceau cannot flush its SRK or its salted session, and swtpm
+/// (like a TPM without a resource manager) holds only three of each. Four
+/// kills in a row would exhaust them unless each start flushes what the last
+/// one left.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkilled_daemons_leave_nothing_that_blocks_the_next() {
+    let mut fx = Fixture::start("sigkill-restart", &[]);
+    let (mut client, key_id) = fx.client().await;
+    let sealed = seal_some(&mut client, &key_id).await;
+    drop(client);
+    for _ in 0..4 {
+        fx.sceau.signal(libc::SIGKILL);
+        assert!(
+            fx.sceau
+                .wait_exit(std::time::Duration::from_secs(5))
+                .is_some()
+        );
+        fx.sceau = Sceau::start(&fx.tmp, &fx.tpm, &[]);
+        assert_same_key_and_all_open(&fx, &key_id, &sealed).await;
+    }
+    assert!(fx.sceau.stderr_text().contains("flushed a loaded session"));
+}
