@@ -248,10 +248,16 @@ impl ServerUnderTest {
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let service = KmsService::new(Arc::new(worker));
-        let server = runtime.spawn(sceau::server::serve(listener, service, async move {
-            let _ = stopped.await;
-            sceau::server::StopReason::Terminate
-        }));
+        let callers = sceau::server::peer::AllowedCallers::root_and(&[]);
+        let server = runtime.spawn(sceau::server::serve(
+            listener,
+            service,
+            callers,
+            async move {
+                let _ = stopped.await;
+                sceau::server::StopReason::Terminate
+            },
+        ));
         Self {
             runtime,
             stop,

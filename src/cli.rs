@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::sandbox::Enforcement;
 use crate::tpm::worker::DEFAULT_DEADLINE;
 
 pub const DEFAULT_SOCKET: &str = "/run/sceau/kms.sock";
@@ -30,6 +31,10 @@ pub struct ServeOptions {
     pub socket_group: Option<String>,
     pub srk_handle: Option<u32>,
     pub request_deadline: Duration,
+    /// Callers' uids besides root's that may call the KMS API.
+    pub allowed_uids: Vec<u32>,
+    pub landlock: Enforcement,
+    pub seccomp: Enforcement,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +76,9 @@ Options of `sceau serve`:
       --socket-group GROUP   Group owning the socket, by name or number
       --srk-handle HANDLE    Use this persistent key as the SRK, if it is the template's key
       --request-deadline DUR Longest a request may wait for the TPM [default: 2.5s]
+      --allow-uid UID        Let this uid call besides root (repeatable)
+      --landlock MODE        require, best-effort (default) or off
+      --seccomp MODE         kill (default), log or off
 
 Options of `sceau check`:
       --socket PATH          Unix socket of the running sceau [default: /run/sceau/kms.sock]
@@ -100,7 +108,16 @@ Options:
                              only if it is the same key the SRK template gives; else refuse to start
       --request-deadline DUR Longest a request may wait for the TPM, e.g. 2.5s or 800ms
                              [default: 2.5s; the apiserver gives up after 3s]
+      --allow-uid UID        Let this uid call the KMS API besides root (repeatable);
+                             any other caller gets PERMISSION_DENIED
+      --landlock MODE        require: refuse to start without Landlock; best-effort
+                             (default): apply what the kernel supports; off
+      --seccomp MODE         kill (default): a call outside the allowlist kills sceau;
+                             log: it is only logged; off
   -h, --help                 Print help
+
+Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
+(socket activation) and ignores --socket, --socket-mode and --socket-group.
 ";
 
 pub const CHECK_HELP: &str = "\
@@ -135,6 +152,9 @@ fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usage
         socket_group: None,
         srk_handle: None,
         request_deadline: DEFAULT_DEADLINE,
+        allowed_uids: Vec::new(),
+        landlock: Enforcement::BestEffort,
+        seccomp: Enforcement::Require,
     };
     let mut flags = Flags::new(args, "serve");
     while let Some(flag) = flags.next_flag()? {
@@ -148,6 +168,9 @@ fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usage
             "--request-deadline" => {
                 options.request_deadline = parse_deadline(&flags.value(&flag)?)?
             }
+            "--allow-uid" => options.allowed_uids.push(parse_uid(&flags.value(&flag)?)?),
+            "--landlock" => options.landlock = parse_landlock(&flags.value(&flag)?)?,
+            "--seccomp" => options.seccomp = parse_seccomp(&flags.value(&flag)?)?,
             _ => return Err(UsageError::UnknownOption(flag, "serve")),
         }
     }
@@ -251,6 +274,34 @@ fn parse_handle(value: &str) -> Result<u32, UsageError> {
         })
 }
 
+fn parse_uid(value: &str) -> Result<u32, UsageError> {
+    value
+        .parse()
+        .map_err(|_| invalid("--allow-uid", value, "expected a numeric uid"))
+}
+
+fn parse_landlock(value: &str) -> Result<Enforcement, UsageError> {
+    match value {
+        "require" => Ok(Enforcement::Require),
+        "best-effort" => Ok(Enforcement::BestEffort),
+        "off" => Ok(Enforcement::Off),
+        _ => Err(invalid(
+            "--landlock",
+            value,
+            "expected require, best-effort or off",
+        )),
+    }
+}
+
+fn parse_seccomp(value: &str) -> Result<Enforcement, UsageError> {
+    match value {
+        "kill" => Ok(Enforcement::Require),
+        "log" => Ok(Enforcement::BestEffort),
+        "off" => Ok(Enforcement::Off),
+        _ => Err(invalid("--seccomp", value, "expected kill, log or off")),
+    }
+}
+
 fn parse_deadline(value: &str) -> Result<Duration, UsageError> {
     let parsed = if let Some(ms) = value.strip_suffix("ms") {
         ms.parse::<u64>().ok().map(Duration::from_millis)
@@ -320,6 +371,22 @@ mod tests {
     }
 
     #[test]
+    fn sandbox_flags() {
+        let options = serve(
+            "serve --allow-uid 1000 --allow-uid=1001 --landlock require --seccomp log",
+            None,
+        );
+        assert_eq!(options.allowed_uids, vec![1000, 1001]);
+        assert_eq!(options.landlock, Enforcement::Require);
+        assert_eq!(options.seccomp, Enforcement::BestEffort);
+        let defaults = serve("serve", None);
+        assert_eq!(
+            (defaults.landlock, defaults.seccomp),
+            (Enforcement::BestEffort, Enforcement::Require)
+        );
+    }
+
+    #[test]
     fn env_tcti_applies_when_the_flag_is_absent() {
         assert_eq!(
             serve("serve", Some("device:/dev/tpm0")).tcti,
@@ -337,6 +404,9 @@ mod tests {
             "serve --request-deadline 2.5",
             "serve --request-deadline 5ms",
             "serve --request-deadline 10m",
+            "serve --allow-uid kube",
+            "serve --landlock maybe",
+            "serve --seccomp strict",
             "serve --tcti",
             "serve --bogus",
             "serve stray",

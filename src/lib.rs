@@ -4,19 +4,23 @@
 //! The crate follows the request pipeline:
 //! `server` (unix socket, gRPC) → `kms` (validation, coalescing, status) →
 //! `tpm::worker` (one thread, bounded queue, deadlines) → `tpm` (ESAPI calls).
-//! `unsafe` is confined to the libc calls in `server::sys` and to one
+//! `unsafe` is confined to the libc calls in `sys` and to one
 //! environment write in `main.rs`, each with a `SAFETY` comment; every other
 //! module forbids it.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod activation;
 pub mod cli;
 pub mod client;
 pub mod kms;
 pub mod logging;
+pub mod notify;
+pub mod sandbox;
 pub mod secret;
 pub mod server;
+pub mod sys;
 pub mod tpm;
 
 /// Code generated from `proto/kms/v2/api.proto` (package `v2`).

@@ -13,9 +13,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use sceau::cli::{self, CheckOptions, Command, ServeOptions};
 use sceau::kms::KmsService;
+use sceau::sandbox::landlock::LandlockPolicy;
+use sceau::sandbox::{self, TpmAccess};
+use sceau::server::peer::AllowedCallers;
 use sceau::server::{self, DeferredStopSignals, StopReason, socket};
 use sceau::tpm::worker::TpmWorker;
 use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
+use sceau::{activation, notify};
 use tss_esapi::tcti_ldr::TctiNameConf;
 
 /// Tokio threads for gRPC. TPM work runs on its own thread, so two suffice.
@@ -53,10 +57,16 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Start-up order: check the socket path, open the TPM and recreate the SRK,
-/// then bind, so that the socket only exists once sceau can serve on it.
+/// The start-up sequence. It stays single-threaded until the sandbox is in
+/// place (Landlock and capabilities are per thread), and sends READY=1 only
+/// once every step has succeeded.
 fn serve(options: ServeOptions) -> anyhow::Result<()> {
+    sandbox::forbid_core_dumps().context("making the process non-dumpable")?;
     silence_tss_log();
+    // SAFETY: nothing has started a thread yet; the environment writes in
+    // take_passed_fds cannot race with a reader.
+    let passed = unsafe { sceau::sys::take_passed_fds() }.context("reading LISTEN_FDS")?;
+    let activated = activation::select_listener(passed)?;
     let config = TpmConfig {
         tcti: TctiNameConf::from_str(&options.tcti)
             .with_context(|| format!("invalid --tcti {:?}", options.tcti))?,
@@ -68,12 +78,27 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
         mode: options.socket_mode,
         group: options.socket_group.clone(),
     };
-    socket::preflight(&socket_options)?;
-    let tpm = open_tpm(&options, &config)?;
+    if activated.is_none() {
+        socket::preflight(&socket_options)?;
+    }
+    notify::status("opening the TPM");
+    let tpm = notify::extending_start_timeout(|| open_tpm(&options, &config))?;
     let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
-    let (listener, socket_file) = socket::bind(&socket_options)?;
-    let result = serve_bound(&options, tpm, config, listener, deferred_signals);
-    socket_file.remove();
+    let (listener, socket_file) = match activated {
+        Some(listener) => (listener, None),
+        None => socket::bind(&socket_options).map(|(l, f)| (l, Some(f)))?,
+    };
+    let result = confine_and_serve(
+        &options,
+        tpm,
+        config,
+        listener,
+        socket_file.as_ref(),
+        deferred_signals,
+    );
+    if let Some(file) = socket_file {
+        file.remove();
+    }
     match result? {
         StopReason::TpmLost => bail!("stopped because the TPM was lost"),
         reason => log::info!("stopped cleanly ({reason})"),
@@ -105,14 +130,27 @@ fn open_tpm(options: &ServeOptions, config: &TpmConfig) -> anyhow::Result<Tpm> {
     Ok(tpm)
 }
 
-/// Moves the TPM to its thread, builds the runtime, and serves until stopped.
-fn serve_bound(
+/// Sandboxes the process, moves the TPM to its thread, builds the runtime,
+/// installs seccomp, and serves until stopped.
+fn confine_and_serve(
     options: &ServeOptions,
     tpm: Tpm,
     config: TpmConfig,
     listener: std::os::unix::net::UnixListener,
+    socket_file: Option<&socket::SocketFile>,
     deferred_signals: DeferredStopSignals,
 ) -> anyhow::Result<StopReason> {
+    let tpm_access = TpmAccess::for_tcti(&options.tcti);
+    let policy = LandlockPolicy {
+        tpm: tpm_access.clone(),
+        removable_socket_dir: socket_file.and_then(|f| f.path().parent()).map(Into::into),
+        notify_socket_dir: notify_socket_dir(),
+    };
+    pin_tcti_library(&options.tcti);
+    sandbox::landlock::restrict(&policy, options.landlock)?;
+    sandbox::capabilities::drop_all()?;
+    sandbox::no_new_privs()?;
+
     let key_id = tpm.srk().key_id();
     let (worker, death, worker_thread) = TpmWorker::spawn(tpm, config, options.request_deadline)
         .context("starting the TPM thread")?;
@@ -122,17 +160,60 @@ fn serve_bound(
         .enable_all()
         .build()
         .context("building the async runtime")?;
-    let service = KmsService::new(Arc::new(worker));
+    let allow_inet = matches!(tpm_access, Some(TpmAccess::Tcp { .. }));
+    sandbox::seccomp::install(allow_inet, options.seccomp)?;
+
+    let worker = Arc::new(worker);
+    let service = KmsService::new(worker.clone());
+    let callers = AllowedCallers::root_and(&options.allowed_uids);
     let reason = runtime.block_on(async {
         let listener = tokio::net::UnixListener::from_std(listener)?;
         let stop = server::stop_requested(death)?;
         drop(deferred_signals);
+        if let Some(interval) = notify::watchdog_interval() {
+            tokio::spawn(feed_watchdog(worker, interval));
+        }
         log::info!("serving key_id={key_id} on {}", options.socket.display());
-        anyhow::Ok(server::serve(listener, service, stop).await?)
+        notify::ready(&key_id);
+        anyhow::Ok(server::serve(listener, service, callers, stop).await?)
     })?;
     drop(runtime);
     wait_for_worker(worker_thread);
     Ok(reason)
+}
+
+/// Keeps the TCTI library loaded, so that the TPM thread can reopen a lost
+/// connection after Landlock has closed /usr/lib. Without it the reopen
+/// fails cleanly and sceau exits for its supervisor to restart it.
+fn pin_tcti_library(tcti: &str) {
+    let kind = tcti.split(':').next().unwrap_or(tcti);
+    let library = format!("libtss2-tcti-{kind}.so.0");
+    if let Err(e) = sceau::sys::pin_library(&library) {
+        log::warn!("could not keep {library} loaded ({e}); a lost TPM connection will end sceau");
+    }
+}
+
+/// Pings the systemd watchdog at half its interval, but only while the TPM
+/// answers: a wedged TPM thread then turns into a restart.
+async fn feed_watchdog(worker: Arc<TpmWorker>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval / 2);
+    loop {
+        ticks.tick().await;
+        match worker.health().await {
+            Ok(()) => notify::watchdog(),
+            Err(fault) => log::warn!("TPM unhealthy ({fault}); withholding the watchdog ping"),
+        }
+    }
+}
+
+/// The directory of a pathname NOTIFY_SOCKET, which Landlock (ABI ≥ 9) must
+/// let sd_notify connect beneath.
+fn notify_socket_dir() -> Option<std::path::PathBuf> {
+    let socket = std::path::PathBuf::from(std::env::var_os("NOTIFY_SOCKET")?);
+    socket
+        .is_absolute()
+        .then(|| socket.parent().map(Into::into))
+        .flatten()
 }
 
 /// The kernel's /dev/tpmrm* and tpm2-abrmd give each client its own view of

@@ -1,9 +1,9 @@
 //! Serving the KMS service on a unix socket, and stopping cleanly.
 
+pub mod peer;
 pub mod socket;
-mod sys;
 
-pub use sys::DeferredStopSignals;
+pub use crate::sys::DeferredStopSignals;
 
 use std::future::Future;
 use std::time::Duration;
@@ -62,11 +62,14 @@ pub fn stop_requested(
 pub async fn serve<S: Sealer>(
     listener: UnixListener,
     service: KmsService<S>,
+    callers: peer::AllowedCallers,
     stop: impl Future<Output = StopReason>,
 ) -> Result<StopReason, tonic::transport::Error> {
     let (begin_drain, drain) = oneshot::channel::<()>();
     let server = Server::builder()
-        .add_service(KeyManagementServiceServer::new(service))
+        .add_service(KeyManagementServiceServer::with_interceptor(
+            service, callers,
+        ))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
             let _ = drain.await;
         });

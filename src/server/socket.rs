@@ -7,7 +7,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
-use super::sys::{UmaskGuard, group_id};
+use crate::sys::{UmaskGuard, group_id};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketOptions {

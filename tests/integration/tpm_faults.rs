@@ -276,3 +276,28 @@ async fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
     }
     condition()
 }
+
+/// A TPM reset under a running daemon (swtpm restarted on its state: every
+/// transient object and session is gone) costs nothing but a reopen: the
+/// TPM thread reconnects inside the sandbox (the TCTI library stays loaded),
+/// recreates the same SRK and carries on. Without the pinned library, the
+/// reopen would be refused by Landlock and sceau would exit instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tpm_reset_is_survived_inside_the_sandbox() {
+    let mut fx = Fixture::start("tpm-reset", &[]);
+    let (mut client, key_id) = fx.client().await;
+    let dek = random_bytes(32);
+    let envelope = rpc::seal(&mut client, &key_id, &dek).await;
+
+    fx.tpm.restart();
+    rpc::open(&mut client, &key_id, &envelope, &dek).await;
+    rpc::round_trip(&mut client, &key_id, &random_bytes(32)).await;
+    assert_eq!(rpc::status(&mut client).await.healthz, "ok");
+    assert!(
+        fx.sceau
+            .stderr_text()
+            .contains("TPM reopened; SRK unchanged"),
+        "{}",
+        fx.sceau.stderr_text()
+    );
+}

@@ -1,5 +1,5 @@
-//! The two libc calls std does not wrap. This is one of the few modules that
-//! may use `unsafe`; each block states why it is sound.
+//! The libc calls std does not wrap. This is the one library module that may
+//! use `unsafe`; each block states why it is sound.
 
 use std::ffi::CString;
 use std::mem::MaybeUninit;
@@ -105,6 +105,97 @@ pub fn group_id(name: &str) -> Option<u32> {
         // `group` (and `found` points at it); gr_gid is a plain integer.
         return Some(unsafe { group.assume_init() }.gr_gid);
     }
+}
+
+/// Makes the process non-dumpable (no core file, no ptrace by non-root, and
+/// /proc/PID/mem readable only by root) and sets RLIMIT_CORE to 0.
+pub fn forbid_core_dumps() -> std::io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes an integer argument and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `no_core` is a valid rlimit that setrlimit only reads.
+    if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets PR_SET_NO_NEW_PRIVS: no execve can grant privileges from now on.
+pub fn set_no_new_privs() -> std::io::Result<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments and touches no memory.
+    match unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Takes the fds systemd passed (`LISTEN_FDS`, checked against `LISTEN_PID`)
+/// with their `LISTEN_FDNAMES`, and clears those variables so that no child
+/// inherits them.
+///
+/// # Safety
+/// Call only while the process has a single thread: it writes the
+/// environment, which other threads may be reading.
+pub unsafe fn take_passed_fds() -> std::io::Result<Vec<(std::os::fd::OwnedFd, String)>> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the caller guarantees a single thread, as the function requires.
+    let passed = unsafe { sd_notify::listen_fds_with_names_and_unset_env() }?;
+    Ok(passed
+        .map(|(fd, name)| {
+            // SAFETY: these fds were passed to this process by its service
+            // manager (with LISTEN_PID equal to our pid) and nothing else in
+            // the process has taken them: this function runs once at start.
+            (unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, name)
+        })
+        .collect())
+}
+
+/// An integer socket option, such as SO_TYPE or SO_ACCEPTCONN.
+pub fn socket_option(
+    fd: std::os::fd::BorrowedFd<'_>,
+    option: libc::c_int,
+) -> std::io::Result<libc::c_int> {
+    use std::os::fd::AsRawFd;
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live locals of the sizes getsockopt is
+    // told; the fd is borrowed, so it stays open for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    match rc {
+        0 => Ok(value),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Loads a shared library and keeps it loaded for the life of the process.
+///
+/// tpm2-tss loads its TCTI library with dlopen each time a context is made.
+/// Once Landlock forbids reading /usr/lib, only an already-loaded library
+/// can be found again (by its name, without touching the filesystem), so a
+/// lost TPM connection can still be reopened inside the sandbox.
+pub fn pin_library(name: &str) -> std::io::Result<()> {
+    let name = CString::new(name).map_err(std::io::Error::other)?;
+    // SAFETY: `name` is a NUL-terminated string that outlives the call. The
+    // handle is deliberately never passed to dlclose, so the library's code
+    // stays mapped for as long as tpm2-tss may call into it.
+    let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NODELETE) };
+    if handle.is_null() {
+        return Err(std::io::Error::other(format!("dlopen {name:?} failed")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

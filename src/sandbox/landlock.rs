@@ -1,0 +1,92 @@
+//! Landlock: the filesystem and network rights sceau keeps after start-up.
+//!
+//! Every right the kernel knows is handled, and only what the TPM connection
+//! needs is granted back. Files opened before (the TPM device, the listening
+//! socket, stderr) keep working: Landlock checks rights when a file is opened.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    RestrictionStatus, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+
+use super::{Enforcement, SandboxError, TpmAccess};
+
+/// The newest ABI this build knows; older kernels get what they support.
+const ABI_REQUESTED: ABI = ABI::V10;
+
+/// What Landlock must still allow.
+#[derive(Debug, Default)]
+pub struct LandlockPolicy {
+    pub tpm: Option<TpmAccess>,
+    /// A directory where sceau may delete its own socket at exit (only when
+    /// it bound the socket itself).
+    pub removable_socket_dir: Option<PathBuf>,
+    /// The directory of `$NOTIFY_SOCKET`: from ABI 9 on, connecting to a
+    /// pathname unix socket needs a right, and sd_notify connects per message.
+    pub notify_socket_dir: Option<PathBuf>,
+}
+
+/// Applies the policy to the calling thread and the threads it creates later.
+pub fn restrict(
+    policy: &LandlockPolicy,
+    enforcement: Enforcement,
+) -> Result<Option<RestrictionStatus>, SandboxError> {
+    if enforcement == Enforcement::Off {
+        log::warn!("landlock is off (--landlock=off)");
+        return Ok(None);
+    }
+    let status = build(policy)
+        .and_then(|ruleset| ruleset.restrict_self().map_err(|e| e.to_string()))
+        .map_err(SandboxError::Landlock)?;
+    log::info!("landlock: {:?}, {:?}", status.ruleset, status.landlock);
+    if enforcement == Enforcement::Require && status.ruleset == RulesetStatus::NotEnforced {
+        return Err(SandboxError::Landlock(
+            "the kernel enforces no Landlock rules and --landlock=require was given".into(),
+        ));
+    }
+    Ok(Some(status))
+}
+
+fn build(policy: &LandlockPolicy) -> Result<landlock::RulesetCreated, String> {
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(ABI_REQUESTED))
+        .and_then(|r| r.handle_access(AccessNet::from_all(ABI_REQUESTED)))
+        .and_then(|r| r.scope(Scope::from_all(ABI_REQUESTED)))
+        .and_then(|r| r.create())
+        .map_err(|e| e.to_string())?;
+    match &policy.tpm {
+        Some(TpmAccess::Device(path)) => {
+            ruleset = with_path(ruleset, path, AccessFs::ReadFile | AccessFs::WriteFile)?;
+        }
+        Some(TpmAccess::Tcp { ports }) => {
+            for port in ports {
+                ruleset = ruleset
+                    .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        None => {}
+    }
+    if let Some(dir) = &policy.removable_socket_dir {
+        ruleset = with_path(ruleset, dir, AccessFs::RemoveFile.into())?;
+    }
+    if let Some(dir) = &policy.notify_socket_dir {
+        ruleset = with_path(ruleset, dir, AccessFs::ResolveUnix.into())?;
+    }
+    Ok(ruleset)
+}
+
+fn with_path(
+    ruleset: landlock::RulesetCreated,
+    path: &Path,
+    access: landlock::BitFlags<AccessFs>,
+) -> Result<landlock::RulesetCreated, String> {
+    let fd = PathFd::new(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    ruleset
+        .add_rule(PathBeneath::new(fd, access))
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,111 @@
+//! The sandbox sceau puts itself in once the TPM is open.
+//!
+//! The steps run in this order, each a function of its own, called one by
+//! one from the start-up sequence in `main.rs`:
+//!
+//! 1. [`forbid_core_dumps`]: non-dumpable, RLIMIT_CORE 0 (first thing).
+//! 2. [`landlock::restrict`]: no filesystem access but the TPM device, no TCP
+//!    but the software TPM's ports. Per thread, so before any other thread.
+//! 3. [`capabilities::drop_all`]: every set emptied, then checked empty.
+//! 4. [`no_new_privs`]: no execve can ever grant privileges again.
+//! 5. [`seccomp::install`]: a syscall allowlist on every thread (TSYNC), last,
+//!    so that the filter needs neither `landlock_*` nor `capset` nor `seccomp`.
+#![forbid(unsafe_code)]
+
+pub mod capabilities;
+pub mod landlock;
+pub mod seccomp;
+
+use std::path::PathBuf;
+
+pub use crate::sys::forbid_core_dumps;
+
+/// What the TPM connection needs to keep working inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TpmAccess {
+    /// A character device (`device:/dev/tpmrm0`): read and write that path.
+    Device(PathBuf),
+    /// A network TPM (`swtpm:`/`mssim:`): TCP connect to its command and
+    /// control ports.
+    Tcp { ports: [u16; 2] },
+}
+
+impl TpmAccess {
+    /// Derives the access a TCTI string needs; `None` for a TCTI sceau cannot
+    /// confine (such as tabrmd over D-Bus).
+    pub fn for_tcti(tcti: &str) -> Option<Self> {
+        let (kind, conf) = tcti.split_once(':').unwrap_or((tcti, ""));
+        match kind {
+            "device" => Some(Self::Device(match conf {
+                "" => PathBuf::from("/dev/tpm0"),
+                path => PathBuf::from(path),
+            })),
+            "swtpm" | "mssim" => {
+                let port = conf
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("port="))
+                    .map_or(Some(2321), |p| p.parse::<u16>().ok())?;
+                Some(Self::Tcp {
+                    ports: [port, port.checked_add(1)?],
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How strictly a sandbox layer is applied (`--landlock`, `--seccomp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    /// Fail to start unless the layer is in force.
+    Require,
+    /// Apply what the kernel supports and log what that was.
+    BestEffort,
+    /// Skip the layer (for debugging; logged as a warning).
+    Off,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("making the process non-dumpable: {0}")]
+    CoreDumps(std::io::Error),
+    #[error("landlock: {0}")]
+    Landlock(String),
+    #[error("capabilities: {0}")]
+    Capabilities(String),
+    #[error("setting no_new_privs: {0}")]
+    NoNewPrivs(std::io::Error),
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+}
+
+pub fn no_new_privs() -> Result<(), SandboxError> {
+    crate::sys::set_no_new_privs().map_err(SandboxError::NoNewPrivs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derives_tpm_access_from_the_tcti() {
+        assert_eq!(
+            TpmAccess::for_tcti("device:/dev/tpmrm0"),
+            Some(TpmAccess::Device("/dev/tpmrm0".into()))
+        );
+        assert_eq!(
+            TpmAccess::for_tcti("swtpm:host=127.0.0.1,port=2421"),
+            Some(TpmAccess::Tcp {
+                ports: [2421, 2422]
+            })
+        );
+        assert_eq!(
+            TpmAccess::for_tcti("mssim"),
+            Some(TpmAccess::Tcp {
+                ports: [2321, 2322]
+            })
+        );
+        assert_eq!(TpmAccess::for_tcti("swtpm:port=65535"), None);
+        assert_eq!(TpmAccess::for_tcti("tabrmd:bus_type=system"), None);
+    }
+}
