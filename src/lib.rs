@@ -4,14 +4,16 @@
 //! The crate follows the request pipeline:
 //! `server` (unix socket, gRPC) → `kms` (validation, coalescing, status) →
 //! `tpm::worker` (one thread, bounded queue, deadlines) → `tpm` (ESAPI calls).
-//! `unsafe` is confined to the libc calls in `sys` and to one
-//! environment write in `main.rs`, each with a `SAFETY` comment; every other
-//! module forbids it.
+//! `unsafe` is confined to the libc calls in `sys`, the wiping allocator in
+//! `alloc`, and the single-threaded environment writes of the start-up
+//! sequence in `main.rs`, each with a `SAFETY` comment; every other module
+//! forbids it.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod activation;
+pub mod alloc;
 pub mod cli;
 pub mod client;
 pub mod kms;

@@ -22,6 +22,11 @@ use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau::{activation, notify};
 use tss_esapi::tcti_ldr::TctiNameConf;
 
+/// Every heap block is wiped before it is freed, so DEK bytes in gRPC, h2 and
+/// prost buffers do not outlive their call.
+#[global_allocator]
+static ALLOCATOR: sceau::alloc::WipeOnFree = sceau::alloc::WipeOnFree;
+
 /// Tokio threads for gRPC. TPM work runs on its own thread, so two suffice.
 const RUNTIME_THREADS: usize = 2;
 /// `sceau check` gives up after this: a healthy sceau answers in milliseconds,
@@ -31,6 +36,10 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 const WORKER_EXIT_WAIT: Duration = Duration::from_secs(3);
 
 fn main() -> ExitCode {
+    #[cfg(feature = "insecure-test-hooks")]
+    if std::env::var_os("SCEAU_INSECURE_NO_WIPE").is_some() {
+        sceau::alloc::disable_wiping_for_tests();
+    }
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     sceau::logging::init(
         sceau::logging::level_from_env(std::env::var("SCEAU_LOG").ok().as_deref()),
@@ -61,6 +70,7 @@ fn run() -> anyhow::Result<()> {
 /// place (Landlock and capabilities are per thread), and sends READY=1 only
 /// once every step has succeeded.
 fn serve(options: ServeOptions) -> anyhow::Result<()> {
+    reexec_with_malloc_wiping()?;
     sandbox::forbid_core_dumps().context("making the process non-dumpable")?;
     silence_tss_log();
     // SAFETY: nothing has started a thread yet; the environment writes in
@@ -180,6 +190,39 @@ fn confine_and_serve(
     drop(runtime);
     wait_for_worker(worker_thread);
     Ok(reason)
+}
+
+/// glibc tunables that make free() overwrite every freed C heap block
+/// (`perturb`; it skips blocks kept in the per-thread cache, hence
+/// `tcache_count=0`). They cover what tpm2-tss and OpenSSL allocate, which
+/// the Rust allocator never sees. glibc reads tunables only at exec.
+const MALLOC_WIPING_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165";
+
+/// Re-executes sceau once with [`MALLOC_WIPING_TUNABLES`] added to
+/// GLIBC_TUNABLES, before anything else happens (same pid, same fds, so
+/// socket activation is unaffected). A no-op when they are already set.
+fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    #[cfg(feature = "insecure-test-hooks")]
+    if std::env::var_os("SCEAU_INSECURE_NO_WIPE").is_some() {
+        return Ok(());
+    }
+    let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if current.contains(MALLOC_WIPING_TUNABLES) {
+        return Ok(());
+    }
+    let tunables = match current.as_str() {
+        "" => MALLOC_WIPING_TUNABLES.to_string(),
+        other => format!("{other}:{MALLOC_WIPING_TUNABLES}"),
+    };
+    let mut args = std::env::args_os();
+    let program = args.next().unwrap_or_else(|| "sceau".into());
+    let error = std::process::Command::new("/proc/self/exe")
+        .arg0(program)
+        .args(args)
+        .env("GLIBC_TUNABLES", tunables)
+        .exec();
+    Err(error).context("re-executing with glibc's free() wiping enabled")
 }
 
 /// Keeps the TCTI library loaded, so that the TPM thread can reopen a lost

@@ -5,8 +5,10 @@
 use tss_esapi::Context;
 use tss_esapi::constants::{CapabilityType, StartupType};
 use tss_esapi::handles::{ObjectHandle, SessionHandle, TpmHandle};
+use tss_esapi::interface_types::algorithm::HashingAlgorithm;
+use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{CapabilityData, SensitiveData};
+use tss_esapi::structures::{CapabilityData, MaxBuffer, SensitiveData};
 use tss_esapi::tcti_ldr::TctiNameConf;
 
 use super::envelope::SealedBlobs;
@@ -28,6 +30,10 @@ pub struct TpmConfig {
 /// TPM_HT_TRANSIENT and TPM_HT_LOADED_SESSION: the first handle of each.
 const FIRST_TRANSIENT_HANDLE: u32 = 0x8000_0000;
 const FIRST_LOADED_SESSION_HANDLE: u32 = 0x0200_0000;
+/// Bytes of zeros the scrub command carries: its command (header, TPM2B size,
+/// data) covers the buffer offsets where Unseal's largest answer (header,
+/// parameter size, TPM2B size, 128-byte DEK) lay.
+const SCRUB_LEN: usize = 160;
 /// More than any TPM holds at once (the PC Client minimum is 3).
 const MAX_HANDLES: u32 = 64;
 
@@ -90,7 +96,22 @@ impl Tpm {
         if let Err(e) = self.ctx.flush_context(loaded.into()) {
             log::warn!("FlushContext of a loaded sealed object failed: {e}");
         }
+        self.scrub_tss_buffer();
         unsealed
+    }
+
+    /// tpm2-tss decrypts Unseal's response in place, in the one command
+    /// buffer it keeps for the context's whole life; FlushContext's short
+    /// exchange overwrites only its first 14 bytes, leaving the DEK behind.
+    /// A TPM2_Hash of zeros rewrites the buffer well past the largest DEK.
+    fn scrub_tss_buffer(&mut self) {
+        let zeros = MaxBuffer::try_from(vec![0u8; SCRUB_LEN]).expect("within MaxBuffer's limit");
+        let scrubbed = self
+            .ctx
+            .execute_without_session(|c| c.hash(zeros, HashingAlgorithm::Sha256, Hierarchy::Null));
+        if let Err(e) = scrubbed {
+            log::warn!("scrubbing the TSS command buffer failed: {e}");
+        }
     }
 
     fn unseal_loaded(&mut self, loaded: ObjectHandle) -> Result<Dek, TpmError> {

@@ -13,6 +13,7 @@ mod concurrency;
 mod foreign_tpm;
 mod harness_self_test;
 mod malformed;
+mod memory_scan;
 mod restart;
 mod round_trip;
 mod tools_cross_check;

@@ -3,6 +3,7 @@
 
 pub mod bus_proxy;
 pub mod envelope;
+pub mod memscan;
 pub mod process;
 pub mod rpc;
 pub mod sceau;

@@ -110,6 +110,10 @@ impl Sceau {
         rpc::connect(&self.socket).await
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn socket(&self) -> &Path {
         &self.socket
     }

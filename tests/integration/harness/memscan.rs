@@ -1,0 +1,88 @@
+//! Reads a live process's memory, as root, to look for secrets left behind.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+
+/// One place a needle was found: the mapping's name (path, `[heap]`,
+/// `[stack]` or empty for anonymous memory) and the address.
+#[derive(Debug)]
+#[allow(dead_code)] // the fields are read through Debug, in failure messages
+pub struct Hit {
+    pub mapping: String,
+    pub address: u64,
+    /// The 48 bytes before the hit, to tell whose buffer it is.
+    pub before: String,
+}
+
+/// Every place where any `window`-byte run of `secret` occurs in the
+/// readable mappings of `pid`: a partial copy counts too (a freed heap chunk,
+/// say, whose first bytes the allocator reused for its own bookkeeping).
+pub fn find_in_process(pid: u32, secret: &[u8], window: usize) -> Vec<Hit> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("read maps");
+    let mut mem = File::open(format!("/proc/{pid}/mem")).expect("open mem (needs root)");
+    let mut hits = Vec::new();
+    for line in maps.lines() {
+        let Some((start, end, name)) = readable_range(line) else {
+            continue;
+        };
+        let Some(bytes) = read_range(&mut mem, start, end) else {
+            continue;
+        };
+        for offset in positions(&bytes, secret, window) {
+            let context = &bytes[offset.saturating_sub(48)..offset];
+            hits.push(Hit {
+                mapping: name.to_string(),
+                address: start + offset as u64,
+                before: context.iter().map(|b| format!("{b:02x}")).collect(),
+            });
+        }
+    }
+    hits
+}
+
+/// `start-end perms offset dev inode [name]`, for readable, non-special maps.
+fn readable_range(line: &str) -> Option<(u64, u64, &str)> {
+    let mut fields = line.split_whitespace();
+    let (range, perms) = (fields.next()?, fields.next()?);
+    let name = fields.nth(3).unwrap_or("");
+    if !perms.starts_with('r') || name == "[vvar]" || name == "[vsyscall]" {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    Some((
+        u64::from_str_radix(start, 16).ok()?,
+        u64::from_str_radix(end, 16).ok()?,
+        name,
+    ))
+}
+
+fn read_range(mem: &mut File, start: u64, end: u64) -> Option<Vec<u8>> {
+    let mut bytes = vec![0; usize::try_from(end - start).ok()?];
+    mem.seek(SeekFrom::Start(start)).ok()?;
+    mem.read_exact(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// Positions where some `window`-byte run of `secret` starts. Candidates are
+/// found by the run's first 8 bytes read as one integer, which keeps this
+/// fast enough for a debug build scanning tens of MiB.
+fn positions(haystack: &[u8], secret: &[u8], window: usize) -> Vec<usize> {
+    let runs: Vec<&[u8]> = secret.windows(window).collect();
+    let heads: std::collections::HashSet<u64> = runs.iter().map(|r| head(r)).collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i + window <= haystack.len() {
+        let candidate = &haystack[i..i + window];
+        if heads.contains(&head(candidate)) && runs.contains(&candidate) {
+            found.push(i);
+            i += window;
+        } else {
+            i += 1;
+        }
+    }
+    found
+}
+
+fn head(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes[..8].try_into().expect("windows are at least 8 bytes"))
+}

@@ -1,0 +1,71 @@
+//! No copy of a DEK survives in sceau's memory once its calls are done.
+//!
+//! The test seals and opens a marker DEK many times, closes its connection,
+//! then reads every readable mapping of the daemon through /proc/PID/mem
+//! (it runs as root) and counts the marker. The control case runs the same
+//! workload with the wiping allocator switched off (a hook that exists only
+//! in `insecure-test-hooks` builds) and must find the marker: the scan works.
+
+use std::time::Duration;
+
+use crate::harness::memscan::{Hit, find_in_process};
+use crate::harness::sceau::serve_args;
+use crate::harness::{Sceau, Swtpm, TempDir, rpc};
+
+/// 32 bytes that occur nowhere else.
+const MARKER_DEK: &[u8; 32] = b"sceau-memscan-marker-DEK-0xC0FFE";
+const ROUND_TRIPS: usize = 20;
+/// Any 16 bytes of the marker count as a copy: half a 32-byte seed.
+const WINDOW: usize = 16;
+
+/// Runs the workload against a fresh daemon and returns the scan's hits.
+async fn hits_after_round_trips(label: &str, env: &[(&str, &str)]) -> Vec<Hit> {
+    let tmp = TempDir::new(label);
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let socket = tmp.join("sceau.sock");
+    let mut sceau = Sceau::spawn(
+        &tmp,
+        &socket,
+        serve_args(&socket, Some(&tpm.tcti()), &[]),
+        env,
+    );
+    sceau
+        .wait_serving()
+        .unwrap_or_else(|why| panic!("{why}\n{}", sceau.stderr_text()));
+    {
+        let mut client = sceau.client().await;
+        let key_id = rpc::status(&mut client).await.key_id;
+        for _ in 0..ROUND_TRIPS {
+            rpc::round_trip(&mut client, &key_id, MARKER_DEK).await;
+        }
+    }
+    // Let the daemon notice the closed connection and free its buffers.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let hits = find_in_process(sceau.pid(), MARKER_DEK, WINDOW);
+    // The scan is a snapshot; make sure the daemon was alive for all of it.
+    assert!(
+        sceau.try_exit().is_none(),
+        "sceau died: {}",
+        sceau.stderr_text()
+    );
+    hits
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_dek_copy_survives_in_daemon_memory() {
+    let hits = hits_after_round_trips("memscan", &[]).await;
+    assert!(
+        hits.is_empty(),
+        "marker DEK found in sceau's memory: {hits:#x?}"
+    );
+}
+
+#[cfg(feature = "insecure-test-hooks")]
+#[tokio::test(flavor = "multi_thread")]
+async fn without_wiping_the_scan_finds_the_dek() {
+    let hits = hits_after_round_trips("memscan-control", &[("SCEAU_INSECURE_NO_WIPE", "1")]).await;
+    assert!(
+        !hits.is_empty(),
+        "the scan found nothing even without wiping"
+    );
+}
