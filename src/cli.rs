@@ -19,6 +19,7 @@ const PERSISTENT_HANDLES: std::ops::RangeInclusive<u32> = 0x8100_0000..=0x81FF_F
 pub enum Command {
     Serve(ServeOptions),
     Check(CheckOptions),
+    SelfTest(SelfTestOptions),
     Help(&'static str),
     Version,
 }
@@ -35,6 +36,12 @@ pub struct ServeOptions {
     pub allowed_uids: Vec<u32>,
     pub landlock: Enforcement,
     pub seccomp: Enforcement,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfTestOptions {
+    /// The TCTI whose access the sandbox keeps, as for `serve`.
+    pub tcti: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +75,8 @@ Usage: sceau <COMMAND> [OPTIONS]
 Commands:
   serve   Serve the KMS v2 API (Status, Encrypt, Decrypt) on a unix socket
   check   Ask a running sceau for its Status and make one Encrypt/Decrypt round trip
+  selftest --sandbox
+          Try forbidden actions inside sceau's sandbox and report PASS/FAIL for each
 
 Options of `sceau serve`:
       --socket PATH          Unix socket to listen on [default: /run/sceau/kms.sock]
@@ -120,6 +129,18 @@ Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
 (socket activation) and ignores --socket, --socket-mode and --socket-group.
 ";
 
+pub const SELFTEST_HELP: &str = "\
+Put a child process in sceau's sandbox and try what it forbids; one PASS/FAIL line each
+
+Usage: sceau selftest --sandbox [--tcti TCTI]
+
+Options:
+      --sandbox    Test the sandbox: open a file, connect TCP, a disallowed system call,
+                   gain a capability. Exits 0 only if every action is refused
+      --tcti TCTI  The TPM connection whose access the sandbox keeps [default: device:/dev/tpmrm0]
+  -h, --help       Print help
+";
+
 pub const CHECK_HELP: &str = "\
 Ask a running sceau for its Status and make one Encrypt/Decrypt round trip with a random DEK
 
@@ -140,6 +161,7 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
         "-V" | "--version" => Ok(Command::Version),
         "serve" => parse_serve(rest, env_tcti),
         "check" => parse_check(rest),
+        "selftest" => parse_selftest(rest, env_tcti),
         other => Err(UsageError::UnknownCommand(other.into())),
     }
 }
@@ -175,6 +197,26 @@ fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usage
         }
     }
     Ok(Command::Serve(options))
+}
+
+fn parse_selftest(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
+    let mut options = SelfTestOptions {
+        tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
+    };
+    let mut sandbox_requested = false;
+    let mut flags = Flags::new(args, "selftest");
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(SELFTEST_HELP)),
+            "--sandbox" => sandbox_requested = true,
+            "--tcti" => options.tcti = flags.value(&flag)?,
+            _ => return Err(UsageError::UnknownOption(flag, "selftest")),
+        }
+    }
+    if !sandbox_requested {
+        return Err(UsageError::MissingValue("selftest needs --sandbox".into()));
+    }
+    Ok(Command::SelfTest(options))
 }
 
 fn parse_check(args: &[String]) -> Result<Command, UsageError> {

@@ -21,6 +21,7 @@ pub mod logging;
 pub mod notify;
 pub mod sandbox;
 pub mod secret;
+pub mod selftest;
 pub mod server;
 pub mod sys;
 pub mod tpm;

@@ -62,6 +62,11 @@ fn run() -> anyhow::Result<()> {
         Command::Version => println!("sceau {}", env!("CARGO_PKG_VERSION")),
         Command::Serve(options) => serve(options)?,
         Command::Check(options) => check(options)?,
+        Command::SelfTest(options) => {
+            if !sceau::selftest::run(&options.tcti) {
+                bail!("the sandbox let a forbidden action through");
+            }
+        }
     }
     Ok(())
 }

@@ -198,6 +198,47 @@ pub fn pin_library(name: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Runs `probe` in a forked child and returns how the child ended. Used by
+/// `sceau selftest` to try actions the sandbox may punish by killing the
+/// process, without losing the parent.
+///
+/// Call only while the process has one thread: a fork of a multi-threaded
+/// process may find a lock held by a thread that does not exist in the child.
+pub fn in_child(probe: impl FnOnce() -> i32) -> std::io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    // SAFETY: the caller keeps the process single-threaded (documented
+    // above), so the child's copy of the heap and its locks is consistent.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            let code = probe();
+            // SAFETY: _exit ends the child at once, without running the
+            // parent's atexit handlers or flushing its stdio twice.
+            unsafe { libc::_exit(code) }
+        }
+        child => {
+            let mut status = 0;
+            // SAFETY: `status` is a live local; `child` is our own child.
+            if unsafe { libc::waitpid(child, &mut status, 0) } == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(std::process::ExitStatus::from_raw(status))
+        }
+    }
+}
+
+/// Issues a raw system call with no arguments (a probe of the seccomp
+/// filter; the call's own effect is irrelevant, and the ones used take none
+/// that could touch memory).
+pub fn bare_syscall(number: libc::c_long) -> std::io::Result<libc::c_long> {
+    // SAFETY: the probes pass syscalls whose zero arguments are invalid
+    // pointers or ids the kernel rejects, and none writes to user memory.
+    match unsafe { libc::syscall(number, 0, 0, 0, 0, 0, 0) } {
+        -1 => Err(std::io::Error::last_os_error()),
+        result => Ok(result),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,6 +84,7 @@ pub async fn serve<S: Sealer>(
     log::info!(
         "stopping ({reason}): refusing new connections, draining for up to {SHUTDOWN_GRACE:?}"
     );
+    crate::notify::stopping();
     let _ = begin_drain.send(());
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
         Ok(result) => result?,

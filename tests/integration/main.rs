@@ -11,6 +11,7 @@ mod bus_capture;
 mod cli;
 mod concurrency;
 mod foreign_tpm;
+mod hardening;
 mod harness_self_test;
 mod malformed;
 mod memory_scan;

@@ -1,0 +1,242 @@
+//! The hardened daemon, checked from outside as a reviewer would: process
+//! state in /proc, the selftest, caller uids, socket activation and sd_notify.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::notify::NotifyReceiver;
+use crate::harness::process::{kill_and_reap, run_with_timeout, send_signal, wait_timeout};
+use crate::harness::sceau::{BIN, serve_args};
+use crate::harness::{Fixture, Sceau, Swtpm, TempDir, rpc};
+
+fn status_field(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|v| v.strip_prefix(':')))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        .trim()
+        .to_string()
+}
+
+/// Run as root, sceau starts with every capability; serving, it must hold
+/// none, with no_new_privs set, a seccomp filter, and no core dumps.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_serving_daemon_holds_no_privileges() {
+    // The baseline the daemon starts from: this test process (root) does
+    // hold capabilities, so the zeros below are sceau's own doing.
+    assert_ne!(
+        status_field(std::process::id(), "CapEff"),
+        "0000000000000000"
+    );
+
+    let fx = Fixture::start("proc-status", &[]);
+    let pid = fx.sceau.pid();
+    for set in ["CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"] {
+        assert_eq!(status_field(pid, set), "0000000000000000", "{set}");
+    }
+    assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    assert_eq!(status_field(pid, "Seccomp"), "2");
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    assert_eq!(
+        core.split_whitespace().collect::<Vec<_>>()[4..6],
+        ["0", "0"],
+        "{core}"
+    );
+
+    // The same check tells an unfiltered daemon apart.
+    let unfiltered = Fixture::start("proc-status-off", &["--seccomp", "off"]);
+    assert_eq!(status_field(unfiltered.sceau.pid(), "Seccomp"), "0");
+}
+
+/// `sceau selftest --sandbox` tries four forbidden actions in the sandbox.
+#[test]
+fn selftest_reports_every_forbidden_action_refused() {
+    let tmp = TempDir::new("selftest");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let mut cmd = Command::new(BIN);
+    cmd.args(["selftest", "--sandbox", "--tcti", &tpm.tcti()]);
+    let finished = run_with_timeout(&mut cmd, tmp.path(), Duration::from_secs(30));
+    let passes = finished
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("PASS "))
+        .count();
+    assert!(
+        finished.status.success() && passes == 4,
+        "selftest: {}\n{}",
+        finished.status,
+        finished.all_output()
+    );
+    assert!(!finished.stdout.contains("FAIL"));
+}
+
+/// Only root (and uids given with --allow-uid) may call, even when the
+/// socket's mode lets anyone connect.
+#[test]
+fn a_non_root_caller_is_refused_unless_allowed() {
+    let check_as_nobody = |fx: &Fixture| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            BIN,
+            "check",
+            "--socket",
+        ])
+        .arg(fx.sceau.socket());
+        run_with_timeout(&mut cmd, fx.tmp.path(), Duration::from_secs(30))
+    };
+    let open_up = |fx: &Fixture| {
+        std::fs::set_permissions(fx.tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+
+    let refused = Fixture::start("peer-refused", &["--socket-mode", "0666"]);
+    open_up(&refused);
+    let finished = check_as_nobody(&refused);
+    assert!(!finished.status.success(), "{}", finished.all_output());
+    assert!(
+        finished.all_output().contains("may not call sceau"),
+        "{}",
+        finished.all_output()
+    );
+    assert!(
+        refused
+            .sceau
+            .stderr_text()
+            .contains("refused a call from uid 65534")
+    );
+
+    // Control: the same caller, allowed by uid, gets through.
+    let allowed = Fixture::start(
+        "peer-allowed",
+        &["--socket-mode", "0666", "--allow-uid", "65534"],
+    );
+    open_up(&allowed);
+    let finished = check_as_nobody(&allowed);
+    assert!(finished.status.success(), "{}", finished.all_output());
+}
+
+/// Under `systemd-socket-activate` (systemd's own fd-passing code): the
+/// first client's connection starts sceau and is served; READY=1 arrives
+/// with the key_id, so only after the SRK exists; no socket file appears
+/// besides the passed one, and sceau leaves that one alone when it stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn socket_activation_and_readiness() {
+    let tmp = TempDir::new("activation");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let passed_socket = tmp.join("kms.sock");
+    let unused_socket = tmp.join("not-created.sock");
+    let mut notify = NotifyReceiver::bind(&tmp.join("notify.sock"));
+    let log = std::fs::File::create(tmp.join("activate.log")).unwrap();
+    let mut activator = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&passed_socket)
+        .arg("--fdname=kms")
+        .arg(format!("-ENOTIFY_SOCKET={}", notify.path().display()))
+        .arg(BIN)
+        .args(serve_args(&unused_socket, Some(&tpm.tcti()), &[]))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("systemd-socket-activate (package systemd)");
+    let log_text = || std::fs::read_to_string(tmp.join("activate.log")).unwrap_or_default();
+    assert!(
+        crate::harness::process::poll_until(Duration::from_secs(10), || passed_socket.exists()),
+        "no socket: {}",
+        log_text()
+    );
+
+    // This connection exists before sceau does; it triggers the exec.
+    let mut client = rpc::connect(&passed_socket).await;
+    let status = rpc::status(&mut client).await;
+    assert_eq!(status.healthz, "ok");
+    assert!(
+        notify.wait_for("READY=1", Duration::from_secs(10)),
+        "no READY=1; got: {}\n{}",
+        notify.all_text(),
+        log_text()
+    );
+    let ready = notify
+        .received
+        .iter()
+        .rev()
+        .find(|(_, m)| m.contains("READY=1"))
+        .unwrap();
+    assert!(
+        ready
+            .1
+            .contains(&format!("STATUS=serving key_id={}", status.key_id)),
+        "{}",
+        ready.1
+    );
+    rpc::round_trip(&mut client, &status.key_id, &[7; 32]).await;
+    drop(client);
+
+    assert!(!unused_socket.exists(), "sceau bound a socket of its own");
+    send_signal(&activator, libc::SIGTERM);
+    let exit = wait_timeout(&mut activator, Duration::from_secs(10));
+    kill_and_reap(&mut activator);
+    assert_eq!(exit.and_then(|s| s.code()), Some(0), "{}", log_text());
+    assert!(
+        notify.wait_for("STOPPING=1", Duration::from_secs(2)),
+        "{}\n{}",
+        notify.all_text(),
+        log_text()
+    );
+    assert!(passed_socket.exists(), "sceau removed systemd's socket");
+}
+
+/// WATCHDOG=1 keeps coming while the TPM answers, and stops once it does
+/// not: a frozen TPM (swtpm stopped with SIGSTOP) becomes a watchdog restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn watchdog_pings_stop_when_the_tpm_stops() {
+    let tmp = TempDir::new("watchdog");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let mut notify = NotifyReceiver::bind(&tmp.join("notify.sock"));
+    let socket = tmp.join("sceau.sock");
+    let notify_path = notify.path().display().to_string();
+    let env = [
+        ("NOTIFY_SOCKET", notify_path.as_str()),
+        ("WATCHDOG_USEC", "1000000"),
+    ];
+    let mut sceau = Sceau::spawn(
+        &tmp,
+        &socket,
+        serve_args(&socket, Some(&tpm.tcti()), &[]),
+        &env,
+    );
+    sceau
+        .wait_serving()
+        .unwrap_or_else(|why| panic!("{why}\n{}", sceau.stderr_text()));
+
+    let started = Instant::now();
+    notify.collect_for(Duration::from_secs(3));
+    assert!(
+        notify.count_since("WATCHDOG=1", started) >= 3,
+        "{}",
+        notify.all_text()
+    );
+
+    tpm.freeze();
+    // The last answer stays fresh for 5 s, then the probe needs its 2.5 s
+    // deadline to fail: after that no ping may come.
+    notify.collect_for(Duration::from_secs(8));
+    let quiet_from = Instant::now();
+    notify.collect_for(Duration::from_secs(3));
+    let late = notify.count_since("WATCHDOG=1", quiet_from);
+    tpm.thaw();
+    assert_eq!(
+        late,
+        0,
+        "pings went on with the TPM frozen:\n{}",
+        sceau.stderr_text()
+    );
+}
