@@ -34,10 +34,8 @@ impl NotifyReceiver {
     pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if let Some(message) = self.receive_one() {
-                if message.contains(needle) {
-                    return true;
-                }
+            if self.receive_one().is_some_and(|m| m.contains(needle)) {
+                return true;
             }
         }
         false
