@@ -1,16 +1,21 @@
-//! Key material. A DEK only ever lives in a buffer that is wiped when it is
-//! dropped, and its `Debug` form never shows the bytes.
+//! Key material. A DEK only ever lives in a page of its own that is locked
+//! into RAM, left out of core dumps and wiped when the DEK is dropped; its
+//! `Debug` form never shows the bytes.
 #![forbid(unsafe_code)]
 
-use secrecy::{ExposeSecret, SecretBox};
 use zeroize::Zeroize;
+
+use crate::sys::LockedPage;
 
 /// The largest DEK sceau seals. A Kubernetes DEK seed is 32 bytes; 128 is the
 /// sealed-data limit that TPM implementations are required to support.
 pub const MAX_DEK_LEN: usize = 128;
 
 /// A data-encryption key (for KMS v2, the apiserver's DEK seed).
-pub struct Dek(SecretBox<Vec<u8>>);
+pub struct Dek {
+    page: LockedPage,
+    len: usize,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("plaintext must be 1 to {MAX_DEK_LEN} bytes, got {0}")]
@@ -33,14 +38,21 @@ impl Dek {
     }
 
     /// Copies borrowed key bytes (for example from a zeroizing TSS buffer).
+    ///
+    /// # Panics
+    /// If the kernel refuses to map a page (out of memory).
     pub fn copy_from(bytes: &[u8]) -> Self {
-        Self(SecretBox::new(Box::new(bytes.to_vec())))
+        let page = LockedPage::with_contents(bytes).expect("mapping a page for a DEK");
+        Self {
+            page,
+            len: bytes.len(),
+        }
     }
 
     /// The key bytes. Every call site is a place where a DEK leaves sceau's
-    /// protected buffers, so keep them few.
+    /// protected page, so keep them few.
     pub fn expose(&self) -> &[u8] {
-        self.0.expose_secret()
+        self.page.bytes(self.len)
     }
 
     pub fn len(&self) -> usize {

@@ -239,9 +239,94 @@ pub fn bare_syscall(number: libc::c_long) -> std::io::Result<libc::c_long> {
     }
 }
 
+/// One page of memory for key material: locked into RAM (never swapped),
+/// excluded from core dumps, and wiped before it is unmapped.
+pub struct LockedPage {
+    start: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the page is exclusively owned by this value; moving it between
+// threads moves that ownership, and `&LockedPage` only allows reads.
+unsafe impl Send for LockedPage {}
+// SAFETY: see Send; shared references only read the bytes.
+unsafe impl Sync for LockedPage {}
+
+impl LockedPage {
+    /// Maps a fresh page and copies `bytes` (at most one page) into it.
+    /// mlock failing (RLIMIT_MEMLOCK reached) is tolerated: the page is then
+    /// only kept out of core dumps, and sceau's unit sets MemorySwapMax=0.
+    pub fn with_contents(bytes: &[u8]) -> std::io::Result<Self> {
+        // SAFETY: sysconf has no memory preconditions.
+        let len = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        assert!(bytes.len() <= len, "key material larger than a page");
+        // SAFETY: an anonymous private mapping at an address of the kernel's
+        // choosing touches no existing memory.
+        let start = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if start == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let page = Self {
+            start: std::ptr::NonNull::new(start.cast())
+                .expect("mmap never returns null on success"),
+            len,
+        };
+        // SAFETY: [start, start+len) is the mapping just created.
+        unsafe {
+            libc::madvise(start, len, libc::MADV_DONTDUMP);
+            libc::mlock(start, len);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), page.start.as_ptr(), bytes.len());
+        }
+        Ok(page)
+    }
+
+    /// The first `len` bytes of the page.
+    pub fn bytes(&self, len: usize) -> &[u8] {
+        assert!(len <= self.len);
+        // SAFETY: the page is mapped, initialised (zero-filled by the kernel,
+        // then written), and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.start.as_ptr(), len) }
+    }
+}
+
+impl Drop for LockedPage {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours and about to be unmapped; nothing else
+        // refers to it. Zeroize's volatile writes are not optimised away.
+        unsafe {
+            zeroize::Zeroize::zeroize(std::slice::from_raw_parts_mut(
+                self.start.as_ptr(),
+                self.len,
+            ));
+            libc::munlock(self.start.as_ptr().cast(), self.len);
+            libc::munmap(self.start.as_ptr().cast(), self.len);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_locked_page_holds_its_bytes_out_of_dumps() {
+        let page = LockedPage::with_contents(b"key bytes").unwrap();
+        assert_eq!(page.bytes(9), b"key bytes");
+        let address = format!("{:x}-", page.start.as_ptr() as usize);
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let entry = smaps.split_once(&address).expect("the page is mapped").1;
+        let flags = entry.lines().find(|l| l.starts_with("VmFlags:")).unwrap();
+        assert!(flags.contains(" dd"), "not excluded from dumps: {flags}");
+    }
 
     #[test]
     fn resolves_root_and_rejects_unknown_groups() {

@@ -55,6 +55,9 @@ const ALWAYS_ALLOWED: &[i64] = &[
     libc::SYS_mremap,
     libc::SYS_mprotect,
     libc::SYS_madvise,
+    // Each DEK gets a locked page (see sys::LockedPage).
+    libc::SYS_mlock,
+    libc::SYS_munlock,
     libc::SYS_brk,
     libc::SYS_sched_yield,
     libc::SYS_sched_getaffinity,
