@@ -1,7 +1,9 @@
 # Shared by the quick start, the test command and CI. Sourced, not run.
 
 # Debian 12 packages sceau builds and tests against.
-SCEAU_PACKAGES=(libtss2-dev pkg-config gcc swtpm swtpm-tools tpm2-tools)
+# systemd brings systemd-analyze and systemd-socket-activate; util-linux brings
+# setpriv (the non-root caller test).
+SCEAU_PACKAGES=(libtss2-dev pkg-config gcc swtpm swtpm-tools tpm2-tools systemd util-linux)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).
 install_packages() {

@@ -1,5 +1,6 @@
 //! Serving the KMS service on a unix socket, and stopping cleanly.
 
+pub mod idle;
 pub mod peer;
 pub mod socket;
 
@@ -57,6 +58,14 @@ pub fn stop_requested(
     })
 }
 
+/// Accepted connections, each closed after [`idle::IDLE_LIMIT`] of silence.
+fn incoming_connections(
+    listener: UnixListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<idle::IdleClosingStream>> {
+    use tokio_stream::StreamExt;
+    UnixListenerStream::new(listener).map(|accepted| accepted.map(idle::IdleClosingStream::new))
+}
+
 /// Serves until `stop` resolves, then stops accepting and gives in-flight
 /// calls [`SHUTDOWN_GRACE`] to finish.
 pub async fn serve<S: Sealer>(
@@ -70,7 +79,7 @@ pub async fn serve<S: Sealer>(
         .add_service(KeyManagementServiceServer::with_interceptor(
             service, callers,
         ))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+        .serve_with_incoming_shutdown(incoming_connections(listener), async {
             let _ = drain.await;
         });
     tokio::pin!(server);
