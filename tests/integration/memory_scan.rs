@@ -51,9 +51,10 @@ async fn hits_after_round_trips(
     for _ in 0..ROUND_TRIPS {
         rpc::round_trip(&mut client, &key_id, MARKER_DEK).await;
     }
+    // Held until the scan is done, so a kept connection really stays open.
     let _kept = match connection {
-        Connection::Closed => drop(client),
-        Connection::KeptOpen => std::mem::forget(client),
+        Connection::Closed => None,
+        Connection::KeptOpen => Some(client),
     };
     // Let the daemon finish the calls and notice a closed connection; an
     // open one it ends after IDLE_LIMIT of silence.
