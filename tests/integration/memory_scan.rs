@@ -53,7 +53,10 @@ async fn hits_after_round_trips(
     }
     // Held until the scan is done, so a kept connection really stays open.
     let _kept = match connection {
-        Connection::Closed => None,
+        Connection::Closed => {
+            drop(client);
+            None
+        }
         Connection::KeptOpen => Some(client),
     };
     // Let the daemon finish the calls and notice a closed connection; an
