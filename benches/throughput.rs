@@ -10,6 +10,10 @@
 //! served Status of the real binary, and the binary's idle RSS.
 //! Absolute times on swtpm say nothing about a hardware TPM (100–1000× slower).
 
+/// The daemon's allocator, so that both paths pay for wiping as sceau does.
+#[global_allocator]
+static ALLOCATOR: sceau::alloc::WipeOnFree = sceau::alloc::WipeOnFree;
+
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/integration/harness/mod.rs"]
 mod harness;

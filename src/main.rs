@@ -1,9 +1,10 @@
 //! The `sceau` binary: parses the command line and runs the start-up sequence.
 //!
-//! Start-up stays single-threaded until the TPM is open and the worker thread
-//! is the only one that will ever touch it; the tokio runtime is built by hand
-//! afterwards (no `#[tokio::main]`), so later sandboxing can apply to every
-//! thread.
+//! `serve` runs the steps docs/hardening.md lists, in that order: it stays
+//! single-threaded until the sandbox is in place (Landlock and capabilities
+//! are per thread), then starts the TPM thread and builds the tokio runtime by
+//! hand (no `#[tokio::main]`), installs seccomp on every thread, and only then
+//! reports READY=1.
 
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -188,7 +189,10 @@ fn confine_and_serve(
         if let Some(interval) = notify::watchdog_interval() {
             tokio::spawn(feed_watchdog(worker, interval));
         }
-        log::info!("serving key_id={key_id} on {}", options.socket.display());
+        match socket_file {
+            Some(file) => log::info!("serving key_id={key_id} on {}", file.path().display()),
+            None => log::info!("serving key_id={key_id} on the socket systemd passed"),
+        }
         notify::ready(&key_id);
         anyhow::Ok(server::serve(listener, service, callers, stop).await?)
     })?;

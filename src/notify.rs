@@ -16,6 +16,9 @@ use crate::tpm::KeyId;
 pub const START_EXTENSION: Duration = Duration::from_secs(30);
 /// How often the extension is renewed while the TPM is still opening.
 const EXTENSION_RENEWAL: Duration = Duration::from_secs(10);
+/// No renewal after this much start-up time: a TPM that has not answered by
+/// then is not going to, and systemd's own timeout should end the attempt.
+const MAX_START_TIME: Duration = Duration::from_secs(300);
 
 fn send(states: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(states) {
@@ -52,7 +55,8 @@ pub fn extending_start_timeout<T>(start: impl FnOnce() -> T) -> T {
     let (done, finished) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
         scope.spawn(move || {
-            loop {
+            let started = std::time::Instant::now();
+            while started.elapsed() < MAX_START_TIME {
                 send(&[NotifyState::ExtendTimeoutUsec(micros)]);
                 // Done, or the sender is gone (start() panicked): stop.
                 if !matches!(

@@ -45,20 +45,24 @@ pub struct Tpm {
 }
 
 impl Tpm {
-    /// Opens the TCTI, clears what a crashed predecessor left loaded and
-    /// recreates the SRK. The salted session starts with the first DEK.
+    /// Opens the TCTI, clears what a crashed predecessor left loaded,
+    /// recreates the SRK and starts the salted session, so that the first
+    /// request pays for none of it (and OpenSSL is initialised before the
+    /// sandbox closes the filesystem).
     pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
         let mut ctx =
             Context::new(config.tcti.clone()).map_err(|e| TpmError::new("Initialize", e))?;
         ensure_started(&mut ctx)?;
         flush_leftovers(&mut ctx)?;
         let srk = Srk::recreate(&mut ctx, config.srk_handle)?;
-        Ok(Self {
+        let mut tpm = Self {
             ctx,
             srk,
             session: None,
             parameter_encryption: config.parameter_encryption,
-        })
+        };
+        tpm.dek_session()?;
+        Ok(tpm)
     }
 
     pub fn srk(&self) -> &Srk {
