@@ -23,7 +23,7 @@ struct Probe {
 }
 
 /// Each attempt returns whether the action succeeded.
-const PROBES: [Probe; 4] = [
+const PROBES: [Probe; 5] = [
     Probe {
         name: "open /etc/passwd for reading",
         attempt: || std::fs::File::open("/etc/passwd").is_ok(),
@@ -39,6 +39,10 @@ const PROBES: [Probe; 4] = [
     Probe {
         name: "make a system call outside the allowlist (unshare)",
         attempt: || sys::bare_syscall(libc::SYS_unshare).is_ok(),
+    },
+    Probe {
+        name: "make the process dumpable again",
+        attempt: || sys::set_dumpable().is_ok(),
     },
     Probe {
         name: "gain a capability (CAP_SYS_ADMIN)",

@@ -125,6 +125,16 @@ pub fn forbid_core_dumps() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Makes the process dumpable again: what an attacker inside sceau would
+/// try first to read its memory; `sceau selftest` checks it is refused.
+pub fn set_dumpable() -> std::io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes an integer argument and touches no memory.
+    match unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// Sets PR_SET_NO_NEW_PRIVS: no execve can grant privileges from now on.
 pub fn set_no_new_privs() -> std::io::Result<()> {
     // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments and touches no memory.

@@ -78,7 +78,6 @@ const ALWAYS_ALLOWED: &[i64] = &[
     libc::SYS_getuid,
     libc::SYS_geteuid,
     libc::SYS_getrandom,
-    libc::SYS_prctl,
     // Removing sceau's own socket file at exit, and reopening the TPM after a
     // lost connection: which files these reach is Landlock's decision (only
     // the TPM device and the socket's directory); seccomp guards the kernel.
@@ -90,7 +89,8 @@ const ALWAYS_ALLOWED: &[i64] = &[
 ];
 
 /// Builds the filter: the allowlist, with `socket` limited to AF_UNIX unless
-/// the TPM is reached over TCP (swtpm's TCTI reconnects per command).
+/// the TPM is reached over TCP (swtpm's TCTI reconnects per command), and
+/// `prctl` limited to thread names.
 pub fn filter(allow_inet: bool, on_violation: SeccompAction) -> Result<BpfProgram, SandboxError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS_ALLOWED.iter().map(|nr| (*nr, Vec::new())).collect();
@@ -102,7 +102,16 @@ pub fn filter(allow_inet: bool, on_violation: SeccompAction) -> Result<BpfProgra
         libc::SYS_socket,
         domains
             .into_iter()
-            .map(socket_domain_rule)
+            .map(|domain| first_argument_is(domain as u64))
+            .collect::<Result<_, _>>()?,
+    );
+    // Threads name themselves (PR_SET_NAME) when they start; nothing else.
+    // In particular PR_SET_DUMPABLE stays out, so dumpable cannot come back.
+    rules.insert(
+        libc::SYS_prctl,
+        [libc::PR_SET_NAME, libc::PR_GET_NAME]
+            .into_iter()
+            .map(|option| first_argument_is(option as u64))
             .collect::<Result<_, _>>()?,
     );
     let arch = TargetArch::try_from(std::env::consts::ARCH)
@@ -112,8 +121,8 @@ pub fn filter(allow_inet: bool, on_violation: SeccompAction) -> Result<BpfProgra
         .map_err(|e| SandboxError::Seccomp(e.to_string()))
 }
 
-fn socket_domain_rule(domain: libc::c_int) -> Result<SeccompRule, SandboxError> {
-    SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, domain as u64)
+fn first_argument_is(value: u64) -> Result<SeccompRule, SandboxError> {
+    SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
         .and_then(|condition| SeccompRule::new(vec![condition]))
         .map_err(|e| SandboxError::Seccomp(e.to_string()))
 }
@@ -133,7 +142,7 @@ pub fn install(allow_inet: bool, enforcement: Enforcement) -> Result<(), Sandbox
         .map_err(|e| SandboxError::Seccomp(e.to_string()))?;
     log::info!(
         "seccomp: {} allowed calls, others {on_violation:?}",
-        ALWAYS_ALLOWED.len() + 1
+        ALWAYS_ALLOWED.len() + 2
     );
     Ok(())
 }

@@ -54,7 +54,7 @@ async fn the_serving_daemon_holds_no_privileges() {
     assert_eq!(status_field(unfiltered.sceau.pid(), "Seccomp"), "0");
 }
 
-/// `sceau selftest --sandbox` tries four forbidden actions in the sandbox.
+/// `sceau selftest --sandbox` tries five forbidden actions in the sandbox.
 #[test]
 fn selftest_reports_every_forbidden_action_refused() {
     let tmp = TempDir::new("selftest");
@@ -68,7 +68,7 @@ fn selftest_reports_every_forbidden_action_refused() {
         .filter(|l| l.starts_with("PASS "))
         .count();
     assert!(
-        finished.status.success() && passes == 4,
+        finished.status.success() && passes == 5,
         "selftest: {}\n{}",
         finished.status,
         finished.all_output()

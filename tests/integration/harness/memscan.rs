@@ -56,10 +56,17 @@ fn readable_range(line: &str) -> Option<(u64, u64, &str)> {
     ))
 }
 
+/// Reads a mapping page by page, so that a page the process unmaps or
+/// shrinks away meanwhile costs that page only, not the whole mapping.
 fn read_range(mem: &mut File, start: u64, end: u64) -> Option<Vec<u8>> {
+    const PAGE: u64 = 4096;
     let mut bytes = vec![0; usize::try_from(end - start).ok()?];
-    mem.seek(SeekFrom::Start(start)).ok()?;
-    mem.read_exact(&mut bytes).ok()?;
+    for (index, page) in bytes.chunks_mut(PAGE as usize).enumerate() {
+        let at = start + index as u64 * PAGE;
+        if mem.seek(SeekFrom::Start(at)).is_ok() {
+            let _ = mem.read_exact(page);
+        }
+    }
     Some(bytes)
 }
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# sceau against the kube-apiserver's own KMS v2 client code (k8s.io/apiserver,
+# pinned in tests/interop/go.mod): builds sceau, starts a throwaway swtpm and
+# sceau on a temporary socket, and runs tests/interop/kmsv2client twice, once
+# with one goroutine and once with 16. Exits with the Go program's status.
+#
+# Go's caches are GOCACHE and GOMODCACHE if set, else Go's default locations.
+# Extra arguments are passed to both runs of the Go program.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+install_packages
+require_cargo
+command -v go >/dev/null || {
+    echo "go not found: tests/interop needs Go 1.26 or newer" >&2
+    exit 1
+}
+
+tmp=$(mktemp -d /tmp/sceau-interop.XXXXXX)
+swtpm_pid=""
+sceau_pid=""
+cleanup() {
+    local status=$?
+    [ -n "$sceau_pid" ] && kill "$sceau_pid" 2>/dev/null && wait "$sceau_pid" 2>/dev/null
+    [ -n "$swtpm_pid" ] && kill "$swtpm_pid" 2>/dev/null && wait "$swtpm_pid" 2>/dev/null
+    rm -rf "$tmp"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+t0=$SECONDS
+echo "== building sceau (cargo build --locked)"
+cargo build --locked --quiet
+echo "== building tests/interop/kmsv2client (GOCACHE=$(go env GOCACHE) GOMODCACHE=$(go env GOMODCACHE))"
+(cd tests/interop && go build -mod=readonly -o "$tmp/kmsv2client" ./kmsv2client)
+echo "   built in $((SECONDS - t0)) s"
+
+port=$(free_port_pair $((20000 + RANDOM % 20000)))
+mkdir "$tmp/tpm"
+swtpm socket --tpm2 --tpmstate dir="$tmp/tpm" \
+    --server type=tcp,port="$port",bindaddr=127.0.0.1 \
+    --ctrl type=tcp,port=$((port + 1)),bindaddr=127.0.0.1 \
+    --flags not-need-init,startup-clear >"$tmp/swtpm.log" 2>&1 &
+swtpm_pid=$!
+for _ in $(seq 100); do
+    (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break
+    kill -0 "$swtpm_pid" 2>/dev/null || { cat "$tmp/swtpm.log" >&2; echo "swtpm exited" >&2; exit 1; }
+    sleep 0.1
+done
+
+socket="$tmp/kms.sock"
+target/debug/sceau serve --socket "$socket" --tcti "swtpm:host=127.0.0.1,port=$port" >"$tmp/sceau.log" 2>&1 &
+sceau_pid=$!
+for _ in $(seq 200); do
+    [ -S "$socket" ] && break
+    kill -0 "$sceau_pid" 2>/dev/null || { cat "$tmp/sceau.log" >&2; echo "sceau exited before listening" >&2; exit 1; }
+    sleep 0.1
+done
+[ -S "$socket" ] || { cat "$tmp/sceau.log" >&2; echo "sceau did not create $socket in 20 s" >&2; exit 1; }
+echo "== swtpm on 127.0.0.1:$port/$((port + 1)), sceau on $socket"
+
+status=0
+echo "== kmsv2client (1 goroutine)"
+t1=$SECONDS
+"$tmp/kmsv2client" --socket "$socket" "$@" || status=$?
+echo "   took $((SECONDS - t1)) s"
+echo "== kmsv2client --concurrency 16"
+t1=$SECONDS
+"$tmp/kmsv2client" --socket "$socket" --concurrency 16 "$@" || status=$?
+echo "   took $((SECONDS - t1)) s"
+
+kill -0 "$sceau_pid" 2>/dev/null || { echo "sceau is no longer running" >&2; status=1; }
+if [ "$status" -ne 0 ]; then
+    echo "== sceau log (last 50 lines)" >&2
+    tail -n 50 "$tmp/sceau.log" >&2
+fi
+echo "== interop-kmsv2: $([ "$status" -eq 0 ] && echo PASS || echo FAIL) in $((SECONDS - t0)) s"
+exit "$status"
