@@ -38,6 +38,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/envelope/kmsv2"
 	kmstypes "k8s.io/apiserver/pkg/storage/value/encrypt/envelope/kmsv2/v2"
+	"k8s.io/klog/v2"
 	kmsservice "k8s.io/kms/pkg/service"
 )
 
@@ -76,15 +77,72 @@ func (c *counted) Decrypt(ctx context.Context, uid string, req *kmsservice.Decry
 	return out, err
 }
 
+// logSink receives the apiserver code's klog output (at -v=4), so that the
+// expected errors of the refusal checks do not clutter the report; warnings
+// and errors logged during a failed check are printed under it. It also
+// counts the gRPC client's dials, which NewGRPCService logs at V(4).
+type logSink struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	dials int
+}
+
+const dialMessage = "Successfully dialed Unix socket"
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	l.dials += bytes.Count(p, []byte(dialMessage))
+	return len(p), nil
+}
+
+// take returns the warning and error lines logged since the last take.
+func (l *logSink) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		if strings.HasPrefix(line, "E") || strings.HasPrefix(line, "W") {
+			out = append(out, line)
+		}
+	}
+	l.buf.Reset()
+	return out
+}
+
+func (l *logSink) dialCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dials
+}
+
+var sink = &logSink{}
+
+func init() {
+	fs := flag.NewFlagSet("klog", flag.PanicOnError)
+	klog.InitFlags(fs)
+	fs.Set("logtostderr", "false")
+	fs.Set("stderrthreshold", "FATAL")
+	fs.Set("one_output", "true")
+	fs.Set("v", "4")
+	klog.SetOutput(sink)
+}
+
 type runner struct {
 	passed, failed int
 }
 
 func (r *runner) check(name string, fn func() (string, error)) bool {
+	sink.take()
 	detail, err := fn()
+	logged := sink.take()
 	if err != nil {
 		r.failed++
 		fmt.Printf("FAIL %s: %v\n", name, err)
+		for _, line := range logged {
+			fmt.Printf("    apiserver log: %s\n", line)
+		}
 		return false
 	}
 	r.passed++
@@ -466,20 +524,28 @@ resources:
 
 	// --- after a silence: sceau has closed the idle connection ------------
 	if cfg.idle > 0 && first != nil {
+		// Both clients' connections have been silent since their last call;
+		// sceau closes a connection after 10 s of silence. A dial logged by
+		// NewGRPCService's dialer during the check shows that the old
+		// connection was gone and the client made a new one by itself.
 		time.Sleep(cfg.idle)
 		r.check("kms-providers-healthz-after-idle", func() (string, error) {
-			st, en := first.svc.status.Load(), first.svc.encrypt.Load()
+			st, en, dials := first.svc.status.Load(), first.svc.encrypt.Load(), sink.dialCount()
 			if err := readyz(first.conf); err != nil {
 				return "", fmt.Errorf("%s: %w", first.conf.HealthChecks[0].Name(), err)
 			}
-			dst, den := first.svc.status.Load()-st, first.svc.encrypt.Load()-en
+			dst, den, ddials := first.svc.status.Load()-st, first.svc.encrypt.Load()-en, sink.dialCount()-dials
 			if dst != 1 || den != 0 {
 				return "", fmt.Errorf("probe made %d Status and %d Encrypt calls, want 1 and 0 (key_id unchanged)", dst, den)
 			}
-			return fmt.Sprintf("after %s idle: fresh Status over a new connection, key_id unchanged so no Encrypt", cfg.idle), nil
+			if ddials != 1 {
+				return "", fmt.Errorf("the probe's Status made %d dials, want 1 (sceau should have closed the idle connection)", ddials)
+			}
+			return fmt.Sprintf("after %s idle: the probe's Status redialled once, key_id unchanged so no Encrypt", cfg.idle), nil
 		})
 		if stored != nil {
 			r.check("decrypt-after-idle", func() (string, error) {
+				dials := sink.dialCount()
 				got, _, err := newTransformer(svc, stateFunc).TransformFromStorage(ctx, stored, storageKey)
 				if err != nil {
 					return "", fmt.Errorf("TransformFromStorage: %w", err)
@@ -487,7 +553,10 @@ resources:
 				if !bytes.HasPrefix(got, []byte("interop secret ")) {
 					return "", errors.New("read back different bytes")
 				}
-				return "the first client's connection was closed by sceau; its next Decrypt reconnected", nil
+				if d := sink.dialCount() - dials; d != 1 {
+					return "", fmt.Errorf("the Decrypt made %d dials, want 1 (sceau should have closed the idle connection)", d)
+				}
+				return "the first client's Decrypt redialled once and succeeded", nil
 			})
 		}
 	}
@@ -583,7 +652,7 @@ func roundTrips(ctx context.Context, svc *counted, cfg config, prefix string,
 	lat := append([]time.Duration(nil), svc.decryptLatencies...)
 	svc.decryptNanos.Unlock()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return fmt.Sprintf("%d goroutines x %d: %d Encrypt + %d Decrypt in %s; Decrypt latency median %s, max %s",
+	return fmt.Sprintf("%d goroutine(s) x %d: %d Encrypt + %d Decrypt in %s; Decrypt latency median %s, max %s",
 		cfg.concurrency, cfg.iterations, enc, dec, elapsed.Round(time.Millisecond),
 		lat[len(lat)/2].Round(100*time.Microsecond), lat[len(lat)-1].Round(100*time.Microsecond)), nil
 }
