@@ -20,15 +20,19 @@ command -v go >/dev/null || {
 tmp=$(mktemp -d /tmp/sceau-interop.XXXXXX)
 swtpm_pid=""
 sceau_pid=""
+client_pid=""
 cleanup() {
     local status=$?
-    [ -n "$sceau_pid" ] && kill "$sceau_pid" 2>/dev/null && wait "$sceau_pid" 2>/dev/null
-    [ -n "$swtpm_pid" ] && kill "$swtpm_pid" 2>/dev/null && wait "$swtpm_pid" 2>/dev/null
+    set +e
+    for pid in $client_pid $sceau_pid $swtpm_pid; do
+        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    done
     rm -rf "$tmp"
     exit "$status"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 t0=$SECONDS
 echo "== building sceau (cargo build --locked)"
@@ -61,15 +65,22 @@ done
 [ -S "$socket" ] || { cat "$tmp/sceau.log" >&2; echo "sceau did not create $socket in 20 s" >&2; exit 1; }
 echo "== swtpm on 127.0.0.1:$port/$((port + 1)), sceau on $socket"
 
+# Runs the Go program in the background and waits for it, so that a signal to
+# this script is handled (and everything cleaned up) at once.
 status=0
+run_client() {
+    local t1=$SECONDS rc=0
+    "$tmp/kmsv2client" --socket "$socket" "$@" &
+    client_pid=$!
+    wait "$client_pid" || rc=$?
+    client_pid=""
+    echo "   took $((SECONDS - t1)) s"
+    [ "$rc" -eq 0 ] || status=$rc
+}
 echo "== kmsv2client (1 goroutine)"
-t1=$SECONDS
-"$tmp/kmsv2client" --socket "$socket" "$@" || status=$?
-echo "   took $((SECONDS - t1)) s"
+run_client "$@"
 echo "== kmsv2client --concurrency 16"
-t1=$SECONDS
-"$tmp/kmsv2client" --socket "$socket" --concurrency 16 "$@" || status=$?
-echo "   took $((SECONDS - t1)) s"
+run_client --concurrency 16 "$@"
 
 kill -0 "$sceau_pid" 2>/dev/null || { echo "sceau is no longer running" >&2; status=1; }
 if [ "$status" -ne 0 ]; then

@@ -160,11 +160,12 @@ func (r *runner) skipFail(name, why string) {
 	fmt.Printf("FAIL %s: not run, %s\n", name, why)
 }
 
-// grpcCode names the gRPC status carried (possibly wrapped) by err.
+// grpcCode names the gRPC code and message sceau sent, found through the
+// apiserver's error wrapping.
 func grpcCode(err error) string {
-	// status.FromError looks through wrapping (%w) for a gRPC status.
-	if s, ok := status.FromError(err); ok {
-		return fmt.Sprintf("%s %q", s.Code(), s.Message())
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s %q", se.GRPCStatus().Code(), se.GRPCStatus().Message())
 	}
 	return "no gRPC status: " + err.Error()
 }
@@ -471,7 +472,7 @@ resources:
 		}
 		st, en := a.svc.status.Load(), a.svc.encrypt.Load()
 		if st < 1 || en != 1 {
-			return "", fmt.Errorf("priming made %d Status and %d Encrypt calls, want >=1 and 1 (see stderr for the probe's error)", st, en)
+			return "", fmt.Errorf("priming made %d Status and %d Encrypt calls, want >=1 and 1 (the probe's log follows)", st, en)
 		}
 		return fmt.Sprintf("health check %q; probe primed with %d Status + %d Encrypt", names[0], st, en), nil
 	})
