@@ -16,6 +16,7 @@ pub mod activation;
 pub mod alloc;
 pub mod cli;
 pub mod client;
+pub mod hooks;
 pub mod kms;
 pub mod logging;
 pub mod notify;

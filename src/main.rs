@@ -37,15 +37,13 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 const WORKER_EXIT_WAIT: Duration = Duration::from_secs(3);
 
 fn main() -> ExitCode {
-    #[cfg(feature = "insecure-test-hooks")]
-    if std::env::var_os("SCEAU_INSECURE_NO_WIPE").is_some() {
-        sceau::alloc::disable_wiping_for_tests();
-    }
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     sceau::logging::init(
         sceau::logging::level_from_env(std::env::var("SCEAU_LOG").ok().as_deref()),
         journald,
     );
+    #[cfg(feature = "insecure-test-hooks")]
+    sceau::hooks::disable_from_environment();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -163,9 +161,7 @@ fn confine_and_serve(
         notify_socket_dir: notify_socket_dir(),
     };
     pin_tcti_library(&options.tcti);
-    sandbox::landlock::restrict(&policy, options.landlock)?;
-    sandbox::capabilities::drop_all()?;
-    sandbox::no_new_privs()?;
+    sandbox::confine(&policy, options.landlock)?;
 
     let key_id = tpm.srk().key_id();
     let (worker, death, worker_thread) = TpmWorker::spawn(tpm, config, options.request_deadline)
@@ -206,20 +202,27 @@ fn confine_and_serve(
 /// `tcache_count=0`). They cover what tpm2-tss and OpenSSL allocate, which
 /// the Rust allocator never sees. glibc reads tunables only at exec.
 const MALLOC_WIPING_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165";
+/// Set on the re-executed process, so that it never re-executes again.
+const REEXEC_MARKER: &str = "SCEAU_REEXECUTED";
 
 /// Re-executes sceau once with [`MALLOC_WIPING_TUNABLES`] added to
 /// GLIBC_TUNABLES, before anything else happens (same pid, same fds, so
 /// socket activation is unaffected). A no-op when they are already set.
 fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    #[cfg(feature = "insecure-test-hooks")]
-    if std::env::var_os("SCEAU_INSECURE_NO_WIPE").is_some() {
+    if !sceau::hooks::enabled(sceau::hooks::Protection::MallocTunables) {
+        return Ok(());
+    }
+    // The marker, not the tunables, says "already done": glibc erases
+    // GLIBC_TUNABLES for a secure-execution (setuid, file capabilities)
+    // binary, and checking for them would then re-execute forever.
+    if std::env::var_os(REEXEC_MARKER).is_some() {
+        if !std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains(MALLOC_WIPING_TUNABLES)) {
+            log::warn!("glibc ignored GLIBC_TUNABLES; freed C heap blocks are not wiped");
+        }
         return Ok(());
     }
     let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-    if current.contains(MALLOC_WIPING_TUNABLES) {
-        return Ok(());
-    }
     let tunables = match current.as_str() {
         "" => MALLOC_WIPING_TUNABLES.to_string(),
         other => format!("{other}:{MALLOC_WIPING_TUNABLES}"),
@@ -230,6 +233,7 @@ fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
         .arg0(program)
         .args(args)
         .env("GLIBC_TUNABLES", tunables)
+        .env(REEXEC_MARKER, "1")
         .exec();
     Err(error).context("re-executing with glibc's free() wiping enabled")
 }
@@ -239,9 +243,10 @@ fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
 /// fails cleanly and sceau exits for its supervisor to restart it.
 fn pin_tcti_library(tcti: &str) {
     let kind = tcti.split(':').next().unwrap_or(tcti);
-    let library = format!("libtss2-tcti-{kind}.so.0");
-    if let Err(e) = sceau::sys::pin_library(&library) {
-        log::warn!("could not keep {library} loaded ({e}); a lost TPM connection will end sceau");
+    if let Err(e) = sceau::sys::pin_tcti_library(kind) {
+        log::warn!(
+            "could not keep the {kind} TCTI loaded ({e}); a lost TPM connection will end sceau"
+        );
     }
 }
 

@@ -190,17 +190,22 @@ pub fn socket_option(
     }
 }
 
-/// Loads a shared library and keeps it loaded for the life of the process.
+/// Loads tpm2-tss's library for a TCTI (`device`, `swtpm`, `mssim`,
+/// `tabrmd`) and keeps it loaded for the life of the process.
 ///
 /// tpm2-tss loads its TCTI library with dlopen each time a context is made.
 /// Once Landlock forbids reading /usr/lib, only an already-loaded library
 /// can be found again (by its name, without touching the filesystem), so a
 /// lost TPM connection can still be reopened inside the sandbox.
-pub fn pin_library(name: &str) -> std::io::Result<()> {
-    let name = CString::new(name).map_err(std::io::Error::other)?;
-    // SAFETY: `name` is a NUL-terminated string that outlives the call. The
-    // handle is deliberately never passed to dlclose, so the library's code
-    // stays mapped for as long as tpm2-tss may call into it.
+pub fn pin_tcti_library(kind: &str) -> std::io::Result<()> {
+    if !["device", "swtpm", "mssim", "tabrmd"].contains(&kind) {
+        return Err(std::io::Error::other(format!("unknown TCTI {kind:?}")));
+    }
+    let name = CString::new(format!("libtss2-tcti-{kind}.so.0")).map_err(std::io::Error::other)?;
+    // SAFETY: `name` is a NUL-terminated string that outlives the call and
+    // names one of tpm2-tss's own TCTI libraries, which tpm2-tss would load
+    // anyway. The handle is deliberately never passed to dlclose, so the
+    // library's code stays mapped for as long as tpm2-tss may call into it.
     let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NODELETE) };
     if handle.is_null() {
         return Err(std::io::Error::other(format!("dlopen {name:?} failed")));
@@ -212,9 +217,10 @@ pub fn pin_library(name: &str) -> std::io::Result<()> {
 /// `sceau selftest` to try actions the sandbox may punish by killing the
 /// process, without losing the parent.
 ///
+/// # Safety
 /// Call only while the process has one thread: a fork of a multi-threaded
 /// process may find a lock held by a thread that does not exist in the child.
-pub fn in_child(probe: impl FnOnce() -> i32) -> std::io::Result<std::process::ExitStatus> {
+pub unsafe fn in_child(probe: impl FnOnce() -> i32) -> std::io::Result<std::process::ExitStatus> {
     use std::os::unix::process::ExitStatusExt;
     // SAFETY: the caller keeps the process single-threaded (documented
     // above), so the child's copy of the heap and its locks is consistent.
@@ -237,15 +243,13 @@ pub fn in_child(probe: impl FnOnce() -> i32) -> std::io::Result<std::process::Ex
     }
 }
 
-/// Issues a raw system call with no arguments (a probe of the seccomp
-/// filter; the call's own effect is irrelevant, and the ones used take none
-/// that could touch memory).
-pub fn bare_syscall(number: libc::c_long) -> std::io::Result<libc::c_long> {
-    // SAFETY: the probes pass syscalls whose zero arguments are invalid
-    // pointers or ids the kernel rejects, and none writes to user memory.
-    match unsafe { libc::syscall(number, 0, 0, 0, 0, 0, 0) } {
-        -1 => Err(std::io::Error::last_os_error()),
-        result => Ok(result),
+/// `unshare(0)`: a no-op if allowed, so a harmless probe of the seccomp
+/// filter (which does not allow it).
+pub fn unshare_nothing() -> std::io::Result<()> {
+    // SAFETY: unshare with no flags changes nothing and touches no memory.
+    match unsafe { libc::unshare(0) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
 }
 

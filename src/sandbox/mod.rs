@@ -83,6 +83,17 @@ pub fn no_new_privs() -> Result<(), SandboxError> {
     crate::sys::set_no_new_privs().map_err(SandboxError::NoNewPrivs)
 }
 
+/// Steps 2 to 4, which must run while the process has one thread. `serve`
+/// and `selftest` both call exactly this.
+pub fn confine(
+    policy: &landlock::LandlockPolicy,
+    enforcement: Enforcement,
+) -> Result<(), SandboxError> {
+    landlock::restrict(policy, enforcement)?;
+    capabilities::drop_all()?;
+    no_new_privs()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

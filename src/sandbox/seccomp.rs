@@ -33,7 +33,6 @@ const ALWAYS_ALLOWED: &[i64] = &[
     libc::SYS_getsockname,
     libc::SYS_getpeername,
     libc::SYS_fcntl,
-    libc::SYS_ioctl,
     libc::SYS_lseek,
     libc::SYS_fstat,
     libc::SYS_newfstatat,
@@ -50,10 +49,8 @@ const ALWAYS_ALLOWED: &[i64] = &[
     libc::SYS_nanosleep,
     // Threads and memory.
     libc::SYS_futex,
-    libc::SYS_mmap,
     libc::SYS_munmap,
     libc::SYS_mremap,
-    libc::SYS_mprotect,
     libc::SYS_madvise,
     // Each DEK gets a locked page (see sys::LockedPage).
     libc::SYS_mlock,
@@ -78,6 +75,8 @@ const ALWAYS_ALLOWED: &[i64] = &[
     libc::SYS_getuid,
     libc::SYS_geteuid,
     libc::SYS_getrandom,
+    // Reading capabilities (the selftest checks none are left); capset stays out.
+    libc::SYS_capget,
     // Removing sceau's own socket file at exit, and reopening the TPM after a
     // lost connection: which files these reach is Landlock's decision (only
     // the TPM device and the socket's directory); seccomp guards the kernel.
@@ -94,15 +93,23 @@ const ALWAYS_ALLOWED: &[i64] = &[
 pub fn filter(allow_inet: bool, on_violation: SeccompAction) -> Result<BpfProgram, SandboxError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS_ALLOWED.iter().map(|nr| (*nr, Vec::new())).collect();
-    let mut domains = vec![libc::AF_UNIX];
-    if allow_inet {
-        domains.extend([libc::AF_INET, libc::AF_INET6]);
-    }
+    rules.insert(libc::SYS_socket, socket_rules(allow_inet)?);
+    // No new executable memory: the code sceau runs is mapped before the
+    // sandbox (the TCTI library included, see sys::pin_tcti_library).
     rules.insert(
-        libc::SYS_socket,
-        domains
+        libc::SYS_mmap,
+        vec![rule(vec![argument_masked(2, libc::PROT_EXEC, 0)?])?],
+    );
+    rules.insert(
+        libc::SYS_mprotect,
+        vec![rule(vec![argument_masked(2, libc::PROT_EXEC, 0)?])?],
+    );
+    // Non-blocking and close-on-exec flags only: no terminal or device ioctls.
+    rules.insert(
+        libc::SYS_ioctl,
+        [libc::FIONBIO, libc::FIOCLEX]
             .into_iter()
-            .map(|domain| first_argument_is(domain as u64))
+            .map(|request| rule(vec![argument_is(1, request)?]))
             .collect::<Result<_, _>>()?,
     );
     // Threads name themselves (PR_SET_NAME) when they start; nothing else.
@@ -111,7 +118,7 @@ pub fn filter(allow_inet: bool, on_violation: SeccompAction) -> Result<BpfProgra
         libc::SYS_prctl,
         [libc::PR_SET_NAME, libc::PR_GET_NAME]
             .into_iter()
-            .map(|option| first_argument_is(option as u64))
+            .map(|option| rule(vec![argument_is(0, option as u64)?]))
             .collect::<Result<_, _>>()?,
     );
     let arch = TargetArch::try_from(std::env::consts::ARCH)
@@ -121,10 +128,44 @@ pub fn filter(allow_inet: bool, on_violation: SeccompAction) -> Result<BpfProgra
         .map_err(|e| SandboxError::Seccomp(e.to_string()))
 }
 
-fn first_argument_is(value: u64) -> Result<SeccompRule, SandboxError> {
-    SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
-        .and_then(|condition| SeccompRule::new(vec![condition]))
+/// Unix sockets of any type (sd_notify uses datagrams); TCP only, and only
+/// for a TPM reached over TCP.
+fn socket_rules(allow_inet: bool) -> Result<Vec<SeccompRule>, SandboxError> {
+    let mut rules = vec![rule(vec![argument_is(0, libc::AF_UNIX as u64)?])?];
+    if allow_inet {
+        for domain in [libc::AF_INET, libc::AF_INET6] {
+            // The type argument also carries SOCK_NONBLOCK|SOCK_CLOEXEC.
+            rules.push(rule(vec![
+                argument_is(0, domain as u64)?,
+                argument_masked(1, 0xf, libc::SOCK_STREAM as u64)?,
+            ])?);
+        }
+    }
+    Ok(rules)
+}
+
+fn argument_is(index: u8, value: u64) -> Result<SeccompCondition, SandboxError> {
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
         .map_err(|e| SandboxError::Seccomp(e.to_string()))
+}
+
+fn argument_masked(
+    index: u8,
+    mask: impl Into<i64>,
+    value: u64,
+) -> Result<SeccompCondition, SandboxError> {
+    let mask = mask.into() as u64;
+    SeccompCondition::new(
+        index,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(mask),
+        value,
+    )
+    .map_err(|e| SandboxError::Seccomp(e.to_string()))
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> {
+    SeccompRule::new(conditions).map_err(|e| SandboxError::Seccomp(e.to_string()))
 }
 
 /// Installs the filter on every thread of the process.
@@ -142,7 +183,7 @@ pub fn install(allow_inet: bool, enforcement: Enforcement) -> Result<(), Sandbox
         .map_err(|e| SandboxError::Seccomp(e.to_string()))?;
     log::info!(
         "seccomp: {} allowed calls, others {on_violation:?}",
-        ALWAYS_ALLOWED.len() + 2
+        ALWAYS_ALLOWED.len() + 5
     );
     Ok(())
 }

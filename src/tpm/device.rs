@@ -8,7 +8,7 @@ use tss_esapi::handles::{ObjectHandle, SessionHandle, TpmHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{CapabilityData, MaxBuffer, SensitiveData};
+use tss_esapi::structures::{CapabilityData, MaxBuffer, Private, Public, SensitiveData};
 use tss_esapi::tcti_ldr::TctiNameConf;
 
 use super::envelope::SealedBlobs;
@@ -16,6 +16,7 @@ use super::fault::TpmError;
 use super::sealed::{LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
 use super::srk::{Srk, SrkError};
+use crate::hooks::{self, Protection};
 use crate::secret::Dek;
 
 /// Everything needed to (re)open the TPM.
@@ -82,8 +83,29 @@ impl Tpm {
                 c.create(parent, template, None, Some(data), None, None)
             })
             .map_err(|e| TpmError::new("Create", e))?;
-        blobs_from_created(created.out_public, &created.out_private)
-            .map_err(|e| TpmError::new("marshal sealed object", e))
+        let blobs = blobs_from_created(created.out_public.clone(), &created.out_private)
+            .map_err(|e| TpmError::new("marshal sealed object", e))?;
+        if hooks::enabled(Protection::TssInputScrub) {
+            self.load_and_flush(created.out_private, created.out_public)?;
+        }
+        Ok(blobs)
+    }
+
+    /// Loads the new object once and flushes it. This proves the envelope
+    /// opens before it is handed out, and it overwrites tpm2-tss's stored
+    /// copy of Create's input (kept in the context, in the clear, for a
+    /// possible resubmission) with Load's, which holds no secret.
+    fn load_and_flush(&mut self, private: Private, public: Public) -> Result<(), TpmError> {
+        let parent = self.srk.handle;
+        let loaded = self
+            .ctx
+            .execute_with_session(Some(AuthSession::Password), |c| {
+                c.load(parent, private, public)
+            })
+            .map_err(|e| TpmError::new("Load of the new object", e))?;
+        self.ctx
+            .flush_context(loaded.into())
+            .map_err(|e| TpmError::new("FlushContext", e))
     }
 
     /// Load, Unseal and FlushContext. The loaded object is flushed on every
@@ -100,7 +122,9 @@ impl Tpm {
         if let Err(e) = self.ctx.flush_context(loaded.into()) {
             log::warn!("FlushContext of a loaded sealed object failed: {e}");
         }
-        self.scrub_tss_buffer();
+        if hooks::enabled(Protection::TssBufferScrub) {
+            self.scrub_tss_buffer();
+        }
         unsealed
     }
 

@@ -172,7 +172,9 @@ impl Worker {
     fn run(mut self, death_notice: oneshot::Sender<()>) {
         while let Some(job) = self.queue.blocking_recv() {
             self.serve(job);
-            scrub_stack();
+            if crate::hooks::enabled(crate::hooks::Protection::StackScrub) {
+                scrub_stack();
+            }
             if self.tpm.is_none() {
                 break;
             }

@@ -37,6 +37,13 @@ async fn the_serving_daemon_holds_no_privileges() {
         assert_eq!(status_field(pid, set), "0000000000000000", "{set}");
     }
     assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    // Landlock leaves no trace in /proc; the daemon logs what the kernel
+    // enforced (this kernel: ABI 7, so "partially" of the rights requested).
+    let log = fx.sceau.stderr_text();
+    assert!(
+        log.contains("landlock: PartiallyEnforced") || log.contains("landlock: FullyEnforced"),
+        "{log}"
+    );
     assert_eq!(status_field(pid, "Seccomp"), "2");
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
     let core = limits

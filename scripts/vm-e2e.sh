@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# sceau under real systemd with a kernel TPM, in a VM (issue 4, item 3).
+#
+# Builds sceau (cargo build --release --locked), boots a small Debian 12 guest
+# under qemu with a swtpm-backed TPM 2.0 (tpm-crb, so the guest's kernel driver
+# makes /dev/tpm0 and /dev/tpmrm0), installs the repository's
+# systemd/sceau.socket and systemd/sceau.service unchanged, and checks socket
+# activation, READY=1, a client round trip, the live sandbox and the unit's
+# exposure score. The guest prints PASS/FAIL lines on its serial console and
+# powers itself off; this script prints them and "N passed, M failed" last.
+#
+# Two boots of the same image: kernel "new" (bookworm-backports 6.12, Landlock
+# ABI 6, the real ruleset enforced) and kernel "old" (bookworm 6.1, Landlock
+# ABI 2, what sceau does on an older ABI). SCEAU_VM_KERNELS="new" boots one.
+#
+# The guest image is cached in $SCEAU_VM_CACHE (default
+# ${XDG_CACHE_HOME:-~/.cache}/sceau-vm), keyed by a hash of the scripts that
+# build it (they hold the package list); a warm run only rebuilds the payload
+# disk (binary, units, checks). Serial logs go to target/vm-e2e/.
+#
+# Exit status: 0 when every check passed, 1 otherwise (a FAIL or a timeout).
+# Exits 0 with one "SKIP: ..." line only when qemu cannot start on this machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+source scripts/lib.sh
+
+t_start=$SECONDS
+kernels=${SCEAU_VM_KERNELS:-new old}
+boot_timeout=${SCEAU_VM_BOOT_TIMEOUT:-300}
+logdir=$repo/target/vm-e2e
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+# --- prerequisites: installed, never skipped --------------------------------
+SCEAU_PACKAGES+=(mmdebstrap debian-archive-keyring qemu-system-x86 swtpm e2fsprogs coreutils)
+install_packages
+require_cargo
+
+echo "== building sceau (cargo build --release --locked)"
+t0=$SECONDS
+cargo build --release --locked --quiet
+t_cargo=$((SECONDS - t0))
+
+# --- the cached guest image --------------------------------------------------
+key=$(cat tests/vm/build-image.sh tests/vm/guest-setup.sh | sha256sum | cut -c1-16)
+cache_root=${SCEAU_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sceau-vm}
+cache=$cache_root/$key
+t0=$SECONDS
+if [ -s "$cache/base.img" ] && [ -s "$cache/vmlinuz-new" ] && [ -s "$cache/vmlinuz-old" ]; then
+    echo "== guest image: cached ($cache)"
+    image_state=warm
+else
+    echo "== guest image: building ($cache, about a minute)"
+    mkdir -p "$cache_root"
+    building=$(mktemp -d "$cache_root/.build.XXXXXX")
+    if ! $sudo bash tests/vm/build-image.sh "$building" >"$building.log" 2>&1; then
+        tail -n 30 "$building.log" >&2
+        rm -rf "$building" "$building.log"
+        echo "FAIL guest image: tests/vm/build-image.sh failed (log above)"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    rm -f "$building.log"
+    # Older keys are dead weight (about 500 MB each).
+    find "$cache_root" -mindepth 1 -maxdepth 1 -not -name "$(basename "$building")" -exec rm -rf {} +
+    mv "$building" "$cache"
+    image_state=cold
+fi
+t_image=$((SECONDS - t0))
+read -r _ kernel_old < <(grep '^old ' "$cache/kernels")
+read -r _ kernel_new < <(grep '^new ' "$cache/kernels")
+
+# --- accelerator: KVM only when the CPU really has VMX/SVM -------------------
+if [ -w /dev/kvm ] && grep -qE '\b(vmx|svm)\b' /proc/cpuinfo; then
+    accel=(-accel kvm -cpu host)
+else
+    # -cx16: under QEMU 7.2's TCG (Debian 12), the 6.12 kernel's SLUB fast path
+    # (cmpxchg16b on a %gs address) double-faults at boot, every time, with
+    # -cpu max or EPYC and with one or many TCG threads. Without CX16 the kernel
+    # takes its generic fallback and boots.
+    accel=(-accel "tcg,thread=multi,tb-size=256" -cpu "${SCEAU_VM_CPU:-max,-cx16}")
+fi
+
+# qemu must be able to start at all (the one reason to skip): paused (-S), it
+# should still be running when timeout stops it.
+qemu_rc=0
+qemu_err=$(timeout 2 qemu-system-x86_64 -machine q35 "${accel[@]}" -nodefaults -display none \
+    -monitor none -serial none -S 2>&1 </dev/null) || qemu_rc=$?
+if [ "$qemu_rc" -ne 124 ]; then
+    echo "SKIP: qemu-system-x86_64 cannot start on this machine (exit $qemu_rc): $(echo "$qemu_err" | head -1)"
+    exit 0
+fi
+
+work=$(mktemp -d /tmp/sceau-vm.XXXXXX)
+swtpm_pid=""
+cleanup() {
+    local status=$?
+    set +e
+    [ -n "$swtpm_pid" ] && kill "$swtpm_pid" 2>/dev/null && wait "$swtpm_pid" 2>/dev/null
+    rm -rf "$work"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- the payload disk: the fresh binary, the repo's units, the checks ---------
+mkdir "$work/payload"
+install -m 0755 target/release/sceau "$work/payload/sceau"
+install -m 0644 systemd/sceau.socket systemd/sceau.service tests/vm/guest-checks.sh "$work/payload/"
+size_mb=$(($(du -sm "$work/payload" | cut -f1) + 32))
+mkfs.ext4 -q -F -L payload -E root_owner=0:0 -d "$work/payload" "$work/payload.img" "${size_mb}M"
+
+mkdir -p "$logdir"
+passed=0
+failed=0
+report=()
+record() { # LINE
+    report+=("$1")
+    case $1 in
+    PASS*) passed=$((passed + 1)) ;;
+    FAIL*) failed=$((failed + 1)) ;;
+    esac
+}
+
+boot() { # KIND (new|old)
+    local kind=$1 version serial qerr rc t0
+    version=$([ "$kind" = new ] && echo "$kernel_new" || echo "$kernel_old")
+    serial=$logdir/serial-$kind.log
+    qerr=$logdir/qemu-$kind.err
+    echo "== booting kernel $kind ($version) with a fresh swtpm"
+    mkdir -p "$work/tpm-$kind"
+    swtpm socket --tpm2 --tpmstate dir="$work/tpm-$kind" \
+        --ctrl type=unixio,path="$work/swtpm-$kind.sock" \
+        --log file="$logdir/swtpm-$kind.log",level=1 --terminate &
+    swtpm_pid=$!
+    for _ in $(seq 100); do
+        [ -S "$work/swtpm-$kind.sock" ] && break
+        sleep 0.1
+    done
+    t0=$SECONDS
+    rc=0
+    timeout -k 5 "$boot_timeout" qemu-system-x86_64 \
+        -machine q35 "${accel[@]}" -smp 2 -m 1024 \
+        -nodefaults -display none -no-reboot -monitor none \
+        -chardev stdio,id=ser0,signal=off -serial chardev:ser0 \
+        -kernel "$cache/vmlinuz-$kind" \
+        -append "root=/dev/nvme0n1 rw console=ttyS0,115200 panic=-1 quiet loglevel=4 systemd.show_status=0 sceau_vm.kernel=$kind" \
+        -drive file="$cache/base.img",if=none,id=root,format=raw,snapshot=on \
+        -device nvme,drive=root,serial=root \
+        -drive file="$work/payload.img",if=none,id=payload,format=raw,readonly=on \
+        -device virtio-blk-pci,drive=payload \
+        -chardev socket,id=chrtpm,path="$work/swtpm-$kind.sock" \
+        -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-crb,tpmdev=tpm0 \
+        </dev/null >"$serial" 2>"$qerr" || rc=$?
+    kill "$swtpm_pid" 2>/dev/null || true
+    wait "$swtpm_pid" 2>/dev/null || true
+    swtpm_pid=""
+    eval "t_boot_$kind=$((SECONDS - t0))"
+
+    # Kernel messages and the checks share the console; lines end in \r\n.
+    tr -d '\r' <"$serial" >"$serial.txt"
+    while IFS= read -r line; do
+        case $line in
+        PASS\ * | FAIL\ *) record "$line" ;;
+        INFO\ \[*\]\ \ *) if [ -n "${SCEAU_VM_VERBOSE:-}" ]; then report+=("$line"); fi ;;
+        INFO\ *) report+=("$line") ;;
+        esac
+    done < <(grep -aE '^(PASS|FAIL|INFO) ' "$serial.txt" || true)
+    local end
+    end=$(grep -ao 'SCEAU-VM-END rc=[0-9]*' "$serial.txt" | tail -1 || true)
+    if [ -z "$end" ]; then
+        if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+            record "FAIL [$kind] guest finished: timed out after ${boot_timeout}s (serial log $serial)"
+        else
+            record "FAIL [$kind] guest finished: qemu exited $rc without the end marker: $(head -1 "$qerr") (serial log $serial)"
+        fi
+        report+=("INFO [$kind] last console lines:")
+        while IFS= read -r line; do report+=("INFO [$kind]   $line"); done < <(tail -n 15 "$serial.txt")
+    elif [ "${end#SCEAU-VM-END rc=}" != 0 ] && ! grep -q "^FAIL \[$kind\]" "$serial.txt"; then
+        record "FAIL [$kind] guest checks: exited ${end#SCEAU-VM-END rc=} without a FAIL line (serial log $serial)"
+    else
+        record "PASS [$kind] guest powered itself off after the checks (qemu exit $rc, $((SECONDS - t0)) s)"
+    fi
+}
+
+for kind in $kernels; do
+    boot "$kind"
+done
+
+for line in "${report[@]}"; do echo "$line"; done
+timing="timing: image $image_state ${t_image}s, cargo ${t_cargo}s"
+for kind in $kernels; do
+    var=t_boot_$kind
+    timing+=", boot+checks $kind ${!var}s"
+done
+echo "$timing, total $((SECONDS - t_start))s (accel ${accel[1]%%,*})"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the cached guest for the VM test: a Debian 12 (bookworm) userland with
+# real systemd, the TPM libraries sceau links against, and two Debian cloud
+# kernels: bookworm-backports' 6.12 (Landlock ABI 6) and bookworm's own 6.1
+# (Landlock ABI 2). The cloud kernels have NVMe, ext4, TPM CRB/TIS and Landlock
+# built in, so the guest boots without an initramfs.
+#
+# Usage (root): tests/vm/build-image.sh OUTDIR
+# Writes OUTDIR/base.img (ext4, sparse), OUTDIR/vmlinuz-new, OUTDIR/vmlinuz-old
+# and OUTDIR/kernels (the two kernel versions). No loop mount: mkfs.ext4 -d.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: build-image.sh OUTDIR}
+mirror=${SCEAU_VM_MIRROR:-http://deb.debian.org/debian}
+secmirror=${SCEAU_VM_SECMIRROR:-http://deb.debian.org/debian-security}
+
+# The package list is also the cache key (scripts/vm-e2e.sh hashes this file).
+# - libtss2-*: what target/release/sceau links and dlopens (tpm2-tss 3.2.1).
+# - tpm-udev: the group tss and the udev rule giving /dev/tpmrm0 0660 root:tss.
+# - procps: pidof. linux-image-cloud-amd64: 6.1 here, 6.12 added below.
+packages=systemd,systemd-sysv,udev,kmod,dbus,procps,tpm-udev,libtss2-esys-3.0.2-0,libtss2-tctildr0,libtss2-tcti-device0,libtss2-mu0,libtss2-rc0,libtss2-sys1,libssl3,linux-image-cloud-amd64
+backports_kernel=linux-image-cloud-amd64
+
+rootfs=$(mktemp -d /var/tmp/sceau-vm-rootfs.XXXXXX)
+trap 'rm -rf "$rootfs"' EXIT
+mkdir -p "$out"
+
+mmdebstrap --variant=minbase --mode=root --format=directory --skip=check/empty --quiet \
+    --include="$packages" \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --essential-hook='mkdir -p "$1/etc/initramfs-tools/conf.d" && echo MODULES=list > "$1/etc/initramfs-tools/conf.d/sceau-vm"' \
+    --chrooted-customize-hook="DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -t bookworm-backports $backports_kernel >/dev/null" \
+    --customize-hook="bash '$here/guest-setup.sh' \"\$1\"" \
+    --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/boot/initrd.img-*' \
+    bookworm "$rootfs" \
+    "deb $mirror bookworm main" \
+    "deb $mirror bookworm-updates main" \
+    "deb $secmirror bookworm-security main" \
+    "deb $mirror bookworm-backports main"
+
+# Exactly two kernels: 6.1 (bookworm) and the newer one from backports.
+mapfile -t kernels < <(cd "$rootfs/boot" && ls vmlinuz-* | sed 's/^vmlinuz-//' | sort -V)
+[ "${#kernels[@]}" -eq 2 ] || { echo "expected two kernels in the guest, got: ${kernels[*]}" >&2; exit 1; }
+cp "$rootfs/boot/vmlinuz-${kernels[0]}" "$out/vmlinuz-old"
+cp "$rootfs/boot/vmlinuz-${kernels[1]}" "$out/vmlinuz-new"
+printf 'old %s\nnew %s\n' "${kernels[0]}" "${kernels[1]}" >"$out/kernels"
+dpkg-query --admindir="$rootfs/var/lib/dpkg" -W -f='${Package} ${Version}\n' systemd libtss2-esys-3.0.2-0 >"$out/versions"
+mkfs.ext4 -q -F -L root -E root_owner=0:0 -d "$rootfs" "$out/base.img" 1G

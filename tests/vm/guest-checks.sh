@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Runs inside the guest, as root, with systemd as PID 1 (started by
+# sceau-vm.service from the payload disk). Prints one line per check on the
+# serial console: "PASS name" or "FAIL name: why"; "INFO ..." lines are
+# context. The host parses them.
+#
+# The kernel command line carries sceau_vm.kernel=new|old: on "new" the kernel
+# must give Landlock ABI 4 or later; on "old" the checks are the same and the
+# Landlock line only documents what sceau does on an older ABI.
+set -u
+P=/payload
+kernel_kind=$(sed -n 's/.*sceau_vm\.kernel=\([a-z]*\).*/\1/p' /proc/cmdline)
+tag=${kernel_kind:-new}
+passed=0
+failed=0
+pass() { echo "PASS [$tag] $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL [$tag] $1: $2"; failed=$((failed + 1)); }
+info() { echo "INFO [$tag] $*"; }
+# Prints a command's output as INFO lines (for context on failures).
+show() { sed "s/^/INFO [$tag]   /"; }
+
+info "kernel $(uname -r), PID 1 $(cat /proc/1/comm), $(systemctl --version | head -1)"
+info "LSMs: $(cat /sys/kernel/security/lsm 2>/dev/null)"
+
+# --- the system itself ----------------------------------------------------
+state=$(timeout 60 systemctl is-system-running --wait 2>&1)
+if [ "$state" = running ]; then
+    pass "systemd is PID 1 and the system is running"
+else
+    fail "system running" "is-system-running says '$state'"
+    systemctl --failed --no-legend 2>&1 | show
+fi
+
+if [ -c /dev/tpmrm0 ] && [ "$(stat -c '%G %a' /dev/tpmrm0)" = "tss 660" ]; then
+    driver=$(basename "$(readlink -f /sys/class/tpm/tpm0/device/driver)" 2>/dev/null)
+    pass "kernel TPM /dev/tpmrm0 is 0660 group tss (driver $driver)"
+else
+    fail "kernel TPM" "$(ls -l /dev/tpm* 2>&1 | tr '\n' ' ')"
+fi
+
+# --- install exactly what the repository ships ----------------------------
+install -m 0755 "$P/sceau" /usr/bin/sceau
+install -m 0644 "$P/sceau.socket" "$P/sceau.service" /etc/systemd/system/
+if cmp -s "$P/sceau.socket" /etc/systemd/system/sceau.socket &&
+    cmp -s "$P/sceau.service" /etc/systemd/system/sceau.service; then
+    pass "units installed unchanged ($(sha256sum /etc/systemd/system/sceau.service | cut -c1-12))"
+else
+    fail "units installed" "installed units differ from the repository's"
+fi
+missing=$(ldd /usr/bin/sceau 2>&1 | grep 'not found')
+if [ -z "$missing" ]; then
+    pass "sceau's libraries resolve ($(ldd /usr/bin/sceau | grep -o 'libtss2-esys[^ ]*' | head -1))"
+else
+    fail "sceau's libraries" "$missing"
+fi
+
+systemctl daemon-reload
+if out=$(systemctl enable --now sceau.socket 2>&1); then
+    pass "systemctl enable --now sceau.socket"
+else
+    fail "enable sceau.socket" "$out"
+fi
+sock_state=$(systemctl show -p ActiveState --value sceau.socket)
+svc_state=$(systemctl show -p ActiveState --value sceau.service)
+if [ "$sock_state" = active ] && [ "$svc_state" = inactive ] && [ -S /run/sceau/kms.sock ]; then
+    pass "socket listening, sceau.service not started before the first connection"
+else
+    fail "socket before first connection" "sceau.socket=$sock_state sceau.service=$svc_state"
+fi
+perm=$(stat -c '%U:%G %a' /run/sceau/kms.sock /run/sceau 2>&1 | tr '\n' ' ')
+if [ "$perm" = "root:root 600 root:root 700 " ]; then
+    pass "socket node root 0600 in a 0700 directory"
+else
+    fail "socket permissions" "$perm"
+fi
+
+# --- first connection: socket activation, TPM, READY=1, round trip ---------
+t0=$(date +%s.%N)
+check_out=$(timeout 150 sceau check --socket /run/sceau/kms.sock 2>&1)
+check_rc=$?
+t1=$(date +%s.%N)
+echo "$check_out" | show
+if [ $check_rc -eq 0 ] && echo "$check_out" | grep -q '^round trip: ok'; then
+    pass "client round trip through socket activation ($(echo "$t1 - $t0" | awk '{printf "%.1f", $1 - $3}') s, first call included start-up)"
+else
+    fail "client round trip" "sceau check exited $check_rc"
+fi
+check2=$(timeout 60 sceau check --socket /run/sceau/kms.sock 2>&1)
+if echo "$check2" | grep -q '^round trip: ok'; then
+    pass "second round trip on the running service"
+else
+    fail "second round trip" "$(echo "$check2" | tail -1)"
+fi
+
+show_out=$(systemctl show -p Type,ActiveState,SubState,StatusText,MainPID,NRestarts,TriggeredBy sceau.service)
+echo "$show_out" | show
+get() { echo "$show_out" | sed -n "s/^$1=//p"; }
+if [ "$(get Type)" = notify ] && [ "$(get ActiveState)" = active ] && [ "$(get SubState)" = running ]; then
+    pass "READY=1 received: Type=notify unit is active/running"
+else
+    fail "READY=1" "Type=$(get Type) ActiveState=$(get ActiveState) SubState=$(get SubState)"
+fi
+if get StatusText | grep -Eq '^serving key_id=sceau-[0-9a-f]{16}$'; then
+    pass "StatusText: $(get StatusText)"
+else
+    fail "StatusText" "'$(get StatusText)'"
+fi
+if [ "$(get NRestarts)" = 0 ]; then
+    pass "no restarts"
+else
+    fail "no restarts" "NRestarts=$(get NRestarts)"
+fi
+
+journal=$(journalctl -b -u sceau.service -o cat --no-pager 2>&1)
+if echo "$journal" | grep -q 'serving key_id=sceau-.* on the socket systemd passed'; then
+    pass "sceau serves on the fd systemd passed (socket activation)"
+else
+    fail "socket activation" "no 'on the socket systemd passed' in the journal"
+fi
+
+# --- the live process -------------------------------------------------------
+pid=$(get MainPID)
+pidof_out=$(pidof sceau)
+if [ "$pid" != 0 ] && [ "$pidof_out" = "$pid" ]; then
+    pass "one sceau process, MainPID $pid"
+else
+    fail "sceau process" "MainPID=$pid pidof='$pidof_out'"
+fi
+status=$(cat "/proc/$pid/status" 2>&1)
+echo "$status" | grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|Threads):' | show
+field() { echo "$status" | awk -v k="$1:" '$1 == k { $1 = ""; sub(/^ /, ""); print }'; }
+for want in "CapEff 0000000000000000" "CapPrm 0000000000000000" "CapBnd 0000000000000000" \
+    "NoNewPrivs 1" "Seccomp 2"; do
+    set -- $want
+    if [ "$(field "$1")" = "$2" ]; then
+        pass "/proc/PID/status $1: $2"
+    else
+        fail "/proc/PID/status $1" "'$(field "$1")', expected $2"
+    fi
+done
+uid=$(field Uid | awk '{print $1}')
+tss_gid=$(getent group tss | cut -d: -f3)
+if [ "${uid:-0}" -ge 61184 ] && [ "${uid:-0}" -le 65519 ] && field Groups | grep -qw "$tss_gid"; then
+    pass "dynamic user (uid $uid) with supplementary group tss ($tss_gid)"
+else
+    fail "dynamic user" "uid=$uid groups='$(field Groups)' tss=$tss_gid"
+fi
+fds=$(ls -l "/proc/$pid/fd" 2>&1)
+if echo "$fds" | grep -q -- '-> /dev/tpmrm0$' && ! echo "$fds" | grep -q -- '-> /dev/tpm0$'; then
+    pass "sceau holds /dev/tpmrm0 open (the kernel resource manager), not /dev/tpm0"
+else
+    fail "TPM device fd" "$(echo "$fds" | grep -c dev/tpm) TPM fds"
+    echo "$fds" | show
+fi
+if grep -Eq '^Max core file size +0 +0 ' "/proc/$pid/limits"; then
+    pass "core file limit 0 0"
+else
+    fail "core limit" "$(grep 'core file' "/proc/$pid/limits")"
+fi
+
+# --- Landlock on this kernel ---------------------------------------------
+ll=$(echo "$journal" | grep -m1 'landlock:')
+info "sceau's log: ${ll:-<no landlock line>}"
+abi=$(echo "$ll" | grep -Eo 'V[0-9]+' | head -1 | tr -d V)
+if [ -z "$ll" ]; then
+    fail "landlock" "sceau logged no 'landlock:' line"
+elif [ "$tag" = new ]; then
+    if [ "${abi:-0}" -ge 4 ] && ! echo "$ll" | grep -q NotEnforced; then
+        pass "Landlock enforced with ABI $abi (>= 4) on $(uname -r)"
+    else
+        fail "Landlock ABI >= 4" "$ll"
+    fi
+else
+    if echo "$ll" | grep -q NotEnforced; then
+        fail "Landlock on the older ABI" "$ll"
+    else
+        pass "Landlock on the older ABI ($abi, $(uname -r)): best-effort, sceau still serves"
+    fi
+fi
+
+# --- sceau's own sandbox probes -------------------------------------------
+st_out=$(timeout 60 sceau selftest --sandbox 2>/run/selftest.err)
+st_rc=$?
+show </run/selftest.err
+n=0
+while IFS= read -r line; do
+    case $line in
+    PASS\ *) pass "selftest --sandbox: ${line#PASS }"; n=$((n + 1)) ;;
+    FAIL\ *) fail "selftest --sandbox" "${line#FAIL }" ;;
+    *) info "selftest: $line" ;;
+    esac
+done <<<"$st_out"
+if [ $st_rc -ne 0 ] || [ $n -lt 5 ]; then
+    fail "selftest --sandbox" "exit $st_rc, $n PASS lines"
+fi
+
+# --- the unit's exposure score on the live system -------------------------
+sec=$(timeout 60 systemd-analyze security --no-pager sceau.service 2>&1)
+score=$(echo "$sec" | grep -E 'Overall exposure level for sceau.service' | sed 's/^[^O]*//')
+if [ -n "$score" ]; then
+    pass "systemd-analyze security: $score"
+else
+    fail "systemd-analyze security" "$(echo "$sec" | tail -1)"
+fi
+
+# --- journal -----------------------------------------------------------------
+echo "$journal" | tail -n 20 | show
+errors=$(journalctl -b -p err -o cat --no-pager -u sceau.service -u sceau.socket 2>&1 | grep -v '^-- ')
+if [ -z "$errors" ]; then
+    pass "no error-level journal entries from sceau.socket/sceau.service"
+else
+    fail "journal errors" "$(echo "$errors" | head -1)"
+fi
+
+info "guest: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
