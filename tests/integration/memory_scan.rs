@@ -140,59 +140,57 @@ async fn no_dek_copy_survives_past_the_idle_limit() {
 mod controls {
     use super::*;
 
-    async fn assert_found(label: &str, run: Run) {
-        let what = run.disabled;
+    /// With `disabled` switched off, the same scan must find the marker.
+    async fn assert_found(label: &str, workload: Workload, disabled: &'static str) {
+        let run = Run {
+            workload,
+            connection: Connection::Closed,
+            disabled,
+        };
         let hits = scan_after(label, run).await;
-        assert!(!hits.is_empty(), "with {what:?} off the scan found nothing");
+        assert!(
+            !hits.is_empty(),
+            "with {disabled:?} off the scan found nothing"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn without_heap_wiping() {
-        let run = Run {
-            workload: Workload::RoundTrips,
-            connection: Connection::Closed,
-            disabled: "alloc-wipe,malloc-tunables",
-        };
-        assert_found("control-heap", run).await;
+        assert_found(
+            "control-heap",
+            Workload::RoundTrips,
+            "alloc-wipe,malloc-tunables",
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn without_malloc_tunables() {
-        let run = Run {
-            workload: Workload::RoundTrips,
-            connection: Connection::Closed,
-            disabled: "malloc-tunables",
-        };
-        assert_found("control-tunables", run).await;
+        assert_found("control-tunables", Workload::RoundTrips, "malloc-tunables").await;
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn without_tss_buffer_scrub() {
-        let run = Run {
-            workload: Workload::RoundTrips,
-            connection: Connection::Closed,
-            disabled: "tss-buffer-scrub",
-        };
-        assert_found("control-tss-buffer", run).await;
+        assert_found(
+            "control-tss-buffer",
+            Workload::RoundTrips,
+            "tss-buffer-scrub",
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn without_tss_input_scrub() {
-        let run = Run {
-            workload: Workload::EncryptOnly,
-            connection: Connection::Closed,
-            disabled: "tss-input-scrub",
-        };
-        assert_found("control-tss-input", run).await;
+        assert_found(
+            "control-tss-input",
+            Workload::EncryptOnly,
+            "tss-input-scrub",
+        )
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn without_stack_scrub() {
-        let run = Run {
-            workload: Workload::RoundTrips,
-            connection: Connection::Closed,
-            disabled: "stack-scrub",
-        };
-        assert_found("control-stack", run).await;
+        assert_found("control-stack", Workload::RoundTrips, "stack-scrub").await;
     }
 }

@@ -266,17 +266,7 @@ func run(r *runner, cfg config) {
 			}
 			objs[i] = obj
 			if i == 0 {
-				state = kmsv2.State{
-					Transformer:                           tr,
-					EncryptedObjectKeyID:                  obj.KeyID,
-					EncryptedObjectEncryptedDEKSource:     obj.EncryptedDEKSource,
-					EncryptedObjectAnnotations:            obj.Annotations,
-					EncryptedObjectEncryptedDEKSourceType: obj.EncryptedDEKSourceType,
-					UID:                                   uid,
-					ExpirationTimestamp:                   time.Now().Add(3 * time.Minute),
-					CacheKey:                              cacheKey,
-					KMSProviderName:                       cfg.name,
-				}
+				state = newState(tr, obj, cacheKey, uid, cfg.name)
 			}
 		}
 		o := objs[0]
@@ -601,17 +591,7 @@ func roundTrips(ctx context.Context, svc *counted, cfg config, prefix string,
 				errs <- fmt.Errorf("goroutine %d: kmsv2.GenerateTransformer: %w", g, err)
 				return
 			}
-			st := kmsv2.State{
-				Transformer:                           tr,
-				EncryptedObjectKeyID:                  obj.KeyID,
-				EncryptedObjectEncryptedDEKSource:     obj.EncryptedDEKSource,
-				EncryptedObjectAnnotations:            obj.Annotations,
-				EncryptedObjectEncryptedDEKSourceType: obj.EncryptedDEKSourceType,
-				UID:                                   uid,
-				ExpirationTimestamp:                   time.Now().Add(3 * time.Minute),
-				CacheKey:                              cacheKey,
-				KMSProviderName:                       cfg.name,
-			}
+			st := newState(tr, obj, cacheKey, uid, cfg.name)
 			sf := func() (kmsv2.State, error) { return st, nil }
 			writer := newTransformer(svc, sf)
 			for i := 0; i < cfg.iterations; i++ {
@@ -656,4 +636,20 @@ func roundTrips(ctx context.Context, svc *counted, cfg config, prefix string,
 	return fmt.Sprintf("%d goroutine(s) x %d: %d Encrypt + %d Decrypt in %s; Decrypt latency median %s, max %s",
 		cfg.concurrency, cfg.iterations, enc, dec, elapsed.Round(time.Millisecond),
 		lat[len(lat)/2].Round(100*time.Microsecond), lat[len(lat)-1].Round(100*time.Microsecond)), nil
+}
+
+// newState is the write state the apiserver keeps after a successful
+// GenerateTransformer: the transformer plus what gets stored with each value.
+func newState(tr value.Transformer, obj *kmstypes.EncryptedObject, cacheKey []byte, uid, provider string) kmsv2.State {
+	return kmsv2.State{
+		Transformer:                           tr,
+		EncryptedObjectKeyID:                  obj.KeyID,
+		EncryptedObjectEncryptedDEKSource:     obj.EncryptedDEKSource,
+		EncryptedObjectAnnotations:            obj.Annotations,
+		EncryptedObjectEncryptedDEKSourceType: obj.EncryptedDEKSourceType,
+		UID:                                   uid,
+		ExpirationTimestamp:                   time.Now().Add(3 * time.Minute),
+		CacheKey:                              cacheKey,
+		KMSProviderName:                       provider,
+	}
 }
