@@ -114,33 +114,48 @@ fail() { # fail NAME WHY...; shows the relevant log lines under the check
     failed=$((failed + 1))
     grep -aiE 'kms|envelope|sceau|decrypt|encrypt' "$tmp/apiserver.log" 2>/dev/null |
         grep -aE '^[EW][0-9]' | tail -n 15 | sed 's/^/   apiserver log: /' || true
-    tail -n 10 "$tmp/sceau.log" 2>/dev/null | sed 's/^/   sceau log: /' || true
+    grep -aE 'WARN|ERROR' "$tmp/sceau.log" 2>/dev/null | grep -av 'no resource manager' |
+        tail -n 10 | sed 's/^/   sceau log: /' || true
 }
 
 # ---------------------------------------------------------------- etcd
-etcd_port=$(free_port_pair $((30000 + RANDOM % 10000)))
-"$bin/etcd" --name sceau-interop --data-dir "$tmp/etcd" --log-level warn \
-    --listen-client-urls "http://127.0.0.1:$etcd_port" \
-    --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-    --listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
-    --initial-cluster "sceau-interop=http://127.0.0.1:$((etcd_port + 1))" \
-    >"$tmp/etcd.log" 2>&1 &
-etcd_pid=$!
-ok=""
-for _ in $(seq 100); do
-    curl -sf --max-time 1 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"' && {
-        ok=1
-        break
-    }
-    kill -0 "$etcd_pid" 2>/dev/null || break
-    sleep 0.1
-done
-[ -n "$ok" ] || { tail -n 30 "$tmp/etcd.log" >&2; echo "etcd not healthy within 10 s" >&2; exit 1; }
+# Ports are picked below Linux's default ephemeral range (32768-60999), so that
+# a port found free is not taken meanwhile by some outgoing connection.
+start_etcd() {
+    etcd_port=$(free_port_pair $((24000 + RANDOM % 4000)))
+    "$bin/etcd" --name sceau-interop --data-dir "$tmp/etcd" --log-level warn \
+        --listen-client-urls "http://127.0.0.1:$etcd_port" \
+        --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+        --initial-cluster "sceau-interop=http://127.0.0.1:$((etcd_port + 1))" \
+        >>"$tmp/etcd.log" 2>&1 &
+    etcd_pid=$!
+    for _ in $(seq 100); do
+        curl -sf --max-time 1 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"' && return 0
+        kill -0 "$etcd_pid" 2>/dev/null || {
+            echo "   etcd exited: $(grep -aoE '"error":"[^"]*"' "$tmp/etcd.log" | tail -n 1)"
+            wait "$etcd_pid" 2>/dev/null || true
+            etcd_pid=""
+            rm -rf "$tmp/etcd"
+            return 1
+        }
+        sleep 0.1
+    done
+    echo "   etcd not healthy within 10 s"
+    stop "$etcd_pid"
+    etcd_pid=""
+    rm -rf "$tmp/etcd"
+    return 1
+}
+start_etcd || start_etcd || start_etcd || {
+    tail -n 30 "$tmp/etcd.log" >&2
+    exit 1
+}
 echo "== etcd $etcd_version on 127.0.0.1:$etcd_port"
 
 # ---------------------------------------------------------------- swtpm, sceau
-tpm_port=$(free_port_pair $((20000 + RANDOM % 10000)))
+tpm_port=$(free_port_pair $((20000 + RANDOM % 4000)))
 mkdir "$tmp/tpm"
 swtpm socket --tpm2 --tpmstate dir="$tmp/tpm" \
     --server type=tcp,port="$tpm_port",bindaddr=127.0.0.1 \
@@ -199,7 +214,7 @@ resources:
       - identity: {}
 EOF
 
-api_port=$(free_port_pair $((40000 + RANDOM % 10000)))
+api_port=$(free_port_pair $((28000 + RANDOM % 4000)))
 api="https://127.0.0.1:$api_port"
 apiserver_starts=0
 start_apiserver() {
@@ -212,6 +227,7 @@ start_apiserver() {
         --service-cluster-ip-range=10.96.0.0/24 \
         --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
         --token-auth-file="$pki/tokens.csv" --authorization-mode=AlwaysAllow \
+        --endpoint-reconciler-type=none \
         --service-account-issuer=https://kubernetes.default.svc \
         --service-account-key-file="$pki/sa.key" --service-account-signing-key-file="$pki/sa.key" \
         --cert-dir="$tmp/cert-dir" --profiling=false -v=2 \
@@ -224,7 +240,10 @@ start_apiserver() {
             echo "   kube-apiserver ready in $((SECONDS - t1)) s"
             return 0
         fi
-        kill -0 "$apiserver_pid" 2>/dev/null || break
+        kill -0 "$apiserver_pid" 2>/dev/null || {
+            echo "kube-apiserver exited after $((SECONDS - t1)) s" >&2
+            return 1
+        }
         sleep 0.5
     done
     echo "kube-apiserver not ready within 120 s" >&2
@@ -236,34 +255,46 @@ apicurl() { # apicurl METHOD PATH [BODY]: prints the body, then the HTTP status 
     [ $# -ge 3 ] && args+=(--data-binary "$3")
     curl "${args[@]}" "$api$2" || true
 }
-# The apiserver's own count of Decrypt calls to provider sceau that returned OK.
-decrypt_calls() {
+# kms_calls METHOD [CODE]: the running apiserver's own count (since it started)
+# of METHOD (Status, Encrypt, Decrypt) calls to provider sceau that ended with
+# gRPC code CODE (default OK; "not-OK" counts every other code).
+kms_calls() {
+    local code=${2:-OK} filter
+    filter="grpc_status_code=\"$code\""
+    [ "$code" = not-OK ] && filter='grpc_status_code="(OK)"' # inverted below
     apicurl GET /metrics | grep -a '^apiserver_envelope_encryption_kms_operations_latency_seconds_count' |
-        grep -a 'Decrypt' | grep -a 'provider_name="sceau"' | grep -a 'grpc_status_code="OK"' |
+        grep -a "method_name=\"/v2.KeyManagementService/$1\"" | grep -a 'provider_name="sceau"' |
+        if [ "$code" = not-OK ]; then grep -avE "$filter"; else grep -aF "$filter"; fi |
         awk '{n += $2} END {print n + 0}' || true
 }
 check_readyz() { # check_readyz NAME
     local out
     out=$(apicurl GET '/readyz?verbose')
     if grep -qaF '[+]kms-providers ok' <<<"$out"; then
-        pass "$1 ($(grep -aF kms-providers <<<"$out"))"
+        pass "$1 ($(grep -aF kms-providers <<<"$out"); this apiserver's Status calls to sceau: $(kms_calls Status) OK, $(kms_calls Status not-OK) not OK)"
     else
         fail "$1" "no '[+]kms-providers ok' in /readyz?verbose: $(grep -aE 'kms|^[0-9]{3}$|failed' <<<"$out" | tr '\n' ' ')"
     fi
 }
-# check_read NAME: GET the Secret, compare its data with what was written, and
-# report how many Decrypt calls the apiserver made to sceau since it started.
+# check_read NAME [MIN]: GET the Secret and compare its data with what was
+# written. The apiserver must have made at least MIN (default 0) successful
+# Decrypt calls to sceau since it started (1 after a restart: its DEK cache
+# starts empty, so the read cannot succeed without sceau).
 check_read() {
-    local out code got
+    local out code got decrypts
     out=$(apicurl GET "/api/v1/namespaces/$ns/secrets/$secret")
     code=$(tail -n 1 <<<"$out")
     got=$(sed '$d' <<<"$out" | grep -aoE '"plaintext": *"[^"]*"' | sed -E 's/.*"([^"]*)"$/\1/' || true)
-    if [ "$code" = 200 ] && [ "$got" = "$plaintext_b64" ]; then
-        pass "$1 (HTTP 200, data matches; apiserver Decrypt calls OK to sceau since its start: $(decrypt_calls))"
-    else
+    decrypts=$(kms_calls Decrypt)
+    if [ "$code" != 200 ] || [ "$got" != "$plaintext_b64" ]; then
         fail "$1" "HTTP $code, data ${got:-missing}: $(sed '$d' <<<"$out" | head -c 300)"
+    elif [ "$decrypts" -lt "${2:-0}" ]; then
+        fail "$1" "data matches but the apiserver counts $decrypts successful Decrypt calls, expected >= $2"
+    else
+        pass "$1 (HTTP 200, data matches; this apiserver's Decrypt calls to sceau: $decrypts OK, $(kms_calls Decrypt not-OK) not OK)"
     fi
 }
+key_id() { target/debug/sceau check --socket "$socket" 2>/dev/null | grep -aoE 'key_id=[^ ]+' | head -n 1 || true; }
 
 echo "== kube-apiserver $k8s_version on $api"
 start_apiserver || {
@@ -305,12 +336,13 @@ else
 fi
 
 check_read read-secret
+key_id_before=$(key_id)
 
 echo "== restarting kube-apiserver (empty DEK cache)"
 stop "$apiserver_pid" 30
 apiserver_pid=""
 if start_apiserver; then
-    check_read read-after-apiserver-restart
+    check_read read-after-apiserver-restart 1
 else
     fail read-after-apiserver-restart "kube-apiserver did not become ready again"
 fi
@@ -319,12 +351,32 @@ echo "== restarting sceau (same swtpm)"
 stop "$sceau_pid" 10
 sceau_pid=""
 if start_sceau; then
+    key_id_after=$(key_id)
+    if [ -n "$key_id_before" ] && [ "$key_id_before" = "$key_id_after" ]; then
+        pass "key-id-stable-across-sceau-restart ($key_id_after)"
+    else
+        fail key-id-stable-across-sceau-restart "before: ${key_id_before:-none}, after: ${key_id_after:-none}"
+    fi
     check_read read-after-sceau-restart
+    # The running apiserver's health probe re-asks Status once its last healthy
+    # result is 20 s old; wait (at most 45 s) until a Status call has reached
+    # the new sceau, then readyz must still say ok.
+    status_before=$(kms_calls Status)
+    for _ in $(seq 45); do
+        apicurl GET '/readyz?verbose' >/dev/null
+        [ "$(kms_calls Status)" -gt "$status_before" ] && break
+        sleep 1
+    done
+    if [ "$(kms_calls Status)" -gt "$status_before" ]; then
+        check_readyz readyz-after-sceau-restart
+    else
+        fail readyz-after-sceau-restart "no successful Status call to the new sceau within 45 s"
+    fi
     echo "== restarting kube-apiserver (the read needs a Decrypt from the new sceau)"
     stop "$apiserver_pid" 30
     apiserver_pid=""
     if start_apiserver; then
-        check_read read-after-sceau-and-apiserver-restart
+        check_read read-after-sceau-and-apiserver-restart 1
     else
         fail read-after-sceau-and-apiserver-restart "kube-apiserver did not become ready again"
     fi

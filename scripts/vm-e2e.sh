@@ -62,8 +62,8 @@ else
         exit 1
     fi
     rm -f "$building.log"
-    # Older keys are dead weight (about 500 MB each).
-    find "$cache_root" -mindepth 1 -maxdepth 1 -not -name "$(basename "$building")" -exec rm -rf {} +
+    # Images under older keys are dead weight (about 400 MB each).
+    find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype egrep -regex '.*/[0-9a-f]{16}' -exec rm -rf {} +
     mv "$building" "$cache"
     image_state=cold
 fi

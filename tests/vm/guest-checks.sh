@@ -20,7 +20,8 @@ info() { echo "INFO [$tag] $*"; }
 show() { sed "s/^/INFO [$tag]   /"; }
 
 info "kernel $(uname -r), PID 1 $(cat /proc/1/comm), $(systemctl --version | head -1)"
-info "LSMs: $(cat /sys/kernel/security/lsm 2>/dev/null)"
+checks_start=$(cut -d' ' -f1 /proc/uptime)
+info "LSMs: $(cat /sys/kernel/security/lsm 2>/dev/null); checks start at uptime $checks_start s"
 
 # --- the system itself ----------------------------------------------------
 state=$(timeout 60 systemctl is-system-running --wait 2>&1)
@@ -174,7 +175,7 @@ else
     if echo "$ll" | grep -q NotEnforced; then
         fail "Landlock on the older ABI" "$ll"
     else
-        pass "Landlock on the older ABI ($abi, $(uname -r)): best-effort, sceau still serves"
+        pass "Landlock on the older ABI ($abi, $(uname -r)): partially enforced, sceau still serves"
     fi
 fi
 
@@ -212,5 +213,50 @@ else
     fail "journal errors" "$(echo "$errors" | head -1)"
 fi
 
-info "guest: $passed passed, $failed failed"
+# --- lifecycle under real systemd ---------------------------------------------
+# A crash: Restart=always brings sceau back after RestartSec=3s. The units'
+# comments say the socket and its backlog stay across automatic restarts, so a
+# client that connects in between must be served by the new process.
+closed_before=$(journalctl -b -u sceau.socket -o cat --no-pager | grep -c '^Closed sceau.socket')
+kill -KILL "$pid"
+sleep 0.5
+timeout 60 sceau check --socket /run/sceau/kms.sock >/run/backlog.out 2>&1 &
+backlog_pid=$!
+new_pid=0
+for _ in $(seq 60); do
+    new_pid=$(systemctl show -p MainPID --value sceau.service)
+    [ "$(systemctl show -p ActiveState --value sceau.service)" = active ] && [ "$new_pid" != 0 ] &&
+        [ "$new_pid" != "$pid" ] && break
+    sleep 0.5
+done
+after_out=$(timeout 60 sceau check --socket /run/sceau/kms.sock 2>&1)
+restarts=$(systemctl show -p NRestarts --value sceau.service)
+sock_state=$(systemctl show -p ActiveState --value sceau.socket)
+if echo "$after_out" | grep -q '^round trip: ok' && [ "$restarts" = 1 ] && [ "$sock_state" = active ]; then
+    pass "after SIGKILL: systemd restarted sceau (NRestarts=1, MainPID $pid -> $new_pid) and it serves again"
+else
+    fail "restart after SIGKILL" "check: $(echo "$after_out" | tail -1); MainPID $pid -> $new_pid, NRestarts=$restarts, socket $sock_state"
+fi
+wait "$backlog_pid"
+backlog_rc=$?
+closed=$(($(journalctl -b -u sceau.socket -o cat --no-pager | grep -c '^Closed sceau.socket') - closed_before))
+if [ $backlog_rc -eq 0 ] && grep -q '^round trip: ok' /run/backlog.out; then
+    pass "a client waiting in the backlog across the automatic restart is served"
+else
+    fail "client in the backlog across the automatic restart" "$(tail -1 /run/backlog.out | cut -c1-200); systemd closed and reopened sceau.socket $closed time(s) during the restart"
+    journalctl -b -u sceau.service -u sceau.socket -o short-monotonic --no-pager | grep -A12 'status=9/KILL' | show
+fi
+# A stop of both units (the documented way to stop the plugin): the socket
+# is closed and RemoveOnStop= unlinks the node, so a stopped plugin is
+# absent (ENOENT), not a dead node.
+systemctl stop sceau.socket sceau.service
+sock_state=$(systemctl show -p ActiveState --value sceau.socket)
+svc_state=$(systemctl show -p ActiveState --value sceau.service)
+if [ "$sock_state" = inactive ] && [ "$svc_state" = inactive ] && [ ! -e /run/sceau/kms.sock ]; then
+    pass "systemctl stop sceau.socket sceau.service: both inactive, /run/sceau/kms.sock removed"
+else
+    fail "stop" "sceau.socket=$sock_state sceau.service=$svc_state node: $(ls -l /run/sceau/kms.sock 2>&1)"
+fi
+
+info "guest: $passed passed, $failed failed; checks took $(awk -v s="$checks_start" '{printf "%.1f", $1 - s}' /proc/uptime) s"
 [ "$failed" -eq 0 ]

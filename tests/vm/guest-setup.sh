@@ -7,7 +7,8 @@ root=${1:?}
 
 echo sceau-vm >"$root/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 sceau-vm\n' >"$root/etc/hosts"
-# The payload disk (second NVMe) holds the binary, the units and the checks;
+# The payload disk (virtio-blk, so the root stays the only NVMe namespace and
+# keeps its name nvme0n1 whatever the probe order) holds the binary, the units and the checks;
 # it is read-only, results go out over the serial console.
 cat >"$root/etc/fstab" <<'FSTAB'
 /dev/nvme0n1 / ext4 rw,errors=remount-ro 0 1
