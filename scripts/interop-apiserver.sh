@@ -155,18 +155,8 @@ start_etcd || start_etcd || start_etcd || {
 echo "== etcd $etcd_version on 127.0.0.1:$etcd_port"
 
 # ---------------------------------------------------------------- swtpm, sceau
-tpm_port=$(free_port_pair $((20000 + RANDOM % 4000)))
-mkdir "$tmp/tpm"
-swtpm socket --tpm2 --tpmstate dir="$tmp/tpm" \
-    --server type=tcp,port="$tpm_port",bindaddr=127.0.0.1 \
-    --ctrl type=tcp,port=$((tpm_port + 1)),bindaddr=127.0.0.1 \
-    --flags not-need-init,startup-clear >"$tmp/swtpm.log" 2>&1 &
-swtpm_pid=$!
-for _ in $(seq 100); do
-    (echo >/dev/tcp/127.0.0.1/"$tpm_port") 2>/dev/null && break
-    kill -0 "$swtpm_pid" 2>/dev/null || { cat "$tmp/swtpm.log" >&2; echo "swtpm exited" >&2; exit 1; }
-    sleep 0.1
-done
+start_swtpm "$tmp/tpm"
+tpm_port=$swtpm_port
 
 socket="$tmp/kms.sock"
 start_sceau() {

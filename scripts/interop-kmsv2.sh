@@ -41,20 +41,8 @@ echo "== building tests/interop/kmsv2client (GOCACHE=$(go env GOCACHE) GOMODCACH
 (cd tests/interop && go build -mod=readonly -o "$tmp/kmsv2client" ./kmsv2client)
 echo "   built in $((SECONDS - t0)) s"
 
-# Below the kernel's ephemeral range (32768+), where probing cannot see ports
-# held by outgoing connections.
-port=$(free_port_pair $((20000 + RANDOM % 12000)))
-mkdir "$tmp/tpm"
-swtpm socket --tpm2 --tpmstate dir="$tmp/tpm" \
-    --server type=tcp,port="$port",bindaddr=127.0.0.1 \
-    --ctrl type=tcp,port=$((port + 1)),bindaddr=127.0.0.1 \
-    --flags not-need-init,startup-clear >"$tmp/swtpm.log" 2>&1 &
-swtpm_pid=$!
-for _ in $(seq 100); do
-    (echo >/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break
-    kill -0 "$swtpm_pid" 2>/dev/null || { cat "$tmp/swtpm.log" >&2; echo "swtpm exited" >&2; exit 1; }
-    sleep 0.1
-done
+start_swtpm "$tmp/tpm"
+port=$swtpm_port
 
 socket="$tmp/kms.sock"
 target/debug/sceau serve --socket "$socket" --tcti "swtpm:host=127.0.0.1,port=$port" >"$tmp/sceau.log" 2>&1 &

@@ -40,3 +40,26 @@ free_port_pair() {
     done
     echo "$port"
 }
+
+# Starts a throwaway swtpm (TCP, control channel on port+1) with its state in
+# DIR, on a free port pair below the kernel's ephemeral range (32768+), where
+# probing cannot see ports held by outgoing connections. Sets swtpm_port and
+# swtpm_pid; logs to DIR.log. The caller stops it: kill "$swtpm_pid".
+start_swtpm() {
+    local dir=$1
+    swtpm_port=$(free_port_pair $((20000 + RANDOM % 12000)))
+    mkdir -p "$dir"
+    swtpm socket --tpm2 --tpmstate dir="$dir" \
+        --server type=tcp,port="$swtpm_port",bindaddr=127.0.0.1 \
+        --ctrl type=tcp,port=$((swtpm_port + 1)),bindaddr=127.0.0.1 \
+        --flags not-need-init,startup-clear >"$dir.log" 2>&1 &
+    swtpm_pid=$!
+    for _ in $(seq 100); do
+        (echo >/dev/tcp/127.0.0.1/"$swtpm_port") 2>/dev/null && return 0
+        kill -0 "$swtpm_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$dir.log" >&2
+    echo "swtpm did not start" >&2
+    return 1
+}
