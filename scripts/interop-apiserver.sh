@@ -25,10 +25,7 @@ source scripts/lib.sh
 
 install_packages
 require_cargo
-command -v go >/dev/null || {
-    echo "go not found: tests/interop/apiserver needs Go 1.26 or newer" >&2
-    exit 1
-}
+require_go
 for tool in openssl curl; do
     command -v "$tool" >/dev/null || {
         echo "installing: $tool"

@@ -12,10 +12,7 @@ source scripts/lib.sh
 
 install_packages
 require_cargo
-command -v go >/dev/null || {
-    echo "go not found: tests/interop needs Go 1.26 or newer" >&2
-    exit 1
-}
+require_go
 
 tmp=$(mktemp -d /tmp/sceau-interop.XXXXXX)
 swtpm_pid=""

@@ -31,6 +31,15 @@ require_cargo() {
     }
 }
 
+# The interop tests' Go modules need Go 1.26 (on this project's machines it is
+# preinstalled; Debian 12's golang package is too old to build them).
+require_go() {
+    command -v go >/dev/null || {
+        echo "go not found: the interop tests need Go 1.26 or newer" >&2
+        exit 1
+    }
+}
+
 # Prints the first port P >= $1 such that P and P+1 are both free on loopback.
 free_port_pair() {
     local port=$1
