@@ -20,6 +20,10 @@ pub enum Command {
     Serve(ServeOptions),
     Check(CheckOptions),
     SelfTest(SelfTestOptions),
+    SrkPublic(SrkPublicOptions),
+    RecoveryKeygen(RecoveryKeygenOptions),
+    Recover(RecoverOptions),
+    Enroll(EnrollStep),
     Help(&'static str),
     Version,
 }
@@ -36,6 +40,68 @@ pub struct ServeOptions {
     pub allowed_uids: Vec<u32>,
     pub landlock: Enforcement,
     pub seccomp: Enforcement,
+    /// Cluster mode: the directory of member SRK publics (`*.pub`).
+    pub members: Option<PathBuf>,
+    /// Cluster mode: the public half of the offline recovery key.
+    pub recovery_key: Option<PathBuf>,
+}
+
+/// The four steps of `sceau enroll` (docs/ha.md, "Enrolling a member").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnrollStep {
+    /// Member: print the SRK and EK publics and the EK certificate.
+    Request(SrkPublicOptions),
+    /// Verifier: make the challenge and keep the expected answer.
+    Challenge {
+        request: PathBuf,
+        challenge_out: PathBuf,
+        expected_out: PathBuf,
+    },
+    /// Member: answer with TPM2_ActivateCredential.
+    Respond {
+        tpm: SrkPublicOptions,
+        challenge: PathBuf,
+    },
+    /// Verifier: compare, then write the member file.
+    Verify {
+        request: PathBuf,
+        expected: PathBuf,
+        response: PathBuf,
+        member_out: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SrkPublicOptions {
+    pub tcti: String,
+    pub srk_handle: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryKeygenOptions {
+    /// Where the private identity goes (created 0600, never overwritten).
+    pub identity: PathBuf,
+    /// Where the public half goes, for `serve --recovery-key`.
+    pub public: PathBuf,
+}
+
+/// What `sceau recover` reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoverInput {
+    /// One raw ciphertext (a version 2 envelope), from a file or `-` (stdin).
+    Envelope(PathBuf),
+    /// An `etcdctl snapshot save` file.
+    EtcdSnapshot(PathBuf),
+    /// The output of `etcdctl get --prefix /registry/secrets -w json`.
+    EtcdJson(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoverOptions {
+    pub identity: PathBuf,
+    pub input: RecoverInput,
+    /// Write plaintext even when standard output is a terminal.
+    pub force: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +131,8 @@ pub enum UsageError {
     },
     #[error("arguments must be valid UTF-8")]
     NotUtf8,
+    #[error("{0}")]
+    Conflict(&'static str),
 }
 
 pub const MAIN_HELP: &str = "\
@@ -77,6 +145,10 @@ Commands:
   check   Ask a running sceau for its Status and make one Encrypt/Decrypt round trip
   selftest --sandbox
           Try forbidden actions inside sceau's sandbox and report PASS/FAIL for each
+  srk-public       Print this node's SRK public as a member file for `serve --members`
+  recovery-keygen  Create the offline recovery key pair (run offline)
+  recover          Open envelopes or an etcd snapshot with the recovery identity, no TPM
+  enroll           Prove a member's SRK is in a real TPM (credential activation against its EK)
 
 Options of `sceau serve`:
       --socket PATH          Unix socket to listen on [default: /run/sceau/kms.sock]
@@ -88,6 +160,8 @@ Options of `sceau serve`:
       --allow-uid UID        Let this uid call besides root (repeatable)
       --landlock MODE        require, best-effort (default) or off
       --seccomp MODE         kill (default), log or off
+      --members DIR          Cluster mode: wrap every DEK for each member SRK in DIR/*.pub
+      --recovery-key FILE    Cluster mode: also wrap it for this offline recovery key
 
 Options of `sceau check`:
       --socket PATH          Unix socket of the running sceau [default: /run/sceau/kms.sock]
@@ -123,6 +197,11 @@ Options:
                              (default): apply what the kernel supports; off
       --seccomp MODE         kill (default): a call outside the allowlist kills sceau;
                              log: it is only logged; off
+      --members DIR          Cluster mode (docs/ha.md): every DEK is wrapped for each member
+                             SRK in DIR/*.pub (this node's included), as envelope version 2,
+                             and key_id names the membership. Each file is pinned by its name:
+      --recovery-key FILE    Cluster mode: also wrap every DEK for this offline recovery key
+                             (the --public file of `sceau recovery-keygen`)
   -h, --help                 Print help
 
 Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
@@ -139,6 +218,66 @@ Options:
                    gain a capability. Exits 0 only if every action is refused
       --tcti TCTI  The TPM connection whose access the sandbox keeps [default: device:/dev/tpmrm0]
   -h, --help       Print help
+";
+
+pub const SRK_PUBLIC_HELP: &str = "\
+Print this node's SRK public area, its Name and its key_id, as a member file for `serve --members`
+
+Usage: sceau srk-public [--tcti TCTI] [--srk-handle HANDLE]
+
+Options:
+      --tcti TCTI          TPM connection [default: device:/dev/tpmrm0, or $SCEAU_TCTI]
+      --srk-handle HANDLE  As for `serve`
+  -h, --help               Print help
+
+Copy the output into the --members directory of every control-plane node as
+<node>.pub, after comparing its name: line with the one printed on the node.
+";
+
+pub const RECOVERY_KEYGEN_HELP: &str = "\
+Create the offline recovery key pair (P-256); run it on an offline machine
+
+Usage: sceau recovery-keygen --identity FILE --public FILE
+
+Options:
+      --identity FILE  The private half: created with mode 0600; an existing file is refused.
+                       Keep it offline: it opens every envelope made while its public half
+                       was configured
+      --public FILE    The public half, for `serve --recovery-key`
+  -h, --help           Print help
+";
+
+pub const RECOVER_HELP: &str = "\
+Open envelopes and etcd contents with the recovery identity, without any TPM
+
+Usage: sceau recover --identity FILE [INPUT] [--force]
+
+Input (one; default: --envelope -):
+      --envelope FILE       A raw ciphertext (version 2 envelope); `-` reads standard input.
+                            Prints the DEK seed the apiserver gave Encrypt
+      --etcd-snapshot FILE  An `etcdctl snapshot save` file: prints every Secret in plaintext
+      --etcd-json FILE      `etcdctl get --prefix /registry/secrets -w json` output: as above
+Options:
+      --identity FILE       The file `sceau recovery-keygen --identity` wrote
+      --force               Write plaintext even when standard output is a terminal
+  -h, --help                Print help
+";
+
+pub const ENROLL_HELP: &str = "\
+Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)
+
+Usage:
+  sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
+  sceau enroll challenge --request node.request --challenge-out node.challenge \\
+                         --expected-out node.expected                         (verifier, offline)
+  sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
+  sceau enroll verify --request node.request --expected node.expected \\
+                      --response node.response --member-out members/node.pub (verifier)
+
+The request carries the SRK public, the EK public (TCG default ECC template) and the EK
+certificate when the TPM has one; `challenge` checks that the certificate names the EK and
+prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
+holding both keys can answer the challenge; `verify` then writes the member file.
 ";
 
 pub const CHECK_HELP: &str = "\
@@ -162,6 +301,10 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
         "serve" => parse_serve(rest, env_tcti),
         "check" => parse_check(rest),
         "selftest" => parse_selftest(rest, env_tcti),
+        "srk-public" => parse_srk_public(rest, env_tcti),
+        "recovery-keygen" => parse_recovery_keygen(rest),
+        "recover" => parse_recover(rest),
+        "enroll" => parse_enroll(rest, env_tcti),
         other => Err(UsageError::UnknownCommand(other.into())),
     }
 }
@@ -177,6 +320,8 @@ fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usage
         allowed_uids: Vec::new(),
         landlock: Enforcement::BestEffort,
         seccomp: Enforcement::Require,
+        members: None,
+        recovery_key: None,
     };
     let mut flags = Flags::new(args, "serve");
     while let Some(flag) = flags.next_flag()? {
@@ -193,8 +338,15 @@ fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usage
             "--allow-uid" => options.allowed_uids.push(parse_uid(&flags.value(&flag)?)?),
             "--landlock" => options.landlock = parse_landlock(&flags.value(&flag)?)?,
             "--seccomp" => options.seccomp = parse_seccomp(&flags.value(&flag)?)?,
+            "--members" => options.members = Some(flags.value(&flag)?.into()),
+            "--recovery-key" => options.recovery_key = Some(flags.value(&flag)?.into()),
             _ => return Err(UsageError::UnknownOption(flag, "serve")),
         }
+    }
+    if options.recovery_key.is_some() && options.members.is_none() {
+        return Err(UsageError::Conflict(
+            "--recovery-key needs --members (cluster mode)",
+        ));
     }
     Ok(Command::Serve(options))
 }
@@ -217,6 +369,140 @@ fn parse_selftest(args: &[String], env_tcti: Option<&str>) -> Result<Command, Us
         return Err(UsageError::MissingValue("selftest needs --sandbox".into()));
     }
     Ok(Command::SelfTest(options))
+}
+
+fn parse_srk_public(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
+    let mut options = SrkPublicOptions {
+        tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
+        srk_handle: None,
+    };
+    let mut flags = Flags::new(args, "srk-public");
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(SRK_PUBLIC_HELP)),
+            "--tcti" => options.tcti = flags.value(&flag)?,
+            "--srk-handle" => options.srk_handle = Some(parse_handle(&flags.value(&flag)?)?),
+            _ => return Err(UsageError::UnknownOption(flag, "srk-public")),
+        }
+    }
+    Ok(Command::SrkPublic(options))
+}
+
+fn parse_recovery_keygen(args: &[String]) -> Result<Command, UsageError> {
+    let (mut identity, mut public) = (None, None);
+    let mut flags = Flags::new(args, "recovery-keygen");
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(RECOVERY_KEYGEN_HELP)),
+            "--identity" => identity = Some(flags.value(&flag)?.into()),
+            "--public" => public = Some(flags.value(&flag)?.into()),
+            _ => return Err(UsageError::UnknownOption(flag, "recovery-keygen")),
+        }
+    }
+    match (identity, public) {
+        (Some(identity), Some(public)) => Ok(Command::RecoveryKeygen(RecoveryKeygenOptions {
+            identity,
+            public,
+        })),
+        _ => Err(UsageError::MissingValue(
+            "recovery-keygen needs --identity FILE and --public FILE".into(),
+        )),
+    }
+}
+
+fn parse_recover(args: &[String]) -> Result<Command, UsageError> {
+    let (mut identity, mut input, mut force) = (None, None, false);
+    let mut flags = Flags::new(args, "recover");
+    let set_input = |new: RecoverInput, input: &mut Option<RecoverInput>| match input {
+        Some(_) => Err(UsageError::Conflict(
+            "give one of --envelope, --etcd-snapshot, --etcd-json",
+        )),
+        None => {
+            *input = Some(new);
+            Ok(())
+        }
+    };
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(RECOVER_HELP)),
+            "--identity" => identity = Some(flags.value(&flag)?.into()),
+            "--envelope" => set_input(
+                RecoverInput::Envelope(flags.value(&flag)?.into()),
+                &mut input,
+            )?,
+            "--etcd-snapshot" => set_input(
+                RecoverInput::EtcdSnapshot(flags.value(&flag)?.into()),
+                &mut input,
+            )?,
+            "--etcd-json" => set_input(
+                RecoverInput::EtcdJson(flags.value(&flag)?.into()),
+                &mut input,
+            )?,
+            "--force" => force = true,
+            _ => return Err(UsageError::UnknownOption(flag, "recover")),
+        }
+    }
+    let identity =
+        identity.ok_or_else(|| UsageError::MissingValue("recover needs --identity FILE".into()))?;
+    Ok(Command::Recover(RecoverOptions {
+        identity,
+        input: input.unwrap_or(RecoverInput::Envelope("-".into())),
+        force,
+    }))
+}
+
+fn parse_enroll(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
+    let Some((step, rest)) = args.split_first() else {
+        return Ok(Command::Help(ENROLL_HELP));
+    };
+    let mut tpm = SrkPublicOptions {
+        tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
+        srk_handle: None,
+    };
+    let mut paths: std::collections::HashMap<String, PathBuf> = Default::default();
+    let mut flags = Flags::new(rest, "enroll");
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(ENROLL_HELP)),
+            "--tcti" => tpm.tcti = flags.value(&flag)?,
+            "--srk-handle" => tpm.srk_handle = Some(parse_handle(&flags.value(&flag)?)?),
+            "--request" | "--challenge-out" | "--expected-out" | "--challenge" | "--expected"
+            | "--response" | "--member-out" => {
+                let value = flags.value(&flag)?;
+                paths.insert(flag, value.into());
+            }
+            _ => return Err(UsageError::UnknownOption(flag, "enroll")),
+        }
+    }
+    let mut take = |flag: &str| {
+        paths
+            .remove(flag)
+            .ok_or_else(|| UsageError::MissingValue(format!("enroll {step} needs {flag} FILE")))
+    };
+    let step = match step.as_str() {
+        "-h" | "--help" => return Ok(Command::Help(ENROLL_HELP)),
+        "request" => EnrollStep::Request(tpm),
+        "challenge" => EnrollStep::Challenge {
+            request: take("--request")?,
+            challenge_out: take("--challenge-out")?,
+            expected_out: take("--expected-out")?,
+        },
+        "respond" => EnrollStep::Respond {
+            challenge: take("--challenge")?,
+            tpm,
+        },
+        "verify" => EnrollStep::Verify {
+            request: take("--request")?,
+            expected: take("--expected")?,
+            response: take("--response")?,
+            member_out: take("--member-out")?,
+        },
+        other => return Err(UsageError::UnknownCommand(format!("enroll {other}"))),
+    };
+    match paths.keys().next() {
+        Some(extra) => Err(UsageError::UnknownOption(extra.clone(), "enroll")),
+        None => Ok(Command::Enroll(step)),
+    }
 }
 
 fn parse_check(args: &[String]) -> Result<Command, UsageError> {

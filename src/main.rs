@@ -12,7 +12,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use sceau::cli::{self, CheckOptions, Command, ServeOptions};
+use sceau::cli::{
+    self, CheckOptions, Command, EnrollStep, RecoverInput, RecoverOptions, RecoveryKeygenOptions,
+    ServeOptions, SrkPublicOptions,
+};
+use sceau::cluster::membership::{Membership, member_file};
+use sceau::cluster::recovery_key::RecoveryIdentity;
+use sceau::cluster::storage_key::StorageKey;
 use sceau::kms::KmsService;
 use sceau::sandbox::landlock::LandlockPolicy;
 use sceau::sandbox::{self, TpmAccess};
@@ -66,6 +72,10 @@ fn run() -> anyhow::Result<()> {
                 bail!("the sandbox let a forbidden action through");
             }
         }
+        Command::SrkPublic(options) => srk_public(&options)?,
+        Command::RecoveryKeygen(options) => recovery_keygen(&options)?,
+        Command::Recover(options) => recover(&options)?,
+        Command::Enroll(step) => enroll(&step)?,
     }
     Ok(())
 }
@@ -97,6 +107,7 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
     }
     notify::status("opening the TPM");
     let tpm = notify::extending_start_timeout(|| open_tpm(&options, &config))?;
+    let membership = load_membership(&options, &tpm)?;
     let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
     let (listener, socket_file) = match activated {
         Some(listener) => (listener, None),
@@ -104,6 +115,7 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
     };
     let result = confine_and_serve(
         &options,
+        membership,
         tpm,
         config,
         listener,
@@ -146,8 +158,216 @@ fn open_tpm(options: &ServeOptions, config: &TpmConfig) -> anyhow::Result<Tpm> {
 
 /// Sandboxes the process, moves the TPM to its thread, builds the runtime,
 /// installs seccomp, and serves until stopped.
+/// Cluster mode: reads the member files before the sandbox closes the
+/// filesystem, and logs every member's Name so operators can audit it.
+fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<Arc<Membership>>> {
+    let Some(dir) = &options.members else {
+        return Ok(None);
+    };
+    let own_public = tpm.srk().tpm2b_public()?;
+    let membership = Membership::load(dir, options.recovery_key.as_deref(), &own_public)
+        .with_context(|| format!("loading the members in {}", dir.display()))?;
+    for recipient in membership.describe() {
+        log::info!("cluster {recipient}");
+    }
+    log::info!("cluster mode: key_id {}", membership.key_id());
+    Ok(Some(Arc::new(membership)))
+}
+
+/// Prints the member file of this node's SRK.
+fn srk_public(options: &SrkPublicOptions) -> anyhow::Result<()> {
+    let tpm = open_tpm_for_tool(options)?;
+    print!(
+        "{}",
+        member_file(&srk_storage_key(&tpm)?, &tpm.srk().key_id())
+    );
+    Ok(())
+}
+
+/// The TPM for a one-shot command (no daemon, no sandbox).
+fn open_tpm_for_tool(options: &SrkPublicOptions) -> anyhow::Result<Tpm> {
+    let config = TpmConfig {
+        tcti: TctiNameConf::from_str(&options.tcti)
+            .with_context(|| format!("invalid --tcti {:?}", options.tcti))?,
+        srk_handle: options.srk_handle,
+        parameter_encryption: ParameterEncryption::SaltedSession,
+    };
+    Tpm::open(&config).with_context(|| format!("opening the TPM at {}", options.tcti))
+}
+
+fn srk_storage_key(tpm: &Tpm) -> anyhow::Result<StorageKey> {
+    StorageKey::from_tpm2b_public(&tpm.srk().tpm2b_public()?)
+        .context("cluster mode needs an ECC P-256 SRK, and this TPM gave another")
+}
+
+fn enroll(step: &EnrollStep) -> anyhow::Result<()> {
+    use sceau::cluster::enrollment::{self, Request};
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    };
+    match step {
+        EnrollStep::Request(options) => {
+            let mut tpm = open_tpm_for_tool(options)?;
+            let srk = srk_storage_key(&tpm)?;
+            let key_id = tpm.srk().key_id();
+            let (ctx, _) = tpm.context_and_srk();
+            let ek = sceau::tpm::enroll::endorsement_key(ctx)?;
+            let ek_key = StorageKey::from_tpm2b_public(&ek.public)
+                .context("the EK is not an ECC P-256 decryption key")?;
+            let text = enrollment::request_file(&srk, &key_id, &ek_key, ek.certificate.as_deref());
+            print!("{text}");
+        }
+        EnrollStep::Challenge {
+            request,
+            challenge_out,
+            expected_out,
+        } => {
+            let request = Request::parse(&read(request)?)?;
+            match request.check_certificate()? {
+                Some(fingerprint) => eprintln!(
+                    "EK certificate names the EK; SHA-256 {fingerprint}: check its issuer chain                      against the TPM manufacturer's CA (docs/ha.md)"
+                ),
+                None => eprintln!(
+                    "no EK certificate: the answer proves the SRK and EK share a TPM,                      not that the TPM is genuine"
+                ),
+            }
+            let (challenge, expected) = enrollment::challenge_files(&request);
+            write_new(challenge_out, 0o644, challenge.as_bytes())?;
+            write_new(expected_out, 0o600, expected.as_bytes())?;
+        }
+        EnrollStep::Respond { tpm, challenge } => {
+            let mut tpm = open_tpm_for_tool(tpm)?;
+            let (ctx, srk) = tpm.context_and_srk();
+            let blob = enrollment::parse_challenge(&read(challenge)?, srk.name.value())?;
+            let srk_handle = srk.handle;
+            let ek = sceau::tpm::enroll::endorsement_key(ctx)?;
+            let credential = sceau::tpm::enroll::activate_credential(
+                ctx,
+                srk_handle,
+                &ek,
+                &blob.duplicate,
+                &blob.in_sym_seed,
+            )
+            .context("TPM2_ActivateCredential refused the challenge")?;
+            print!("{}", enrollment::response_file(&credential));
+        }
+        EnrollStep::Verify {
+            request,
+            expected,
+            response,
+            member_out,
+        } => {
+            let parsed = Request::parse(&read(request)?)?;
+            enrollment::verify(&parsed, &read(expected)?, &read(response)?)?;
+            let node_key_id = sceau::tpm::KeyId::from_srk_name(parsed.srk.name());
+            write_new(
+                member_out,
+                0o644,
+                member_file(&parsed.srk, &node_key_id).as_bytes(),
+            )?;
+            eprintln!(
+                "enrolled: SRK {} shares a TPM with EK {}",
+                sceau::tpm::srk::hex(parsed.srk.name()),
+                sceau::tpm::srk::hex(parsed.ek.name())
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Creates a file that must not exist yet, with `mode`.
+fn write_new(path: &std::path::Path, mode: u32, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .and_then(|mut file| file.write_all(bytes))
+        .with_context(|| format!("creating {}", path.display()))
+}
+
+/// Writes the two halves of a new recovery key; never overwrites a file.
+fn recovery_keygen(options: &RecoveryKeygenOptions) -> anyhow::Result<()> {
+    let identity = RecoveryIdentity::generate();
+    write_new(
+        &options.identity,
+        0o600,
+        identity.identity_file().as_bytes(),
+    )?;
+    write_new(&options.public, 0o644, identity.public_file().as_bytes())?;
+    eprintln!(
+        "recovery key {} written: identity {} (keep offline), public {}",
+        sceau::tpm::srk::hex(identity.public().name()),
+        options.identity.display(),
+        options.public.display()
+    );
+    Ok(())
+}
+
+/// `sceau recover`: no TPM, no sandbox; an offline operator tool.
+fn recover(options: &RecoverOptions) -> anyhow::Result<()> {
+    use std::io::{IsTerminal as _, Read as _, Write as _};
+    if std::io::stdout().is_terminal() && !options.force {
+        bail!("refusing to write plaintext to a terminal; redirect the output or pass --force");
+    }
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(&options.identity)
+            .with_context(|| format!("reading {}", options.identity.display()))?,
+    );
+    let identity = RecoveryIdentity::parse(&text)?;
+    let read_input = |path: &std::path::Path| -> anyhow::Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        if path == std::path::Path::new("-") {
+            std::io::stdin().read_to_end(&mut bytes)?;
+        } else {
+            bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        }
+        Ok(bytes)
+    };
+    match &options.input {
+        RecoverInput::Envelope(path) => {
+            let ciphertext = read_input(path)?;
+            let dek = identity.open(&ciphertext, &Default::default())?;
+            std::io::stdout().write_all(&dek)?;
+        }
+        RecoverInput::EtcdSnapshot(path) => {
+            let values = sceau::recovery::etcd::values_from_snapshot(&read_input(path)?)?;
+            print_secrets(&identity, &values)?;
+        }
+        RecoverInput::EtcdJson(path) => {
+            let text = String::from_utf8(read_input(path)?).context("etcdctl JSON is not UTF-8")?;
+            let values = sceau::recovery::etcd::values_from_etcdctl_json(&text)?;
+            print_secrets(&identity, &values)?;
+        }
+    }
+    Ok(())
+}
+
+fn print_secrets(
+    identity: &RecoveryIdentity,
+    values: &[sceau::recovery::etcd::StoredValue],
+) -> anyhow::Result<()> {
+    let summary = sceau::recovery::report::recover_secrets(
+        identity,
+        values,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    )?;
+    eprintln!(
+        "{} Secrets recovered, {} values skipped, {} failed",
+        summary.printed, summary.skipped, summary.failed
+    );
+    if summary.failed > 0 {
+        bail!("{} encrypted values could not be recovered", summary.failed);
+    }
+    Ok(())
+}
+
 fn confine_and_serve(
     options: &ServeOptions,
+    membership: Option<Arc<Membership>>,
     tpm: Tpm,
     config: TpmConfig,
     listener: std::os::unix::net::UnixListener,
@@ -163,7 +383,10 @@ fn confine_and_serve(
     pin_tcti_library(&options.tcti);
     sandbox::confine(&policy, options.landlock)?;
 
-    let key_id = tpm.srk().key_id();
+    let key_id = match &membership {
+        Some(membership) => membership.key_id().clone(),
+        None => tpm.srk().key_id(),
+    };
     let (worker, death, worker_thread) = TpmWorker::spawn(tpm, config, options.request_deadline)
         .context("starting the TPM thread")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -176,7 +399,10 @@ fn confine_and_serve(
     sandbox::seccomp::install(allow_inet, options.seccomp)?;
 
     let worker = Arc::new(worker);
-    let service = KmsService::new(worker.clone());
+    let service = match membership {
+        Some(membership) => KmsService::clustered(worker.clone(), membership),
+        None => KmsService::new(worker.clone()),
+    };
     let callers = AllowedCallers::root_and(&options.allowed_uids);
     let reason = runtime.block_on(async {
         let listener = tokio::net::UnixListener::from_std(listener)?;

@@ -2,6 +2,7 @@
 //! mapping of every failure to a gRPC status that carries no TPM detail.
 #![forbid(unsafe_code)]
 
+mod cluster;
 mod coalesce;
 mod service;
 
@@ -12,7 +13,7 @@ pub use service::KmsService;
 
 use crate::secret::Dek;
 use crate::tpm::envelope::SealedBlobs;
-use crate::tpm::sealed::LoadableObject;
+use crate::tpm::sealed::{ImportableObject, LoadableObject};
 use crate::tpm::worker::TpmWorker;
 use crate::tpm::{Fault, KeyId};
 
@@ -22,6 +23,14 @@ pub trait Sealer: Send + Sync + 'static {
     fn key_id(&self) -> &KeyId;
     fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
     fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send;
+    /// Import, Load and Unseal of a cluster envelope's entry. Fakes that do
+    /// not model cluster mode refuse every entry.
+    fn unseal_imported(
+        &self,
+        _object: ImportableObject,
+    ) -> impl Future<Output = Result<Dek, Fault>> + Send {
+        async { Err(Fault::EnvelopeRejected) }
+    }
     fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send;
 }
 
@@ -36,6 +45,13 @@ impl Sealer for TpmWorker {
 
     fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send {
         TpmWorker::unseal(self, object)
+    }
+
+    fn unseal_imported(
+        &self,
+        object: ImportableObject,
+    ) -> impl Future<Output = Result<Dek, Fault>> + Send {
+        TpmWorker::unseal_imported(self, object)
     }
 
     fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send {

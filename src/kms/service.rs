@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use tonic::{Code, Request, Response, Status};
 
-use super::{Coalescer, Sealer};
+use super::{Coalescer, Sealer, cluster};
+use crate::cluster::envelope::VERSION_CLUSTER;
+use crate::cluster::membership::Membership;
 use crate::pb::key_management_service_server::KeyManagementService;
 use crate::pb::{
     DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse,
@@ -24,6 +26,8 @@ type Unsealed = Result<Arc<Dek>, Fault>;
 
 pub struct KmsService<S> {
     sealer: Arc<S>,
+    /// Set in cluster mode (`serve --members`).
+    cluster: Option<Arc<Membership>>,
     decrypts: Coalescer<Vec<u8>, Unsealed>,
 }
 
@@ -31,13 +35,34 @@ impl<S: Sealer> KmsService<S> {
     pub fn new(sealer: Arc<S>) -> Self {
         Self {
             sealer,
+            cluster: None,
             decrypts: Coalescer::new(),
+        }
+    }
+
+    /// Cluster mode: Encrypt makes version 2 envelopes for every member and
+    /// Status reports the cluster key_id; version 1 envelopes this TPM sealed
+    /// before still open under their own key_id.
+    pub fn clustered(sealer: Arc<S>, membership: Arc<Membership>) -> Self {
+        Self {
+            cluster: Some(membership),
+            ..Self::new(sealer)
+        }
+    }
+
+    fn reported_key_id(&self) -> String {
+        match &self.cluster {
+            Some(membership) => membership.key_id().to_string(),
+            None => self.sealer.key_id().to_string(),
         }
     }
 
     async fn seal(&self, request: EncryptRequest) -> Result<EncryptResponse, Status> {
         let dek = Dek::take_from(request.plaintext)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if let Some(membership) = &self.cluster {
+            return cluster::seal(membership, &dek);
+        }
         let blobs = self.sealer.seal(dek).await.map_err(fault_status)?;
         Ok(EncryptResponse {
             ciphertext: blobs.encode(),
@@ -49,6 +74,17 @@ impl<S: Sealer> KmsService<S> {
     /// Checks run cheapest first, and none touches the TPM until the request
     /// is known to be well-formed and addressed to this TPM.
     async fn unseal(&self, request: DecryptRequest) -> Result<DecryptResponse, Status> {
+        if let Some(membership) = &self.cluster
+            && request.ciphertext.first() == Some(&VERSION_CLUSTER)
+        {
+            let object = cluster::importable_entry(membership, &request)?;
+            let sealer = self.sealer.clone();
+            return self
+                .answer(request.ciphertext, || async move {
+                    sealer.unseal_imported(object).await.map(Arc::new)
+                })
+                .await;
+        }
         let ours = self.sealer.key_id().as_str();
         if request.key_id != ours {
             return Err(Status::invalid_argument(format!(
@@ -63,11 +99,25 @@ impl<S: Sealer> KmsService<S> {
         }
         let object = loadable_object(&request.ciphertext)?;
         let sealer = self.sealer.clone();
+        self.answer(request.ciphertext, || async move {
+            sealer.unseal(object).await.map(Arc::new)
+        })
+        .await
+    }
+
+    /// Runs one unseal per distinct ciphertext, however many ask at once.
+    async fn answer<F, Fut>(
+        &self,
+        ciphertext: Vec<u8>,
+        unseal: F,
+    ) -> Result<DecryptResponse, Status>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Unsealed> + Send + 'static,
+    {
         let dek = self
             .decrypts
-            .run(request.ciphertext, || async move {
-                sealer.unseal(object).await.map(Arc::new)
-            })
+            .run(ciphertext, unseal)
             .await
             .map_err(fault_status)?;
         Ok(DecryptResponse {
@@ -96,7 +146,7 @@ fn fault_status(fault: Fault) -> Status {
 
 /// Client-supplied text echoed in an error or a log line, bounded and with
 /// control characters escaped.
-fn printable(text: &str) -> String {
+pub(super) fn printable(text: &str) -> String {
     const LIMIT: usize = 80;
     let shown: String = text.chars().take(LIMIT).collect();
     let escaped = shown.escape_debug().to_string();
@@ -120,7 +170,7 @@ impl<S: Sealer> KeyManagementService for KmsService<S> {
         Ok(Response::new(StatusResponse {
             version: API_VERSION.to_string(),
             healthz,
-            key_id: self.sealer.key_id().to_string(),
+            key_id: self.reported_key_id(),
         }))
     }
 

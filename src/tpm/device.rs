@@ -8,12 +8,14 @@ use tss_esapi::handles::{ObjectHandle, SessionHandle, TpmHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{CapabilityData, MaxBuffer, Private, Public, SensitiveData};
+use tss_esapi::structures::{
+    CapabilityData, MaxBuffer, Private, Public, SensitiveData, SymmetricDefinitionObject,
+};
 use tss_esapi::tcti_ldr::TctiNameConf;
 
 use super::envelope::SealedBlobs;
 use super::fault::TpmError;
-use super::sealed::{LoadableObject, blobs_from_created, sealed_template};
+use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
 use super::srk::{Srk, SrkError};
 use crate::hooks::{self, Protection};
@@ -68,6 +70,12 @@ impl Tpm {
 
     pub fn srk(&self) -> &Srk {
         &self.srk
+    }
+
+    /// The context and SRK for one-off commands outside the request path
+    /// (`sceau enroll respond`); the serving daemon never calls this.
+    pub fn context_and_srk(&mut self) -> (&mut Context, &Srk) {
+        (&mut self.ctx, &self.srk)
     }
 
     /// TPM2_Create of a sealed-data object holding `dek`, under the SRK.
@@ -126,6 +134,31 @@ impl Tpm {
             self.scrub_tss_buffer();
         }
         unsealed
+    }
+
+    /// TPM2_Import of a cluster envelope's entry under the SRK, then Load,
+    /// Unseal and FlushContext as for a local object. Import's inputs are
+    /// encrypted to the SRK and its output under it, so no session is needed
+    /// to keep the DEK off the bus; Unseal still runs in the salted session.
+    pub fn unseal_imported(&mut self, object: &ImportableObject) -> Result<Dek, TpmError> {
+        let parent = self.srk.handle;
+        let private = self
+            .ctx
+            .execute_with_session(Some(AuthSession::Password), |c| {
+                c.import(
+                    parent.into(),
+                    None,
+                    object.public.clone(),
+                    object.duplicate.clone(),
+                    object.in_sym_seed.clone(),
+                    SymmetricDefinitionObject::Null,
+                )
+            })
+            .map_err(|e| TpmError::on_client_blob("Import", e))?;
+        self.unseal(&LoadableObject {
+            public: object.public.clone(),
+            private,
+        })
     }
 
     /// tpm2-tss decrypts Unseal's response in place, in the one command

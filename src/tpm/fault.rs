@@ -115,8 +115,14 @@ impl TpmError {
 
     /// An error from TPM2_Load of an envelope's blobs.
     pub fn loading_client_blob(source: tss_esapi::Error) -> Self {
+        Self::on_client_blob("Load", source)
+    }
+
+    /// An error from a command whose input came from a client's envelope
+    /// (Load, Import): integrity and binding failures are bad input.
+    pub fn on_client_blob(operation: &'static str, source: tss_esapi::Error) -> Self {
         Self {
-            operation: "Load",
+            operation,
             source,
             client_blob: true,
         }

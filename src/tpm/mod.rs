@@ -2,6 +2,7 @@
 //! fault classification, and the worker thread that owns the ESAPI context.
 
 pub mod device;
+pub mod enroll;
 pub mod envelope;
 pub mod fault;
 pub mod health;

@@ -4,7 +4,7 @@
 use tss_esapi::attributes::{ObjectAttributes, ObjectAttributesBuilder};
 use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
 use tss_esapi::structures::{
-    Digest, KeyedHashScheme, Private, Public, PublicBuffer, PublicBuilder,
+    Digest, EncryptedSecret, KeyedHashScheme, Private, Public, PublicBuffer, PublicBuilder,
     PublicKeyedHashParameters,
 };
 use tss_esapi::traits::{Marshall, UnMarshall};
@@ -82,6 +82,33 @@ fn is_sceau_sealed_object(public: &Public) -> bool {
             && auth_policy.is_empty()
             && *parameters == PublicKeyedHashParameters::new(KeyedHashScheme::Null)
     )
+}
+
+/// A cluster envelope's entry for this TPM, decoded into Import's inputs.
+/// The envelope layer has already checked the public area's exact form.
+pub struct ImportableObject {
+    pub public: Public,
+    pub duplicate: Private,
+    pub in_sym_seed: EncryptedSecret,
+}
+
+impl ImportableObject {
+    pub fn from_parts(
+        tpmt_public: &[u8],
+        duplicate: &[u8],
+        in_sym_seed: &[u8],
+    ) -> Result<Self, BlobError> {
+        let public = Public::unmarshall(tpmt_public).map_err(|_| BlobError::PublicUnreadable)?;
+        let duplicate =
+            Private::try_from(duplicate.to_vec()).map_err(|_| BlobError::PrivateUnreadable)?;
+        let in_sym_seed = EncryptedSecret::try_from(in_sym_seed.to_vec())
+            .map_err(|_| BlobError::PrivateUnreadable)?;
+        Ok(Self {
+            public,
+            duplicate,
+            in_sym_seed,
+        })
+    }
 }
 
 /// Marshals Create's output the way tpm2-tools writes `-u` and `-r` files.

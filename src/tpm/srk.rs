@@ -12,10 +12,11 @@ use tss_esapi::interface_types::key_bits::RsaKeyBits;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{
-    EccPoint, Name, Public, PublicBuilder, PublicEccParameters, PublicEccParametersBuilder,
-    PublicKeyRsa, PublicParameters, PublicRsaParameters, PublicRsaParametersBuilder, RsaExponent,
-    SymmetricDefinitionObject,
+    EccPoint, Name, Public, PublicBuffer, PublicBuilder, PublicEccParameters,
+    PublicEccParametersBuilder, PublicKeyRsa, PublicParameters, PublicRsaParameters,
+    PublicRsaParametersBuilder, RsaExponent, SymmetricDefinitionObject,
 };
+use tss_esapi::traits::Marshall as _;
 
 use super::fault::{Recovery, TpmError};
 
@@ -35,6 +36,8 @@ pub enum SrkAlgorithm {
 pub struct Srk {
     pub handle: KeyHandle,
     pub name: Name,
+    /// The public area CreatePrimary returned: what `sceau srk-public` prints.
+    pub public: Public,
     pub algorithm: SrkAlgorithm,
     /// Set when `--srk-handle` pointed at a persistent copy of the same key.
     pub persistent: Option<u32>,
@@ -67,6 +70,12 @@ impl KeyId {
     pub fn from_srk_name(name: &[u8]) -> Self {
         let digest = Sha256::digest(name);
         Self(format!("sceau-{}", hex(&digest[..8])))
+    }
+
+    /// A cluster key_id: `sceau-` and the first 16 bytes of the digest over
+    /// the membership (see `cluster::membership::cluster_key_id`).
+    pub fn from_cluster_digest(digest: &[u8]) -> Self {
+        Self(format!("sceau-{}", hex(&digest[..16])))
     }
 
     pub fn as_str(&self) -> &str {
@@ -102,6 +111,7 @@ impl Srk {
         let srk = Srk {
             handle,
             name,
+            public: created.out_public,
             algorithm,
             persistent: None,
         };
@@ -113,6 +123,13 @@ impl Srk {
 
     pub fn key_id(&self) -> KeyId {
         KeyId::from_srk_name(self.name.value())
+    }
+
+    /// The public area as a marshalled TPM2B_PUBLIC (`tpm2_readpublic -o`).
+    pub fn tpm2b_public(&self) -> Result<Vec<u8>, TpmError> {
+        PublicBuffer::try_from(self.public.clone())
+            .and_then(|buffer| buffer.marshall())
+            .map_err(|e| TpmError::new("marshal SRK public", e))
     }
 
     /// Uses a persistent copy of the SRK, but only if it is provably the

@@ -19,7 +19,7 @@ use super::device::{Tpm, TpmConfig};
 use super::envelope::SealedBlobs;
 use super::fault::{Fault, Recovery, TpmError};
 use super::health::HealthRecord;
-use super::sealed::LoadableObject;
+use super::sealed::{ImportableObject, LoadableObject};
 use super::srk::KeyId;
 use crate::secret::Dek;
 
@@ -35,6 +35,7 @@ const FIRST_RETRY_DELAY: Duration = Duration::from_millis(10);
 enum Request {
     Seal(Dek),
     Unseal(LoadableObject),
+    UnsealImported(ImportableObject),
     Probe,
 }
 
@@ -117,6 +118,13 @@ impl TpmWorker {
         match self.submit(Request::Unseal(object)).await? {
             Outcome::Unsealed(dek) => Ok(dek),
             _ => unreachable!("an Unseal job answers Unsealed"),
+        }
+    }
+
+    pub async fn unseal_imported(&self, object: ImportableObject) -> Result<Dek, Fault> {
+        match self.submit(Request::UnsealImported(object)).await? {
+            Outcome::Unsealed(dek) => Ok(dek),
+            _ => unreachable!("an UnsealImported job answers Unsealed"),
         }
     }
 
@@ -267,6 +275,7 @@ fn run_once(tpm: &mut Tpm, request: &Request) -> Result<Outcome, TpmError> {
     match request {
         Request::Seal(dek) => tpm.seal(dek).map(Outcome::Sealed),
         Request::Unseal(object) => tpm.unseal(object).map(Outcome::Unsealed),
+        Request::UnsealImported(object) => tpm.unseal_imported(object).map(Outcome::Unsealed),
         Request::Probe => tpm.probe().map(|()| Outcome::Alive),
     }
 }

@@ -9,7 +9,9 @@ mod harness;
 
 mod bus_capture;
 mod cli;
+mod cluster;
 mod concurrency;
+mod enroll;
 mod foreign_tpm;
 mod hardening;
 mod harness_self_test;

@@ -1,0 +1,248 @@
+//! Envelope version 2: one sealed-data object wrapped for several storage
+//! keys. Layout (integers big-endian; docs/envelope.md has the sizes):
+//!
+//! ```text
+//! ciphertext  = 0x02 ‖ layout ‖ TPM2B(TPMT_PUBLIC of the sealed object) ‖ tail
+//!   layout 0x00: tail = recipients
+//!   layout 0x01: tail = SHA-256(recipients); the recipients travel in the
+//!                annotation `recipients.sceau.io`
+//! recipients  = u8 count ‖ count × entry, sorted by (role, Name), no repeats
+//! entry       = u8 role (1 member SRK, 2 recovery key) ‖ Name (34 bytes)
+//!               ‖ TPM2B(duplicate) ‖ TPM2B(in_sym_seed)
+//! ```
+//!
+//! Parsing is pure and strict; the cryptography (each entry's HMAC binds it to
+//! the object's Name) is checked by the TPM's Import or by recovery.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+
+use sha2::{Digest as _, Sha256};
+
+use super::duplicate::ImportBlob;
+use super::wire::{NAME_LEN, Reader, WireError, Writer};
+
+pub const VERSION_CLUSTER: u8 = 0x02;
+/// The annotation key that holds the recipients when they do not fit the
+/// ciphertext; a DNS-style name, as the apiserver requires.
+pub const RECIPIENTS_ANNOTATION: &str = "recipients.sceau.io";
+/// The apiserver's limits: ciphertext and the annotations together.
+pub const MAX_CIPHERTEXT_LEN: usize = 1024;
+pub const MAX_ANNOTATIONS_LEN: usize = 32 * 1024;
+/// More recipients than any control plane has members; bounds parsing work.
+pub const MAX_RECIPIENTS: usize = 16;
+const LAYOUT_INLINE: u8 = 0x00;
+const LAYOUT_ANNOTATION: u8 = 0x01;
+const DIGEST_LEN: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Member = 1,
+    Recovery = 2,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipient {
+    pub role: Role,
+    pub name: [u8; NAME_LEN],
+    pub blob: ImportBlob,
+}
+
+/// A parsed version 2 envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterEnvelope {
+    /// The sealed object's TPMT_PUBLIC, shared by every recipient.
+    pub object_public: Vec<u8>,
+    pub recipients: Vec<Recipient>,
+}
+
+/// The KMS v2 EncryptResponse fields an envelope occupies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub ciphertext: Vec<u8>,
+    pub annotations: HashMap<String, Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterEnvelopeError {
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("not a version 2 envelope")]
+    NotVersion2,
+    #[error("unknown recipient layout {0}")]
+    UnknownLayout(u8),
+    #[error("unknown recipient role {0}")]
+    UnknownRole(u8),
+    #[error("{0} recipients; between 1 and {MAX_RECIPIENTS} are allowed")]
+    RecipientCount(usize),
+    #[error("recipients are not sorted or repeat a Name")]
+    RecipientOrder,
+    #[error("ciphertext is {0} bytes, above the {MAX_CIPHERTEXT_LEN}-byte limit")]
+    CiphertextTooLong(usize),
+    #[error("the recipients do not fit the {MAX_ANNOTATIONS_LEN}-byte annotation limit")]
+    AnnotationTooLong,
+    #[error("the ciphertext expects the {RECIPIENTS_ANNOTATION} annotation, which is missing")]
+    MissingAnnotation,
+    #[error("the {RECIPIENTS_ANNOTATION} annotation does not match the ciphertext's digest")]
+    AnnotationDigest,
+    #[error("unexpected annotation {0:?}")]
+    UnexpectedAnnotation(String),
+}
+
+impl ClusterEnvelope {
+    /// Sorts the recipients into canonical order and encodes, inline when the
+    /// ciphertext stays within 1 KiB, else with the recipients in an annotation.
+    pub fn encode(mut self) -> Result<Encoded, ClusterEnvelopeError> {
+        self.recipients.sort_by_key(|r| (r.role, r.name));
+        check_recipients(&self.recipients)?;
+        let block = encode_recipients(&self.recipients);
+        let inline = self.header(LAYOUT_INLINE, &block);
+        if inline.len() <= MAX_CIPHERTEXT_LEN {
+            return Ok(Encoded {
+                ciphertext: inline,
+                annotations: HashMap::new(),
+            });
+        }
+        if block.len() > MAX_ANNOTATIONS_LEN - RECIPIENTS_ANNOTATION.len() {
+            return Err(ClusterEnvelopeError::AnnotationTooLong);
+        }
+        let ciphertext = self.header(LAYOUT_ANNOTATION, &Sha256::digest(&block));
+        Ok(Encoded {
+            ciphertext,
+            annotations: HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block)]),
+        })
+    }
+
+    fn header(&self, layout: u8, tail: &[u8]) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(VERSION_CLUSTER)
+            .u8(layout)
+            .tpm2b(&self.object_public)
+            .raw(tail);
+        w.finish()
+    }
+
+    /// Parses a ciphertext and its annotations. Annotations other than
+    /// sceau's own are refused, so nothing unbound rides along.
+    pub fn parse(
+        ciphertext: &[u8],
+        annotations: &HashMap<String, Vec<u8>>,
+    ) -> Result<Self, ClusterEnvelopeError> {
+        if ciphertext.len() > MAX_CIPHERTEXT_LEN {
+            return Err(ClusterEnvelopeError::CiphertextTooLong(ciphertext.len()));
+        }
+        let mut r = Reader::new(ciphertext);
+        if r.u8("version")? != VERSION_CLUSTER {
+            return Err(ClusterEnvelopeError::NotVersion2);
+        }
+        let layout = r.u8("layout")?;
+        let object_public = r.tpm2b("sealed object public")?.to_vec();
+        let tail = r.take(r.remaining(), "recipients")?;
+        let recipients = match layout {
+            LAYOUT_INLINE => {
+                refuse_annotations(annotations, None)?;
+                parse_recipients(tail)?
+            }
+            LAYOUT_ANNOTATION => parse_recipients(annotated_block(tail, annotations)?)?,
+            other => return Err(ClusterEnvelopeError::UnknownLayout(other)),
+        };
+        Ok(Self {
+            object_public,
+            recipients,
+        })
+    }
+
+    pub fn entry_for(&self, name: &[u8; NAME_LEN]) -> Option<&Recipient> {
+        self.recipients.iter().find(|r| &r.name == name)
+    }
+}
+
+fn refuse_annotations(
+    annotations: &HashMap<String, Vec<u8>>,
+    allowed: Option<&str>,
+) -> Result<(), ClusterEnvelopeError> {
+    match annotations.keys().find(|key| Some(key.as_str()) != allowed) {
+        Some(key) => Err(ClusterEnvelopeError::UnexpectedAnnotation(key.clone())),
+        None => Ok(()),
+    }
+}
+
+fn annotated_block<'a>(
+    digest: &[u8],
+    annotations: &'a HashMap<String, Vec<u8>>,
+) -> Result<&'a [u8], ClusterEnvelopeError> {
+    if digest.len() != DIGEST_LEN {
+        return Err(WireError::Trailing(digest.len().saturating_sub(DIGEST_LEN), "digest").into());
+    }
+    refuse_annotations(annotations, Some(RECIPIENTS_ANNOTATION))?;
+    let block = annotations
+        .get(RECIPIENTS_ANNOTATION)
+        .ok_or(ClusterEnvelopeError::MissingAnnotation)?;
+    if Sha256::digest(block).as_slice() != digest {
+        return Err(ClusterEnvelopeError::AnnotationDigest);
+    }
+    Ok(block)
+}
+
+fn encode_recipients(recipients: &[Recipient]) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u8(u8::try_from(recipients.len()).expect("checked against MAX_RECIPIENTS"));
+    for r in recipients {
+        w.u8(r.role as u8).raw(&r.name);
+        w.tpm2b(&r.blob.duplicate).tpm2b(&r.blob.in_sym_seed);
+    }
+    w.finish()
+}
+
+fn parse_recipients(block: &[u8]) -> Result<Vec<Recipient>, ClusterEnvelopeError> {
+    let mut r = Reader::new(block);
+    let count = usize::from(r.u8("recipient count")?);
+    if count == 0 || count > MAX_RECIPIENTS {
+        return Err(ClusterEnvelopeError::RecipientCount(count));
+    }
+    let recipients = (0..count)
+        .map(|_| parse_entry(&mut r))
+        .collect::<Result<Vec<_>, _>>()?;
+    r.finish("recipients")?;
+    check_recipients(&recipients)?;
+    Ok(recipients)
+}
+
+fn parse_entry(r: &mut Reader<'_>) -> Result<Recipient, ClusterEnvelopeError> {
+    let role = match r.u8("role")? {
+        1 => Role::Member,
+        2 => Role::Recovery,
+        other => return Err(ClusterEnvelopeError::UnknownRole(other)),
+    };
+    let name = r
+        .take(NAME_LEN, "recipient Name")?
+        .try_into()
+        .expect("NAME_LEN bytes");
+    let duplicate = r.tpm2b("duplicate")?.to_vec();
+    let in_sym_seed = r.tpm2b("in_sym_seed")?.to_vec();
+    Ok(Recipient {
+        role,
+        name,
+        blob: ImportBlob {
+            duplicate,
+            in_sym_seed,
+        },
+    })
+}
+
+/// Canonical order makes the encoding, and so the key_id, unique.
+fn check_recipients(recipients: &[Recipient]) -> Result<(), ClusterEnvelopeError> {
+    if recipients.is_empty() || recipients.len() > MAX_RECIPIENTS {
+        return Err(ClusterEnvelopeError::RecipientCount(recipients.len()));
+    }
+    let ordered = recipients
+        .windows(2)
+        .all(|pair| (pair[0].role, pair[0].name) < (pair[1].role, pair[1].name));
+    if !ordered {
+        return Err(ClusterEnvelopeError::RecipientOrder);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

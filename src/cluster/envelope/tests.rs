@@ -1,0 +1,157 @@
+use p256::SecretKey;
+use rand_core::OsRng;
+
+use super::*;
+use crate::cluster::duplicate::{SealedObject, import_in_software};
+use crate::cluster::storage_key::StorageKey;
+
+struct Party {
+    secret: SecretKey,
+    key: StorageKey,
+}
+
+fn parties(n: usize) -> Vec<Party> {
+    (0..n)
+        .map(|_| {
+            let secret = SecretKey::random(&mut OsRng);
+            let key = StorageKey::from_point(&secret.public_key());
+            Party { secret, key }
+        })
+        .collect()
+}
+
+fn envelope_for(members: &[Party], recovery: Option<&Party>, dek: &[u8]) -> ClusterEnvelope {
+    let object = SealedObject::new(dek);
+    let entry = |role, p: &Party| Recipient {
+        role,
+        name: *p.key.name(),
+        blob: object.wrap_for(&p.key),
+    };
+    let mut recipients: Vec<Recipient> = members.iter().map(|p| entry(Role::Member, p)).collect();
+    recipients.extend(recovery.map(|p| entry(Role::Recovery, p)));
+    ClusterEnvelope {
+        object_public: object.tpmt_public().to_vec(),
+        recipients,
+    }
+}
+
+/// Total bytes a KMS v2 EncryptResponse carries for this envelope.
+fn sizes(encoded: &Encoded) -> (usize, usize) {
+    let annotations = encoded
+        .annotations
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    (encoded.ciphertext.len(), annotations)
+}
+
+#[test]
+fn every_recipient_opens_an_inline_envelope() {
+    let members = parties(3);
+    let recovery = parties(1);
+    let encoded = envelope_for(&members, recovery.first(), &[7; 32])
+        .encode()
+        .unwrap();
+    assert!(
+        encoded.annotations.is_empty(),
+        "3 members + recovery fit 1 KiB"
+    );
+    let parsed = ClusterEnvelope::parse(&encoded.ciphertext, &encoded.annotations).unwrap();
+    for party in members.iter().chain(&recovery) {
+        let entry = parsed.entry_for(party.key.name()).unwrap();
+        let dek = import_in_software(&party.secret, &parsed.object_public, &entry.blob).unwrap();
+        assert_eq!(dek.as_slice(), &[7; 32]);
+    }
+}
+
+#[test]
+fn five_members_and_recovery_move_to_the_annotation() {
+    let members = parties(5);
+    let recovery = parties(1);
+    let encoded = envelope_for(&members, recovery.first(), &[1; 32])
+        .encode()
+        .unwrap();
+    assert_eq!(encoded.ciphertext.len(), 2 + 2 + 46 + 32);
+    assert!(encoded.annotations.contains_key(RECIPIENTS_ANNOTATION));
+    let parsed = ClusterEnvelope::parse(&encoded.ciphertext, &encoded.annotations).unwrap();
+    assert_eq!(parsed.recipients.len(), 6);
+
+    let mut forged = encoded.annotations.clone();
+    forged.get_mut(RECIPIENTS_ANNOTATION).unwrap()[40] ^= 1;
+    assert_eq!(
+        ClusterEnvelope::parse(&encoded.ciphertext, &forged),
+        Err(ClusterEnvelopeError::AnnotationDigest)
+    );
+    assert_eq!(
+        ClusterEnvelope::parse(&encoded.ciphertext, &HashMap::new()),
+        Err(ClusterEnvelopeError::MissingAnnotation)
+    );
+    let mut extra = encoded.annotations.clone();
+    extra.insert("other.example.com".into(), vec![]);
+    assert!(matches!(
+        ClusterEnvelope::parse(&encoded.ciphertext, &extra),
+        Err(ClusterEnvelopeError::UnexpectedAnnotation(_))
+    ));
+}
+
+#[test]
+fn inline_envelopes_refuse_annotations_and_unsorted_entries() {
+    let members = parties(2);
+    let envelope = envelope_for(&members, None, &[3; 32]);
+    let encoded = envelope.clone().encode().unwrap();
+    let stray = HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), vec![1])]);
+    assert!(ClusterEnvelope::parse(&encoded.ciphertext, &stray).is_err());
+    // Swap the two entries in place: same bytes, wrong order.
+    let mut parsed = ClusterEnvelope::parse(&encoded.ciphertext, &HashMap::new()).unwrap();
+    parsed.recipients.swap(0, 1);
+    let mut bytes = vec![VERSION_CLUSTER, LAYOUT_INLINE];
+    bytes.extend_from_slice(&(parsed.object_public.len() as u16).to_be_bytes());
+    bytes.extend_from_slice(&parsed.object_public);
+    bytes.extend_from_slice(&encode_recipients(&parsed.recipients));
+    assert_eq!(
+        ClusterEnvelope::parse(&bytes, &HashMap::new()),
+        Err(ClusterEnvelopeError::RecipientOrder)
+    );
+}
+
+#[test]
+fn truncations_and_trailing_bytes_are_errors_not_panics() {
+    let encoded = envelope_for(&parties(2), None, &[5; 32]).encode().unwrap();
+    for len in 0..encoded.ciphertext.len() {
+        assert!(ClusterEnvelope::parse(&encoded.ciphertext[..len], &HashMap::new()).is_err());
+    }
+    let mut long = encoded.ciphertext.clone();
+    long.push(0);
+    assert!(ClusterEnvelope::parse(&long, &HashMap::new()).is_err());
+}
+
+/// Prints the size table kept in docs/envelope.md, and fails if the document
+/// disagrees with what the code produces today.
+#[test]
+fn size_table_matches_docs_envelope_md() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/envelope.md"))
+        .expect("docs/envelope.md");
+    let recovery = parties(1);
+    println!("| members | recovery | ciphertext (B) | annotations (B) |");
+    println!("|---|---|---|---|");
+    for n in 1..=5 {
+        let members = parties(n);
+        for with_recovery in [false, true] {
+            let recovery = if with_recovery {
+                recovery.first()
+            } else {
+                None
+            };
+            let encoded = envelope_for(&members, recovery, &[0x5c; 32])
+                .encode()
+                .unwrap();
+            let (ciphertext, annotations) = sizes(&encoded);
+            let row = format!(
+                "| {n} | {} | {ciphertext} | {annotations} |",
+                if with_recovery { "yes" } else { "no" }
+            );
+            println!("{row}");
+            assert!(doc.contains(&row), "docs/envelope.md lacks the row {row}");
+        }
+    }
+}

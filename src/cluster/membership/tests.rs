@@ -1,0 +1,126 @@
+use p256::SecretKey;
+use rand_core::OsRng;
+
+use super::*;
+use crate::cluster::duplicate::import_in_software;
+use crate::cluster::recovery_key::RecoveryIdentity;
+
+fn key() -> (SecretKey, StorageKey) {
+    let secret = SecretKey::random(&mut OsRng);
+    let key = StorageKey::from_point(&secret.public_key());
+    (secret, key)
+}
+
+fn members_dir(keys: &[&StorageKey]) -> tempdir::Dir {
+    let dir = tempdir::Dir::new();
+    for (i, k) in keys.iter().enumerate() {
+        let text = member_file(k, &KeyId::from_srk_name(k.name()));
+        std::fs::write(dir.path().join(format!("node-{i}.pub")), text).unwrap();
+    }
+    std::fs::write(dir.path().join("README"), "not a member file").unwrap();
+    dir
+}
+
+/// A directory removed on drop; unit tests have no tempfile crate.
+mod tempdir {
+    pub struct Dir(std::path::PathBuf);
+    impl Dir {
+        pub fn new() -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let path =
+                std::env::temp_dir().join(format!("sceau-members-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&path).unwrap();
+            Self(path)
+        }
+        pub fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[test]
+fn every_member_computes_the_same_key_id_and_opens_the_envelope() {
+    let parties: Vec<_> = (0..3).map(|_| key()).collect();
+    let keys: Vec<&StorageKey> = parties.iter().map(|(_, k)| k).collect();
+    let dir = members_dir(&keys);
+    let views: Vec<Membership> = keys
+        .iter()
+        .map(|k| Membership::load(dir.path(), None, &k.to_tpm2b_public()).unwrap())
+        .collect();
+    assert!(views.windows(2).all(|w| w[0].key_id() == w[1].key_id()));
+    assert_eq!(views[0].key_id().as_str().len(), "sceau-".len() + 32);
+    let encoded = views[1].seal(&[0xAB; 32]).unwrap();
+    let envelope = ClusterEnvelope::parse(&encoded.ciphertext, &encoded.annotations).unwrap();
+    assert_eq!(&envelope_key_id(&envelope), views[0].key_id());
+    for (secret, key) in &parties {
+        let entry = envelope.entry_for(key.name()).unwrap();
+        let dek = import_in_software(secret, &envelope.object_public, &entry.blob).unwrap();
+        assert_eq!(dek.as_slice(), &[0xAB; 32]);
+    }
+}
+
+#[test]
+fn membership_changes_change_the_key_id() {
+    let parties: Vec<_> = (0..3).map(|_| key()).collect();
+    let keys: Vec<&StorageKey> = parties.iter().map(|(_, k)| k).collect();
+    let own = keys[0].to_tpm2b_public();
+    let three = Membership::load(members_dir(&keys).path(), None, &own).unwrap();
+    let two = Membership::load(members_dir(&keys[..2]).path(), None, &own).unwrap();
+    assert_ne!(three.key_id(), two.key_id());
+    let recovery = RecoveryIdentity::generate();
+    let dir = members_dir(&keys);
+    let recovery_path = dir.path().join("recovery.key");
+    std::fs::write(&recovery_path, recovery.public_file()).unwrap();
+    let with_recovery = Membership::load(dir.path(), Some(&recovery_path), &own).unwrap();
+    assert_ne!(three.key_id(), with_recovery.key_id());
+    let encoded = with_recovery.seal(&[1; 32]).unwrap();
+    let dek = recovery
+        .open(&encoded.ciphertext, &encoded.annotations)
+        .unwrap();
+    assert_eq!(dek.as_slice(), &[1; 32]);
+}
+
+#[test]
+fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
+    let (_, a) = key();
+    let (_, b) = key();
+    let (_, outsider) = key();
+    let dir = members_dir(&[&a, &b]);
+    assert!(matches!(
+        Membership::load(dir.path(), None, &outsider.to_tpm2b_public()),
+        Err(MembershipError::NotAMember(_))
+    ));
+    let path = dir.path().join("node-1.pub");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let unpinned: String = text
+        .lines()
+        .filter(|l| !l.starts_with("name:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&path, unpinned).unwrap();
+    assert!(matches!(
+        Membership::load(dir.path(), None, &a.to_tpm2b_public()),
+        Err(MembershipError::Unpinned { .. })
+    ));
+    std::fs::write(&path, text.replace(&hex(b.name()), &hex(a.name()))).unwrap();
+    assert!(matches!(
+        Membership::load(dir.path(), None, &a.to_tpm2b_public()),
+        Err(MembershipError::PinMismatch { .. })
+    ));
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(dir.path().join("node-0.pub")).unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(
+        Membership::load(dir.path(), None, &a.to_tpm2b_public()),
+        Err(MembershipError::Duplicate(_))
+    ));
+}

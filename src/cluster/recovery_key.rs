@@ -1,0 +1,131 @@
+//! The offline recovery key: a P-256 key pair made on an offline machine.
+//! Its public half is described with the TCG SRK template, so Encrypt wraps
+//! the DEK for it exactly as for a member TPM (audit/recovery-key.md says why
+//! this construction was chosen); its private half opens any envelope in
+//! software, with the checks TPM2_Import makes.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+
+use p256::SecretKey;
+use rand_core::OsRng;
+use zeroize::Zeroizing;
+
+use super::armor::{self, ArmorError};
+use super::duplicate::{ImportError, import_in_software};
+use super::envelope::{ClusterEnvelope, ClusterEnvelopeError, Role};
+use super::membership::{RECOVERY_PUBLIC_LABEL, envelope_key_id};
+use super::storage_key::StorageKey;
+use crate::tpm::KeyId;
+use crate::tpm::srk::hex;
+
+pub const IDENTITY_LABEL: &str = "SCEAU RECOVERY IDENTITY";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryKeyError {
+    #[error("identity file: {0}")]
+    Armor(#[from] ArmorError),
+    #[error("identity file: not a P-256 private key")]
+    NotAKey,
+    #[error("identity file: the name line does not match the key")]
+    PinMismatch,
+    #[error("malformed envelope: {0}")]
+    Envelope(#[from] ClusterEnvelopeError),
+    #[error("this recovery key is not a recipient of the envelope (key_id {0})")]
+    NotARecipient(KeyId),
+    #[error("the recovery entry does not open: {0}")]
+    Import(#[from] ImportError),
+}
+
+/// The private half, held only by the recovery tool.
+pub struct RecoveryIdentity {
+    secret: SecretKey,
+    public: StorageKey,
+}
+
+impl RecoveryIdentity {
+    pub fn generate() -> Self {
+        Self::from_secret(SecretKey::random(&mut OsRng))
+    }
+
+    fn from_secret(secret: SecretKey) -> Self {
+        let public = StorageKey::from_point(&secret.public_key());
+        Self { secret, public }
+    }
+
+    pub fn public(&self) -> &StorageKey {
+        &self.public
+    }
+
+    /// The identity file: the scalar, armored, with the key's Name.
+    pub fn identity_file(&self) -> Zeroizing<String> {
+        let scalar = Zeroizing::new(self.secret.to_bytes().to_vec());
+        Zeroizing::new(armor::encode(
+            IDENTITY_LABEL,
+            &[
+                "sceau recovery identity: opens every envelope wrapped for this key.",
+                "Keep it offline (printed, or on removable media in a safe).",
+            ],
+            &[("name", hex(self.public.name()))],
+            &scalar,
+        ))
+    }
+
+    /// The public file given to `sceau serve --recovery-key`.
+    pub fn public_file(&self) -> String {
+        armor::encode(
+            RECOVERY_PUBLIC_LABEL,
+            &["sceau recovery key: public half, for serve --recovery-key."],
+            &[("name", hex(self.public.name()))],
+            &self.public.to_tpm2b_public(),
+        )
+    }
+
+    pub fn parse(text: &str) -> Result<Self, RecoveryKeyError> {
+        let armored = armor::decode(text, IDENTITY_LABEL)?;
+        let secret =
+            SecretKey::from_slice(&armored.bytes).map_err(|_| RecoveryKeyError::NotAKey)?;
+        let identity = Self::from_secret(secret);
+        match armored.header("name") {
+            Some(name) if name.eq_ignore_ascii_case(&hex(identity.public.name())) => Ok(identity),
+            _ => Err(RecoveryKeyError::PinMismatch),
+        }
+    }
+
+    /// Opens a version 2 envelope: the DEK seed the apiserver gave Encrypt.
+    pub fn open(
+        &self,
+        ciphertext: &[u8],
+        annotations: &HashMap<String, Vec<u8>>,
+    ) -> Result<Zeroizing<Vec<u8>>, RecoveryKeyError> {
+        let envelope = ClusterEnvelope::parse(ciphertext, annotations)?;
+        let entry = envelope
+            .recipients
+            .iter()
+            .find(|r| r.role == Role::Recovery && &r.name == self.public.name())
+            .ok_or_else(|| RecoveryKeyError::NotARecipient(envelope_key_id(&envelope)))?;
+        Ok(import_in_software(
+            &self.secret,
+            &envelope.object_public,
+            &entry.blob,
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_file_round_trips_and_is_pinned() {
+        let identity = RecoveryIdentity::generate();
+        let text = identity.identity_file();
+        let parsed = RecoveryIdentity::parse(&text).unwrap();
+        assert_eq!(parsed.public(), identity.public());
+        let tampered = text.replace("name: 000b", "name: 000c");
+        assert!(matches!(
+            RecoveryIdentity::parse(&tampered),
+            Err(RecoveryKeyError::PinMismatch)
+        ));
+    }
+}

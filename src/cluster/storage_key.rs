@@ -1,0 +1,184 @@
+//! The public half of an ECC P-256 storage key: a member TPM's SRK, or the
+//! offline recovery key, which sceau describes with the very same TCG SRK
+//! template so that one wrapping construction serves every recipient.
+#![forbid(unsafe_code)]
+
+use p256::elliptic_curve::sec1::{FromEncodedPoint as _, ToEncodedPoint as _};
+use p256::{EncodedPoint, PublicKey};
+
+use super::wire::{
+    ALG_AES, ALG_CFB, ALG_ECC, ALG_NULL, ALG_SHA256, ECC_NIST_P256, NAME_LEN, Reader, WireError,
+    Writer, sha256_name,
+};
+
+/// TCG Provisioning Guidance SRK attributes: fixedTPM, fixedParent,
+/// sensitiveDataOrigin, userWithAuth, noDA, restricted, decrypt.
+pub const SRK_ATTRIBUTES: u32 = 0x0003_0472;
+const RESTRICTED: u32 = 1 << 16;
+const DECRYPT: u32 = 1 << 17;
+const SIGN: u32 = 1 << 18;
+/// The parent's symmetric key size: KDFa derives the AES-128 wrapping key.
+pub const PARENT_SYM_BITS: u16 = 128;
+const COORDINATE_LEN: usize = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageKeyError {
+    #[error("malformed TPM2B_PUBLIC: {0}")]
+    Wire(#[from] WireError),
+    #[error("not a storage key: attributes {0:#010x} lack restricted+decrypt or have sign")]
+    NotStorage(u32),
+    #[error("the ECC point is not on the P-256 curve")]
+    BadPoint,
+}
+
+/// A parsed, validated storage key public and its TPM Name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageKey {
+    tpmt_public: Vec<u8>,
+    name: [u8; NAME_LEN],
+    point: PublicKey,
+}
+
+impl StorageKey {
+    /// Parses a marshalled TPM2B_PUBLIC (as `tpm2_readpublic -o` writes it)
+    /// and accepts only what sceau can wrap to: an ECC P-256 restricted
+    /// decryption key with nameAlg SHA-256, AES-128-CFB, no scheme, no KDF.
+    pub fn from_tpm2b_public(bytes: &[u8]) -> Result<Self, StorageKeyError> {
+        let mut outer = Reader::new(bytes);
+        let tpmt_public = outer.tpm2b("TPM2B_PUBLIC size")?;
+        outer.finish("TPM2B_PUBLIC")?;
+        Self::from_tpmt_public(tpmt_public)
+    }
+
+    pub fn from_tpmt_public(tpmt_public: &[u8]) -> Result<Self, StorageKeyError> {
+        let mut r = Reader::new(tpmt_public);
+        r.expect_u16(ALG_ECC, "type")?;
+        r.expect_u16(ALG_SHA256, "nameAlg")?;
+        let attributes = r.u32("objectAttributes")?;
+        if attributes & (RESTRICTED | DECRYPT) != (RESTRICTED | DECRYPT) || attributes & SIGN != 0 {
+            return Err(StorageKeyError::NotStorage(attributes));
+        }
+        r.tpm2b("authPolicy")?;
+        r.expect_u16(ALG_AES, "symmetric algorithm")?;
+        r.expect_u16(PARENT_SYM_BITS, "symmetric key bits")?;
+        r.expect_u16(ALG_CFB, "symmetric mode")?;
+        r.expect_u16(ALG_NULL, "scheme")?;
+        r.expect_u16(ECC_NIST_P256, "curve")?;
+        r.expect_u16(ALG_NULL, "kdf")?;
+        let x = r.tpm2b("unique.x")?;
+        let y = r.tpm2b("unique.y")?;
+        r.finish("TPMT_PUBLIC")?;
+        Ok(Self {
+            tpmt_public: tpmt_public.to_vec(),
+            name: sha256_name(tpmt_public),
+            point: point_from_coordinates(x, y)?,
+        })
+    }
+
+    /// Describes a software P-256 key with the SRK template (the recovery key).
+    pub fn from_point(point: &PublicKey) -> Self {
+        let (x, y) = coordinates(point);
+        let mut w = Writer::default();
+        w.u16(ALG_ECC)
+            .u16(ALG_SHA256)
+            .u32(SRK_ATTRIBUTES)
+            .tpm2b(&[]);
+        w.u16(ALG_AES).u16(PARENT_SYM_BITS).u16(ALG_CFB);
+        w.u16(ALG_NULL).u16(ECC_NIST_P256).u16(ALG_NULL);
+        w.tpm2b(&x).tpm2b(&y);
+        let tpmt_public = w.finish();
+        Self {
+            name: sha256_name(&tpmt_public),
+            tpmt_public,
+            point: *point,
+        }
+    }
+
+    pub fn to_tpm2b_public(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.tpm2b(&self.tpmt_public);
+        w.finish()
+    }
+
+    pub fn name(&self) -> &[u8; NAME_LEN] {
+        &self.name
+    }
+
+    pub fn point(&self) -> &PublicKey {
+        &self.point
+    }
+
+    /// The x-coordinate, as KDFe takes it.
+    pub fn x(&self) -> [u8; COORDINATE_LEN] {
+        coordinates(&self.point).0
+    }
+}
+
+/// Fixed-width affine coordinates of a P-256 point.
+pub fn coordinates(point: &PublicKey) -> ([u8; COORDINATE_LEN], [u8; COORDINATE_LEN]) {
+    let encoded = point.to_encoded_point(false);
+    let mut x = [0u8; COORDINATE_LEN];
+    let mut y = [0u8; COORDINATE_LEN];
+    x.copy_from_slice(encoded.x().expect("an uncompressed point has x"));
+    y.copy_from_slice(encoded.y().expect("an uncompressed point has y"));
+    (x, y)
+}
+
+/// Builds a point from TPM coordinates, which a TPM may marshal without
+/// leading zero bytes; rejects anything off the curve.
+pub fn point_from_coordinates(x: &[u8], y: &[u8]) -> Result<PublicKey, StorageKeyError> {
+    let x = left_pad(x).ok_or(StorageKeyError::BadPoint)?;
+    let y = left_pad(y).ok_or(StorageKeyError::BadPoint)?;
+    let encoded = EncodedPoint::from_affine_coordinates(&x.into(), &y.into(), false);
+    Option::from(PublicKey::from_encoded_point(&encoded)).ok_or(StorageKeyError::BadPoint)
+}
+
+fn left_pad(bytes: &[u8]) -> Option<[u8; COORDINATE_LEN]> {
+    if bytes.is_empty() || bytes.len() > COORDINATE_LEN {
+        return None;
+    }
+    let mut out = [0u8; COORDINATE_LEN];
+    out[COORDINATE_LEN - bytes.len()..].copy_from_slice(bytes);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p256::SecretKey;
+
+    fn sample() -> StorageKey {
+        let secret = SecretKey::from_slice(&[0x11; 32]).unwrap();
+        StorageKey::from_point(&secret.public_key())
+    }
+
+    #[test]
+    fn software_key_round_trips_through_tpm2b_public() {
+        let key = sample();
+        let parsed = StorageKey::from_tpm2b_public(&key.to_tpm2b_public()).unwrap();
+        assert_eq!(parsed, key);
+        // TPM2B size + TPMT_PUBLIC of an ECC P-256 SRK.
+        assert_eq!(key.to_tpm2b_public().len(), 2 + 90);
+        assert_eq!(&key.name()[..2], &[0x00, 0x0b]);
+    }
+
+    #[test]
+    fn refuses_signing_keys_other_curves_and_points_off_the_curve() {
+        let mut bytes = sample().to_tpm2b_public();
+        bytes[2 + 4 + 1] = 0x04; // attributes byte 2: sign instead of decrypt
+        assert!(matches!(
+            StorageKey::from_tpm2b_public(&bytes),
+            Err(StorageKeyError::NotStorage(_))
+        ));
+        let mut bytes = sample().to_tpm2b_public();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        assert_eq!(
+            StorageKey::from_tpm2b_public(&bytes),
+            Err(StorageKeyError::BadPoint)
+        );
+        let mut bytes = sample().to_tpm2b_public();
+        bytes.push(0);
+        assert!(StorageKey::from_tpm2b_public(&bytes).is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! The member's side of enrollment (`sceau enroll`): its endorsement key (EK)
+//! from the TCG default ECC template, the EK certificate if the manufacturer
+//! stored one, and TPM2_ActivateCredential of a verifier's challenge.
+#![forbid(unsafe_code)]
+
+use tss_esapi::Context;
+use tss_esapi::abstraction::{AsymmetricAlgorithmSelection, ek};
+use tss_esapi::constants::SessionType;
+use tss_esapi::handles::{AuthHandle, KeyHandle};
+use tss_esapi::interface_types::algorithm::HashingAlgorithm;
+use tss_esapi::interface_types::ecc::EccCurve;
+use tss_esapi::interface_types::session_handles::{AuthSession, PolicySession};
+use tss_esapi::structures::{
+    Digest, EncryptedSecret, IdObject, Nonce, PublicBuffer, SymmetricDefinition,
+};
+use tss_esapi::traits::Marshall as _;
+use zeroize::Zeroizing;
+
+use super::fault::TpmError;
+
+const EK_ALGORITHM: AsymmetricAlgorithmSelection =
+    AsymmetricAlgorithmSelection::Ecc(EccCurve::NistP256);
+
+pub struct EndorsementKey {
+    handle: KeyHandle,
+    /// Marshalled TPM2B_PUBLIC.
+    pub public: Vec<u8>,
+    /// DER X.509 certificate from the TCG NV index, when there is one.
+    pub certificate: Option<Vec<u8>>,
+}
+
+/// CreatePrimary in the endorsement hierarchy with the TCG default ECC
+/// P-256 template: the same key the manufacturer certified, if it did.
+pub fn endorsement_key(ctx: &mut Context) -> Result<EndorsementKey, TpmError> {
+    let handle = ek::create_ek_object_2(ctx, EK_ALGORITHM, None)
+        .map_err(|e| TpmError::new("CreatePrimary (EK)", e))?;
+    let (public, _, _) = ctx
+        .execute_without_session(|c| c.read_public(handle))
+        .map_err(|e| TpmError::new("ReadPublic (EK)", e))?;
+    let public = PublicBuffer::try_from(public)
+        .and_then(|buffer| buffer.marshall())
+        .map_err(|e| TpmError::new("marshal EK public", e))?;
+    // Most software TPMs and many firmware TPMs have no certificate; that is
+    // reported to the verifier, not an error here.
+    let certificate = ek::retrieve_ek_pubcert(ctx, EK_ALGORITHM).ok();
+    Ok(EndorsementKey {
+        handle,
+        public,
+        certificate,
+    })
+}
+
+/// TPM2_ActivateCredential: the SRK (password session) is the object the
+/// credential names, the EK (policy session satisfying its PolicySecret on
+/// the endorsement hierarchy) decrypts the seed. Returns the credential.
+pub fn activate_credential(
+    ctx: &mut Context,
+    srk: KeyHandle,
+    ek: &EndorsementKey,
+    credential_blob: &[u8],
+    secret: &[u8],
+) -> Result<Zeroizing<Vec<u8>>, TpmError> {
+    let client_blob = |e| TpmError::on_client_blob("ActivateCredential", e);
+    let id_object = IdObject::try_from(credential_blob.to_vec()).map_err(client_blob)?;
+    let secret = EncryptedSecret::try_from(secret.to_vec()).map_err(client_blob)?;
+    let policy = endorsement_policy_session(ctx)?;
+    let credential = ctx
+        .execute_with_sessions((Some(AuthSession::Password), Some(policy), None), |c| {
+            c.activate_credential(srk, ek.handle, id_object, secret)
+        })
+        .map_err(client_blob);
+    if let Err(e) = ctx.flush_context(tss_esapi::handles::SessionHandle::from(policy).into()) {
+        log::debug!("flushing the EK policy session failed: {e}");
+    }
+    credential.map(|digest: Digest| Zeroizing::new(digest.value().to_vec()))
+}
+
+/// A policy session that satisfies the TCG EK's authPolicy,
+/// PolicySecret(TPM_RH_ENDORSEMENT), with the (empty) endorsement auth.
+fn endorsement_policy_session(ctx: &mut Context) -> Result<AuthSession, TpmError> {
+    let session = ctx
+        .start_auth_session(
+            None,
+            None,
+            None,
+            SessionType::Policy,
+            SymmetricDefinition::AES_128_CFB,
+            HashingAlgorithm::Sha256,
+        )
+        .map_err(|e| TpmError::new("StartAuthSession (policy)", e))?
+        .ok_or_else(|| TpmError::new("StartAuthSession (policy)", no_session()))?;
+    let policy =
+        PolicySession::try_from(session).map_err(|e| TpmError::new("policy session", e))?;
+    ctx.execute_with_session(Some(AuthSession::Password), |c| {
+        c.policy_secret(
+            policy,
+            AuthHandle::Endorsement,
+            Nonce::default(),
+            Digest::default(),
+            Nonce::default(),
+            None,
+        )
+    })
+    .map_err(|e| TpmError::new("PolicySecret (endorsement)", e))?;
+    Ok(session)
+}
+
+fn no_session() -> tss_esapi::Error {
+    tss_esapi::Error::WrapperError(tss_esapi::WrapperErrorKind::WrongValueFromTpm)
+}

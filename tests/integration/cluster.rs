@@ -1,0 +1,518 @@
+//! Cluster mode (issue 6): members' TPMs open each other's envelopes, an
+//! outsider's TPM cannot, and the offline recovery key opens them all with no
+//! TPM. Every member is a real swtpm reached through the real TCTI; the
+//! Import, Load and Unseal are the TPM's.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use sceau::pb::DecryptRequest;
+
+use crate::harness::process::run_with_timeout;
+use crate::harness::rpc::{self, Client, assert_clean_message, expect_invalid_argument};
+use crate::harness::sceau::BIN;
+use crate::harness::{Sceau, Swtpm, TempDir, random_bytes};
+
+const TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+const RECIPIENTS_ANNOTATION: &str = "recipients.sceau.io";
+
+/// One machine: its TPM and, once started, its sceau.
+struct Node {
+    tpm: Swtpm,
+    member_file: String,
+    sceau: Option<Sceau>,
+}
+
+impl Node {
+    fn new(tmp: &TempDir, label: &str) -> Node {
+        let tpm = Swtpm::start(&tmp.subdir(label));
+        let member_file = sceau_tool(tmp, &["srk-public", "--tcti", &tpm.tcti()]);
+        assert!(
+            member_file.contains("-----BEGIN TPM2B_PUBLIC-----"),
+            "{member_file}"
+        );
+        Node {
+            tpm,
+            member_file,
+            sceau: None,
+        }
+    }
+
+    fn name(&self) -> String {
+        header(&self.member_file, "name")
+    }
+
+    fn serve(&mut self, tmp: &TempDir, label: &str, members: &Path, recovery: Option<&Path>) {
+        self.sceau = None;
+        let members = members.to_str().unwrap();
+        let mut extra = vec!["--members", members];
+        if let Some(recovery) = recovery {
+            extra.extend(["--recovery-key", recovery.to_str().unwrap()]);
+        }
+        let socket = tmp.join(&format!("{label}.sock"));
+        self.sceau = Some(Sceau::start_on_socket(
+            tmp,
+            &socket,
+            &self.tpm.tcti(),
+            &extra,
+        ));
+    }
+
+    async fn client(&self) -> Client {
+        self.sceau.as_ref().expect("started").client().await
+    }
+}
+
+fn header(text: &str, field: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}: ")))
+        .unwrap_or_else(|| panic!("no {field}: line in {text}"))
+        .to_string()
+}
+
+/// Runs the sceau binary (not the daemon) and returns its standard output.
+fn sceau_tool(tmp: &TempDir, args: &[&str]) -> String {
+    let finished = run_with_timeout(Command::new(BIN).args(args), tmp.path(), TOOL_TIMEOUT);
+    assert!(
+        finished.status.success(),
+        "sceau {args:?}: {}",
+        finished.all_output()
+    );
+    finished.stdout.clone()
+}
+
+fn members_dir(tmp: &TempDir, label: &str, nodes: &[&Node]) -> PathBuf {
+    let dir = tmp.subdir(label);
+    for (i, node) in nodes.iter().enumerate() {
+        std::fs::write(dir.join(format!("node-{i}.pub")), &node.member_file).unwrap();
+    }
+    dir
+}
+
+struct RecoveryKey {
+    identity: PathBuf,
+    public: PathBuf,
+}
+
+fn recovery_key(tmp: &TempDir) -> RecoveryKey {
+    let key = RecoveryKey {
+        identity: tmp.join("recovery.identity"),
+        public: tmp.join("recovery.public"),
+    };
+    sceau_tool(
+        tmp,
+        &[
+            "recovery-keygen",
+            "--identity",
+            key.identity.to_str().unwrap(),
+            "--public",
+            key.public.to_str().unwrap(),
+        ],
+    );
+    key
+}
+
+/// `sceau recover --envelope` on one ciphertext, as an offline operator runs it.
+fn recover_envelope(tmp: &TempDir, key: &RecoveryKey, ciphertext: &[u8]) -> Vec<u8> {
+    let path = tmp.join("envelope.bin");
+    std::fs::write(&path, ciphertext).unwrap();
+    let output = Command::new(BIN)
+        .args([
+            "recover",
+            "--identity",
+            key.identity.to_str().unwrap(),
+            "--envelope",
+            path.to_str().unwrap(),
+        ])
+        .output()
+        .expect("running sceau recover");
+    assert!(
+        output.status.success(),
+        "recover: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+struct Sealed {
+    ciphertext: Vec<u8>,
+    annotations: HashMap<String, Vec<u8>>,
+    key_id: String,
+}
+
+async fn encrypt(client: &mut Client, dek: &[u8]) -> Sealed {
+    let reply = rpc::encrypt(client, dek).await.expect("Encrypt");
+    Sealed {
+        ciphertext: reply.ciphertext,
+        annotations: reply.annotations,
+        key_id: reply.key_id,
+    }
+}
+
+async fn decrypt(client: &mut Client, sealed: &Sealed) -> Result<Vec<u8>, tonic::Status> {
+    let request = DecryptRequest {
+        ciphertext: sealed.ciphertext.clone(),
+        uid: rpc::next_uid(),
+        key_id: sealed.key_id.clone(),
+        annotations: sealed.annotations.clone(),
+    };
+    client
+        .decrypt(request)
+        .await
+        .map(|r| r.into_inner().plaintext)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_member_opens_every_envelope_and_an_outsider_cannot() {
+    let tmp = TempDir::new("cluster");
+    let mut nodes: Vec<Node> = ["a", "b", "c"].iter().map(|l| Node::new(&tmp, l)).collect();
+    let mut outsider = Node::new(&tmp, "outsider");
+    let recovery = recovery_key(&tmp);
+    let members = members_dir(&tmp, "members", &nodes.iter().collect::<Vec<_>>());
+    for (node, label) in nodes.iter_mut().zip(["a", "b", "c"]) {
+        node.serve(&tmp, label, &members, Some(&recovery.public));
+    }
+    // The outsider believes in a four-node cluster that includes itself.
+    let mut all: Vec<&Node> = nodes.iter().collect();
+    all.push(&outsider);
+    let outsider_members = members_dir(&tmp, "outsider-members", &all);
+    outsider.serve(&tmp, "outsider", &outsider_members, Some(&recovery.public));
+
+    let mut clients = Vec::new();
+    for node in &nodes {
+        clients.push(node.client().await);
+    }
+    let key_ids: Vec<String> = futures_key_ids(&mut clients).await;
+    assert!(key_ids.windows(2).all(|w| w[0] == w[1]), "{key_ids:?}");
+    assert!(key_ids[0].starts_with("sceau-") && key_ids[0].len() == 6 + 32);
+    let mut outsider_client = outsider.client().await;
+
+    for i in 0..nodes.len() {
+        let dek = random_bytes(32);
+        let sealed = encrypt(&mut clients[i], &dek).await;
+        assert_eq!(sealed.key_id, key_ids[0]);
+        assert!(
+            sealed.annotations.is_empty(),
+            "3 members + recovery fit the ciphertext"
+        );
+        assert!(sealed.ciphertext.len() <= 1024);
+        for client in clients.iter_mut() {
+            assert_eq!(decrypt(client, &sealed).await.expect("member Decrypt"), dek);
+        }
+        let refused =
+            expect_invalid_argument(decrypt(&mut outsider_client, &sealed).await, "outsider");
+        assert_clean_message(&refused, "outsider");
+        assert!(
+            refused.message().contains("envelope-not-for-this-tpm"),
+            "{}",
+            refused.message()
+        );
+        let (_, recipients) = refused.message().split_once("the recipients are").unwrap();
+        for node in &nodes {
+            assert!(recipients.contains(&node.name()), "{}", refused.message());
+        }
+        assert!(!recipients.contains(&outsider.name()));
+        assert!(recipients.contains("recovery "), "{}", refused.message());
+        assert_eq!(recover_envelope(&tmp, &recovery, &sealed.ciphertext), dek);
+    }
+    assert_eq!(rpc::status(&mut outsider_client).await.healthz, "ok");
+}
+
+async fn futures_key_ids(clients: &mut [Client]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for client in clients.iter_mut() {
+        ids.push(rpc::status(client).await.key_id);
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_a_member_changes_the_key_id_and_old_envelopes_still_open() {
+    let tmp = TempDir::new("cluster-shrink");
+    let mut nodes: Vec<Node> = ["a", "b", "c"].iter().map(|l| Node::new(&tmp, l)).collect();
+    let three = members_dir(&tmp, "three", &nodes.iter().collect::<Vec<_>>());
+    for (node, label) in nodes.iter_mut().zip(["a", "b", "c"]) {
+        node.serve(&tmp, label, &three, None);
+    }
+    let dek = random_bytes(32);
+    let old = encrypt(&mut nodes[2].client().await, &dek).await;
+
+    // Node c leaves: a and b restart with a two-member directory.
+    let two = members_dir(&tmp, "two", &[&nodes[0], &nodes[1]]);
+    nodes[0].serve(&tmp, "a2", &two, None);
+    nodes[1].serve(&tmp, "b2", &two, None);
+    let mut a = nodes[0].client().await;
+    let mut b = nodes[1].client().await;
+    let new_key_id = rpc::status(&mut a).await.key_id;
+    assert_ne!(
+        new_key_id, old.key_id,
+        "membership changed, so must the key_id"
+    );
+    assert_eq!(rpc::status(&mut b).await.key_id, new_key_id);
+    assert_eq!(decrypt(&mut a, &old).await.expect("old envelope at a"), dek);
+    assert_eq!(decrypt(&mut b, &old).await.expect("old envelope at b"), dek);
+    let fresh = encrypt(&mut a, &dek).await;
+    assert_eq!(fresh.key_id, new_key_id);
+    assert_eq!(
+        decrypt(&mut b, &fresh).await.expect("new envelope at b"),
+        dek
+    );
+    // c, still on the old membership, is not a recipient of the new one.
+    let mut c = nodes[2].client().await;
+    expect_invalid_argument(
+        decrypt(&mut c, &fresh).await,
+        "new envelope at the removed node",
+    );
+}
+
+/// Four members and the recovery key need 1126 bytes: the recipients move to
+/// the annotation, and the ciphertext binds them with a digest.
+#[tokio::test(flavor = "multi_thread")]
+async fn tampered_envelopes_are_refused_and_change_nothing() {
+    let tmp = TempDir::new("cluster-tamper");
+    let mut node = Node::new(&tmp, "a");
+    let others: Vec<Node> = ["b", "c", "d"].iter().map(|l| Node::new(&tmp, l)).collect();
+    let recovery = recovery_key(&tmp);
+    let mut all: Vec<&Node> = others.iter().collect();
+    all.push(&node);
+    let members = members_dir(&tmp, "members", &all);
+    node.serve(&tmp, "a", &members, Some(&recovery.public));
+    let mut client = node.client().await;
+
+    let dek = random_bytes(32);
+    let sealed = encrypt(&mut client, &dek).await;
+    let block = sealed
+        .annotations
+        .get(RECIPIENTS_ANNOTATION)
+        .expect("recipients annotation");
+    assert_eq!(sealed.ciphertext.len(), 2 + 48 + 32);
+    assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);
+
+    // A flipped bit anywhere in the annotation: its digest no longer matches.
+    for at in (0..block.len()).step_by(97) {
+        let mut forged = sealed.annotations.clone();
+        forged.get_mut(RECIPIENTS_ANNOTATION).unwrap()[at] ^= 0x04;
+        let forged = Sealed {
+            annotations: forged,
+            ..clone(&sealed)
+        };
+        let status =
+            expect_invalid_argument(decrypt(&mut client, &forged).await, "flipped annotation");
+        assert_clean_message(&status, "flipped annotation");
+    }
+    // A forged digest in the ciphertext.
+    let mut forged = clone(&sealed);
+    let last = forged.ciphertext.len() - 1;
+    forged.ciphertext[last] ^= 1;
+    expect_invalid_argument(decrypt(&mut client, &forged).await, "forged digest");
+    // Flipped bits in the shared public area: the entries' HMACs bind its Name.
+    for at in 4..sealed.ciphertext.len() - 32 {
+        let mut forged = clone(&sealed);
+        forged.ciphertext[at] ^= 0x01;
+        let status = expect_invalid_argument(decrypt(&mut client, &forged).await, "flipped public");
+        assert_clean_message(&status, "flipped public");
+    }
+    assert_eq!(rpc::status(&mut client).await.healthz, "ok");
+    assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);
+    drop(recovery);
+}
+
+fn clone(sealed: &Sealed) -> Sealed {
+    Sealed {
+        ciphertext: sealed.ciphertext.clone(),
+        annotations: sealed.annotations.clone(),
+        key_id: sealed.key_id.clone(),
+    }
+}
+
+/// The TPM's own checks in TPM2_Import: an entry moved from another envelope
+/// (its HMAC binds the other object's Name) and flipped bits in this node's
+/// entry are refused as bad input, and the daemon stays healthy.
+#[tokio::test(flavor = "multi_thread")]
+async fn copied_or_flipped_entries_fail_the_tpms_integrity_check() {
+    use sceau::cluster::envelope::ClusterEnvelope;
+    let tmp = TempDir::new("cluster-splice");
+    let mut node = Node::new(&tmp, "a");
+    let other = Node::new(&tmp, "b");
+    let members = members_dir(&tmp, "members", &[&node, &other]);
+    node.serve(&tmp, "a", &members, None);
+    let mut client = node.client().await;
+    let own_name = node.name();
+    let first = encrypt(&mut client, &random_bytes(32)).await;
+    let second = encrypt(&mut client, &random_bytes(32)).await;
+    let parse = |s: &Sealed| ClusterEnvelope::parse(&s.ciphertext, &s.annotations).unwrap();
+    let own_index = |e: &ClusterEnvelope| {
+        e.recipients
+            .iter()
+            .position(|r| sceau::tpm::srk::hex(&r.name) == own_name)
+            .unwrap()
+    };
+    let rebuild = |e: ClusterEnvelope| Sealed {
+        ciphertext: e.encode().unwrap().ciphertext,
+        ..clone(&first)
+    };
+
+    let mut spliced = parse(&first);
+    let i = own_index(&spliced);
+    spliced.recipients[i].blob = parse(&second).recipients[i].blob.clone();
+    let status = expect_invalid_argument(decrypt(&mut client, &rebuild(spliced)).await, "spliced");
+    assert!(
+        status.message().contains("envelope-not-for-this-tpm"),
+        "{}",
+        status.message()
+    );
+    assert_clean_message(&status, "spliced entry");
+
+    let original = parse(&first);
+    let i = own_index(&original);
+    let lengths = (
+        original.recipients[i].blob.duplicate.len(),
+        original.recipients[i].blob.in_sym_seed.len(),
+    );
+    for at in (0..lengths.0).step_by(5) {
+        let mut flipped = parse(&first);
+        flipped.recipients[i].blob.duplicate[at] ^= 0x10;
+        let status =
+            expect_invalid_argument(decrypt(&mut client, &rebuild(flipped)).await, "duplicate");
+        assert_clean_message(&status, "flipped duplicate");
+    }
+    for at in (0..lengths.1).step_by(5) {
+        let mut flipped = parse(&first);
+        flipped.recipients[i].blob.in_sym_seed[at] ^= 0x10;
+        let status = expect_invalid_argument(decrypt(&mut client, &rebuild(flipped)).await, "seed");
+        assert_clean_message(&status, "flipped seed");
+    }
+    assert_eq!(rpc::status(&mut client).await.healthz, "ok");
+    decrypt(&mut client, &first)
+        .await
+        .expect("the untouched envelope still opens");
+}
+
+/// Decrypt in cluster mode adds TPM2_Import to the bus traffic: its inputs are
+/// encrypted to the SRK and Unseal still runs in the salted session, so a
+/// recording proxy between sceau and its TPM never sees the DEK. (The control
+/// in `bus_capture.rs` shows the capture finds a DEK when the session is off.)
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tpm_bus_never_carries_a_cluster_dek() {
+    use crate::harness::bus_proxy::{RecordingProxy, occurrences};
+    const MARKER_DEK: &[u8; 32] = b"sceau-cluster-bus-marker-DEK-42!";
+    let tmp = TempDir::new("cluster-bus");
+    let node = Node::new(&tmp, "a");
+    let other = Node::new(&tmp, "b");
+    let members = members_dir(&tmp, "members", &[&node, &other]);
+    let proxy = RecordingProxy::start(node.tpm.port());
+    let socket = tmp.join("tapped.sock");
+    let extra = ["--members", members.to_str().unwrap()];
+    let mut sceau = Sceau::start_on_socket(&tmp, &socket, &proxy.tcti(), &extra);
+    let mut client = sceau.client().await;
+    let sealed = encrypt(&mut client, MARKER_DEK).await;
+    for _ in 0..3 {
+        assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), MARKER_DEK);
+    }
+    drop(client);
+    assert!(sceau.terminate().success());
+    let capture = proxy.recorded();
+    assert!(
+        capture.len() > 1000,
+        "the proxy saw only {} bytes",
+        capture.len()
+    );
+    for window in MARKER_DEK.windows(8) {
+        assert_eq!(
+            occurrences(&capture, window),
+            0,
+            "DEK bytes crossed the bus"
+        );
+    }
+}
+
+/// The memory scan of `memory_scan.rs`, for cluster mode: after Encrypts (the
+/// DEK is wrapped in software, on the gRPC threads) and Decrypts (Import,
+/// Load, Unseal) no 16-byte run of the marker DEK is left in the daemon.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_cluster_dek_copy_survives_in_memory() {
+    let hits = cluster_memory_scan("cluster-memscan", "").await;
+    assert!(hits.is_empty(), "DEK copies left in memory: {hits:?}");
+}
+
+/// The control: without the wiping allocator, the freed buffers of the
+/// software wrapping still hold the DEK, and the same scan finds it.
+#[cfg(feature = "insecure-test-hooks")]
+#[tokio::test(flavor = "multi_thread")]
+async fn without_heap_wiping_the_cluster_scan_finds_the_dek() {
+    let hits = cluster_memory_scan("cluster-memscan-control", "alloc-wipe,malloc-tunables").await;
+    assert!(
+        !hits.is_empty(),
+        "the scan must see what the wiping removes"
+    );
+}
+
+async fn cluster_memory_scan(label: &str, disabled: &str) -> Vec<crate::harness::memscan::Hit> {
+    use crate::harness::memscan::find_in_process;
+    use crate::harness::sceau::serve_args;
+    const MARKER_DEK: &[u8; 32] = b"Qz!k9#ZpL0vX@7mN2^wR5&tY8*eU1(oI";
+    let tmp = TempDir::new(label);
+    let node = Node::new(&tmp, "a");
+    let other = Node::new(&tmp, "b");
+    let recovery = recovery_key(&tmp);
+    let members = members_dir(&tmp, "members", &[&node, &other]);
+    let socket = tmp.join("a.sock");
+    let extra = [
+        "--members",
+        members.to_str().unwrap(),
+        "--recovery-key",
+        recovery.public.to_str().unwrap(),
+    ];
+    let args = serve_args(&socket, Some(&node.tpm.tcti()), &extra);
+    let mut sceau = Sceau::spawn(&tmp, &socket, args, &[("SCEAU_INSECURE_DISABLE", disabled)]);
+    sceau
+        .wait_serving()
+        .unwrap_or_else(|why| panic!("{why}\n{}", sceau.stderr_text()));
+    let mut client = sceau.client().await;
+    for _ in 0..20 {
+        let sealed = encrypt(&mut client, MARKER_DEK).await;
+        assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), MARKER_DEK);
+    }
+    drop(client);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let hits = find_in_process(sceau.pid(), MARKER_DEK, 16);
+    assert!(
+        sceau.try_exit().is_none(),
+        "sceau died: {}",
+        sceau.stderr_text()
+    );
+    hits
+}
+
+/// Plaintext never goes to a terminal by accident: with a pseudo-terminal as
+/// standard output (`script` from util-linux) recover refuses unless --force.
+#[test]
+fn recover_refuses_a_terminal_without_force() {
+    let tmp = TempDir::new("recover-tty");
+    let key = recovery_key(&tmp);
+    let command = format!(
+        "{BIN} recover --identity {} --envelope /dev/null",
+        key.identity.display()
+    );
+    let output = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("running script");
+    assert!(!output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("refusing to write plaintext to a terminal"),
+        "{text}"
+    );
+    let forced = Command::new("script")
+        .args(["-qec", &format!("{command} --force"), "/dev/null"])
+        .output()
+        .expect("running script");
+    let text = String::from_utf8_lossy(&forced.stdout);
+    assert!(
+        !text.contains("refusing"),
+        "--force must pass the terminal check: {text}"
+    );
+}

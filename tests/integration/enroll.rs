@@ -1,0 +1,252 @@
+//! `sceau enroll` (issue 6, item 6): credential activation proves that a
+//! member file's SRK is in the same TPM as an endorsement key. The member's
+//! side runs TPM2_ActivateCredential on a real swtpm.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::harness::sceau::BIN;
+use crate::harness::{Swtpm, TempDir, Tpm2Tools};
+
+fn sceau(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("running sceau")
+}
+
+fn ok(output: Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs steps 2–4 for `request`, answering on `answering_tpm`.
+fn enroll_with(
+    tmp: &TempDir,
+    label: &str,
+    request: &str,
+    answering_tpm: &Swtpm,
+) -> (Output, Output) {
+    let request_file = tmp.join(&format!("{label}.request"));
+    let challenge = tmp.join(&format!("{label}.challenge"));
+    let expected = tmp.join(&format!("{label}.expected"));
+    let response = tmp.join(&format!("{label}.response"));
+    let member = tmp.join(&format!("{label}.pub"));
+    std::fs::write(&request_file, request).unwrap();
+    ok(
+        sceau(&[
+            "enroll",
+            "challenge",
+            "--request",
+            path(&request_file),
+            "--challenge-out",
+            path(&challenge),
+            "--expected-out",
+            path(&expected),
+        ]),
+        "challenge",
+    );
+    let answer = sceau(&[
+        "enroll",
+        "respond",
+        "--challenge",
+        path(&challenge),
+        "--tcti",
+        &answering_tpm.tcti(),
+    ]);
+    std::fs::write(&response, &answer.stdout).unwrap();
+    let verified = sceau(&[
+        "enroll",
+        "verify",
+        "--request",
+        path(&request_file),
+        "--expected",
+        path(&expected),
+        "--response",
+        path(&response),
+        "--member-out",
+        path(&member),
+    ]);
+    (answer, verified)
+}
+
+#[test]
+fn a_member_proves_its_srk_and_ek_share_a_tpm() {
+    let tmp = TempDir::new("enroll");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let request = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
+        "request",
+    );
+    let (answer, verified) = enroll_with(&tmp, "node", &request, &tpm);
+    ok(answer, "respond");
+    ok(verified, "verify");
+    // The member file written is exactly what srk-public prints.
+    let member = std::fs::read_to_string(tmp.join("node.pub")).unwrap();
+    assert_eq!(
+        member,
+        ok(sceau(&["srk-public", "--tcti", &tpm.tcti()]), "srk-public")
+    );
+}
+
+/// A request that pairs one TPM's SRK with another TPM's EK cannot be
+/// answered: not by the SRK's TPM (ActivateCredential fails its integrity
+/// check) and not by the EK's TPM (its SRK has another Name).
+#[test]
+fn an_srk_paired_with_a_foreign_ek_is_not_enrolled() {
+    let tmp = TempDir::new("enroll-forged");
+    let tpm_a = Swtpm::start(&tmp.subdir("tpm-a"));
+    let tpm_b = Swtpm::start(&tmp.subdir("tpm-b"));
+    let request_a = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm_a.tcti()]),
+        "request a",
+    );
+    let request_b = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm_b.tcti()]),
+        "request b",
+    );
+    let srk_a = &request_a[..request_a.find("# The endorsement key").unwrap()];
+    let ek_b = &request_b[request_b.find("# The endorsement key").unwrap()..];
+    let forged = format!("{srk_a}{ek_b}");
+    for (label, tpm) in [("at-a", &tpm_a), ("at-b", &tpm_b)] {
+        let (answer, verified) = enroll_with(&tmp, label, &forged, tpm);
+        assert!(
+            !answer.status.success(),
+            "{label}: the TPM answered a forged challenge"
+        );
+        assert!(
+            !verified.status.success(),
+            "{label}: verify accepted no answer"
+        );
+        assert!(!tmp.join(&format!("{label}.pub")).exists());
+    }
+}
+
+/// A TCG EK certificate at NV index 0x01c0000a (issued here by swtpm's own
+/// local CA for the TPM's P-256 EK) travels in the request, and the challenge
+/// step checks that it names the EK; one for another key is refused.
+#[test]
+fn an_ek_certificate_must_name_the_ek() {
+    let tmp = TempDir::new("enroll-cert");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let tools = Tpm2Tools::new(&tpm, &tmp.subdir("tools"));
+    let request = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
+        "request",
+    );
+    assert!(
+        !request.contains("EK CERTIFICATE"),
+        "a fresh swtpm has no P-256 EK certificate"
+    );
+    let ek_x_y = ek_coordinates(&tools);
+    let certificate = issue_ek_certificate(&tmp, &ek_x_y);
+    store_ek_certificate(&tools, &certificate);
+    let request = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
+        "request",
+    );
+    assert!(request.contains("-----BEGIN EK CERTIFICATE-----"));
+    let (answer, verified) = enroll_with(&tmp, "certified", &request, &tpm);
+    ok(answer, "respond");
+    ok(verified, "verify");
+
+    // The same certificate in another TPM's request does not name its EK.
+    let other = Swtpm::start(&tmp.subdir("other"));
+    let other_request = ok(
+        sceau(&["enroll", "request", "--tcti", &other.tcti()]),
+        "other request",
+    );
+    let cert_block = &request[request.find("# DER").unwrap()..];
+    let forged = format!("{other_request}{cert_block}");
+    let request_file = tmp.join("forged.request");
+    std::fs::write(&request_file, forged).unwrap();
+    let refused = sceau(&[
+        "enroll",
+        "challenge",
+        "--request",
+        path(&request_file),
+        "--challenge-out",
+        path(&tmp.join("forged.challenge")),
+        "--expected-out",
+        path(&tmp.join("forged.expected")),
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("does not contain this EK"));
+}
+
+/// The EK's public point, as swtpm_localca takes it (hex x and y).
+fn ek_coordinates(tools: &Tpm2Tools) -> (String, String) {
+    tools.run(
+        "tpm2_createek",
+        &["-G", "ecc", "-c", "ek.ctx", "-u", "ek.pub", "-f", "tpmt"],
+    );
+    let public = std::fs::read(tools.path("ek.pub")).unwrap();
+    // TPMT_PUBLIC of the TCG ECC template: 32-byte authPolicy, then x and y.
+    let x_at = public.len() - 2 * 34 + 2;
+    let y_at = public.len() - 32;
+    (hex(&public[x_at..x_at + 32]), hex(&public[y_at..]))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn issue_ek_certificate(tmp: &TempDir, (x, y): &(String, String)) -> Vec<u8> {
+    let dir = tmp.subdir("ca");
+    let output = Command::new("swtpm_localca")
+        .args([
+            "--type",
+            "ek",
+            "--ek",
+            &format!("x={x},y={y},id=secp256r1"),
+            "--dir",
+            path(&dir),
+            "--tpm-spec-family",
+            "2.0",
+            "--tpm-spec-level",
+            "0",
+            "--tpm-spec-revision",
+            "164",
+            "--tpm-manufacturer",
+            "id:00001014",
+            "--tpm-model",
+            "swtpm",
+            "--tpm-version",
+            "id:20191023",
+            "--tpm2",
+        ])
+        .output()
+        .expect("swtpm_localca");
+    assert!(
+        output.status.success(),
+        "swtpm_localca: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::read(dir.join("ek.cert")).expect("swtpm_localca writes ek.cert")
+}
+
+fn store_ek_certificate(tools: &Tpm2Tools, der: &[u8]) {
+    std::fs::write(tools.path("ek.der"), der).unwrap();
+    let size = der.len().to_string();
+    tools.run(
+        "tpm2_nvdefine",
+        &[
+            "0x01c0000a",
+            "-C",
+            "p",
+            "-s",
+            &size,
+            "-a",
+            "ppwrite|ppread|ownerread|authread|no_da|platformcreate",
+        ],
+    );
+    tools.run("tpm2_nvwrite", &["0x01c0000a", "-C", "p", "-i", "ek.der"]);
+}
