@@ -72,3 +72,19 @@ start_swtpm() {
     echo "swtpm did not start" >&2
     return 1
 }
+
+# Installs a cargo subcommand at an exact version into target/tools (kept out
+# of ~/.cargo so CI's clean clone builds exactly the pinned version), and puts
+# it on PATH. Usage: require_cargo_tool CRATE VERSION BINARY
+require_cargo_tool() {
+    local crate=$1 version=$2 binary=$3
+    local root
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/tools"
+    export PATH="$root/bin:$PATH"
+    if [ -x "$root/bin/$binary" ] &&
+        grep -q "^\"$crate $version " "$root/.crates.toml" 2>/dev/null; then
+        return 0
+    fi
+    echo "installing $crate $version (cargo install --locked)"
+    cargo install --locked --quiet --root "$root" "$crate" --version "=$version"
+}

@@ -5,6 +5,14 @@
 //! are per thread), then starts the TPM thread and builds the tokio runtime by
 //! hand (no `#[tokio::main]`), installs seccomp on every thread, and only then
 //! reports READY=1.
+//!
+//! Its two `unsafe` blocks (environment writes while single-threaded) are
+//! listed in audit/unsafe.md; each carries an explicit `allow(unsafe_code)`.
+
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(clippy::multiple_unsafe_ops_per_block)]
 
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -87,8 +95,10 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
     reexec_with_malloc_wiping()?;
     sandbox::forbid_core_dumps().context("making the process non-dumpable")?;
     silence_tss_log();
-    // SAFETY: nothing has started a thread yet; the environment writes in
+    // SAFETY: nothing has started a thread yet (the TPM thread and the
+    // runtime start in confine_and_serve), so the environment writes in
     // take_passed_fds cannot race with a reader.
+    #[allow(unsafe_code)]
     let passed = unsafe { sceau::sys::take_passed_fds() }.context("reading LISTEN_FDS")?;
     let activated = activation::select_listener(passed)?;
     let config = TpmConfig {
@@ -526,7 +536,10 @@ fn silence_tss_log() {
     if std::env::var_os("TSS2_LOG").is_none() {
         // SAFETY: called before any other thread exists (the runtime and the
         // TPM thread start later), so nothing reads the environment concurrently.
-        unsafe { std::env::set_var("TSS2_LOG", "all+none") };
+        #[allow(unsafe_code)]
+        unsafe {
+            std::env::set_var("TSS2_LOG", "all+none");
+        }
     }
 }
 

@@ -4,8 +4,10 @@
 //! sandbox `sceau serve` uses (with the seccomp filter in kill mode), then
 //! tries the action. The parent reports PASS when the action was refused or
 //! the child was killed for it, and FAIL when it went through.
-// One unsafe block: the fork, whose precondition this module guarantees.
-#![deny(unsafe_code)]
+//!
+//! The fork is `sys::in_child`, which checks its own precondition (a single
+//! thread) at run time, so this module needs no `unsafe`.
+#![forbid(unsafe_code)]
 
 use std::os::unix::process::ExitStatusExt;
 
@@ -72,10 +74,8 @@ pub fn run(tcti: &str) -> bool {
     let tpm = TpmAccess::for_tcti(tcti);
     let mut all_refused = true;
     for probe in &PROBES {
-        // SAFETY: `sceau selftest` never starts a thread, so the process is
-        // single-threaded when it forks.
-        #[allow(unsafe_code)]
-        let outcome = match unsafe { sys::in_child(|| probe_in_sandbox(&tpm, probe)) } {
+        // `sceau selftest` never starts a thread, so in_child may fork.
+        let outcome = match sys::in_child(|| probe_in_sandbox(&tpm, probe)) {
             Ok(status) => describe(status),
             Err(e) => Err(format!("could not fork: {e}")),
         };
@@ -116,6 +116,7 @@ fn describe(status: std::process::ExitStatus) -> Result<String, String> {
         (_, Some(libc::SIGSYS)) => Ok("the process was killed by seccomp".into()),
         (Some(ALLOWED), _) => Err("the action succeeded".into()),
         (Some(SANDBOX_FAILED), _) => Err("the sandbox could not be applied".into()),
+        (Some(sys::PROBE_PANICKED), _) => Err("the probe panicked".into()),
         _ => Err(format!("the probe ended unexpectedly ({status})")),
     }
 }

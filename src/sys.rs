@@ -1,5 +1,9 @@
-//! The libc calls std does not wrap. This is the one library module that may
-//! use `unsafe`; each block states why it is sound.
+//! The libc calls std does not wrap. With `alloc`, this is one of the two
+//! library modules that may use `unsafe`; each block states why it is sound,
+//! and audit/unsafe.md lists every one (scripts/check-unsafe.sh keeps that
+//! list in step with this file).
+// The crate root denies unsafe_code; this module is one of its two exceptions.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::mem::MaybeUninit;
@@ -40,15 +44,21 @@ pub struct DeferredStopSignals {
 
 impl DeferredStopSignals {
     pub fn hold() -> std::io::Result<Self> {
-        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-        // SAFETY: sigemptyset initialises the set it is given; sigaddset
-        // then only writes into that initialised set.
-        let set = unsafe {
-            libc::sigemptyset(set.as_mut_ptr());
-            libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
-            libc::sigaddset(set.as_mut_ptr(), libc::SIGINT);
-            set.assume_init()
-        };
+        let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: the pointer is to writable storage for one sigset_t, owned
+        // by this frame; sigemptyset writes only there.
+        if unsafe { libc::sigemptyset(empty.as_mut_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: sigemptyset returned 0, so it initialised the whole set.
+        let mut set = unsafe { empty.assume_init() };
+        for signal in [libc::SIGTERM, libc::SIGINT] {
+            // SAFETY: `set` is an initialised sigset_t owned by this frame,
+            // and sigaddset writes only into it.
+            if unsafe { libc::sigaddset(&mut set, signal) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
         Self::mask(libc::SIG_BLOCK, &set)?;
         Ok(Self { set })
     }
@@ -153,13 +163,16 @@ pub fn set_no_new_privs() -> std::io::Result<()> {
 /// environment, which other threads may be reading.
 pub unsafe fn take_passed_fds() -> std::io::Result<Vec<(std::os::fd::OwnedFd, String)>> {
     use std::os::fd::FromRawFd;
-    // SAFETY: the caller guarantees a single thread, as the function requires.
+    // SAFETY: the caller guarantees a single thread, which is what
+    // std::env::remove_var (called by sd_notify) requires.
     let passed = unsafe { sd_notify::listen_fds_with_names_and_unset_env() }?;
     Ok(passed
         .map(|(fd, name)| {
-            // SAFETY: these fds were passed to this process by its service
-            // manager (with LISTEN_PID equal to our pid) and nothing else in
-            // the process has taken them: this function runs once at start.
+            // SAFETY: sd_notify returns only fds 3..3+LISTEN_FDS, only when
+            // LISTEN_PID is our pid, and only after fcntl(F_GETFD) found each
+            // one open. Nothing else in sceau owns them: no code opens an fd
+            // before this call, and the variables are unset, so a second call
+            // returns no fd and cannot make a second owner.
             (unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, name)
         })
         .collect())
@@ -213,34 +226,64 @@ pub fn pin_tcti_library(kind: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The exit code of an [`in_child`] child whose probe panicked.
+pub const PROBE_PANICKED: i32 = 101;
+
 /// Runs `probe` in a forked child and returns how the child ended. Used by
 /// `sceau selftest` to try actions the sandbox may punish by killing the
 /// process, without losing the parent.
 ///
-/// # Safety
-/// Call only while the process has one thread: a fork of a multi-threaded
-/// process may find a lock held by a thread that does not exist in the child.
-pub unsafe fn in_child(probe: impl FnOnce() -> i32) -> std::io::Result<std::process::ExitStatus> {
+/// Forking is only sound while the process has one thread: a fork of a
+/// multi-threaded process may find a lock (malloc's, stdout's) held by a
+/// thread that does not exist in the child. So this checks the thread count
+/// first and refuses otherwise. The check cannot go stale before the fork:
+/// with one thread, the only thread that could start another is this one.
+pub fn in_child(probe: impl FnOnce() -> i32) -> std::io::Result<std::process::ExitStatus> {
     use std::os::unix::process::ExitStatusExt;
-    // SAFETY: the caller keeps the process single-threaded (documented
-    // above), so the child's copy of the heap and its locks is consistent.
+    match thread_count()? {
+        1 => {}
+        n => {
+            return Err(std::io::Error::other(format!(
+                "refusing to fork a process with {n} threads"
+            )));
+        }
+    }
+    // SAFETY: the process has exactly one thread (checked just above, and
+    // only this thread could have started another since), so the child's
+    // copy of the heap and of every lock is consistent.
     match unsafe { libc::fork() } {
         -1 => Err(std::io::Error::last_os_error()),
         0 => {
-            let code = probe();
-            // SAFETY: _exit ends the child at once, without running the
-            // parent's atexit handlers or flushing its stdio twice.
+            // A panic must not unwind out of here: the child would go on
+            // running the parent's code (the rest of the selftest, the
+            // destructors of the parent's values) with the parent's state.
+            let probe = std::panic::AssertUnwindSafe(probe);
+            let code = std::panic::catch_unwind(probe).unwrap_or(PROBE_PANICKED);
+            // SAFETY: _exit(2) takes an integer, touches no memory and does
+            // not return; it ends the child without running the parent's
+            // atexit handlers or flushing the parent's stdio buffers again.
             unsafe { libc::_exit(code) }
         }
         child => {
             let mut status = 0;
-            // SAFETY: `status` is a live local; `child` is our own child.
+            // SAFETY: `status` is a live, writable local; `child` is our own
+            // child, so waitpid reaps only it.
             if unsafe { libc::waitpid(child, &mut status, 0) } == -1 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(std::process::ExitStatus::from_raw(status))
         }
     }
+}
+
+/// How many threads this process has (`Threads:` in /proc/self/status).
+fn thread_count() -> std::io::Result<usize> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|count| count.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::other("no thread count in /proc/self/status"))
 }
 
 /// `unshare(0)`: a no-op if allowed, so a harmless probe of the seccomp
@@ -294,12 +337,17 @@ impl LockedPage {
                 .expect("mmap never returns null on success"),
             len,
         };
-        // SAFETY: [start, start+len) is the mapping just created.
-        unsafe {
-            libc::madvise(start, len, libc::MADV_DONTDUMP);
-            libc::mlock(start, len);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), page.start.as_ptr(), bytes.len());
-        }
+        // SAFETY: [start, start+len) is the mapping just created, owned by
+        // `page`; madvise changes only its dump flag (a failure, which only
+        // leaves the page in dumps, is tolerated: the process is non-dumpable).
+        unsafe { libc::madvise(start, len, libc::MADV_DONTDUMP) };
+        // SAFETY: the same mapping; mlock only pins it (failure tolerated,
+        // see above).
+        unsafe { libc::mlock(start, len) };
+        // SAFETY: the source is `bytes`, readable for bytes.len() bytes; the
+        // destination is the fresh writable mapping, at least that long
+        // (asserted above); a new mapping cannot overlap a live borrow.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), page.start.as_ptr(), bytes.len()) };
         Ok(page)
     }
 
@@ -314,16 +362,16 @@ impl LockedPage {
 
 impl Drop for LockedPage {
     fn drop(&mut self) {
-        // SAFETY: the mapping is ours and about to be unmapped; nothing else
-        // refers to it. Zeroize's volatile writes are not optimised away.
-        unsafe {
-            zeroize::Zeroize::zeroize(std::slice::from_raw_parts_mut(
-                self.start.as_ptr(),
-                self.len,
-            ));
-            libc::munlock(self.start.as_ptr().cast(), self.len);
-            libc::munmap(self.start.as_ptr().cast(), self.len);
-        }
+        // SAFETY: the mapping is `self.len` bytes, writable and initialised;
+        // `&mut self` means no slice from `bytes` is alive.
+        let contents = unsafe { std::slice::from_raw_parts_mut(self.start.as_ptr(), self.len) };
+        // Volatile writes: not optimised away although munmap follows.
+        zeroize::Zeroize::zeroize(contents);
+        // SAFETY: the mapping is ours; munlock only unpins it.
+        unsafe { libc::munlock(self.start.as_ptr().cast(), self.len) };
+        // SAFETY: the mapping is ours and nothing refers to it any more
+        // (`contents` is dead); after munmap the value is gone with it.
+        unsafe { libc::munmap(self.start.as_ptr().cast(), self.len) };
     }
 }
 
@@ -340,6 +388,21 @@ mod tests {
         let entry = smaps.split_once(&address).expect("the page is mapped").1;
         let flags = entry.lines().find(|l| l.starts_with("VmFlags:")).unwrap();
         assert!(flags.contains(" dd"), "not excluded from dumps: {flags}");
+    }
+
+    /// The harness runs tests on threads, and this one holds another thread
+    /// alive, so the process is multi-threaded: in_child must not fork.
+    /// (`tests/integration/hardening.rs::selftest_reports_every_forbidden_action_refused`
+    /// runs the forking path, in the single-threaded `sceau selftest`.)
+    #[test]
+    fn in_child_refuses_a_process_with_threads() {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || wait.recv());
+        assert!(thread_count().unwrap() >= 2);
+        let refused = in_child(|| 0).expect_err("forked a multi-threaded process");
+        assert!(refused.to_string().contains("threads"), "{refused}");
+        release.send(()).unwrap();
+        other.join().unwrap().unwrap();
     }
 
     #[test]

@@ -1,4 +1,5 @@
 //! Serving the KMS service on a unix socket, and stopping cleanly.
+#![forbid(unsafe_code)]
 
 pub mod idle;
 pub mod peer;

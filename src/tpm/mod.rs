@@ -1,5 +1,6 @@
 //! The TPM layer: envelope format, SRK, sealed objects, parameter encryption,
 //! fault classification, and the worker thread that owns the ESAPI context.
+#![forbid(unsafe_code)]
 
 pub mod device;
 pub mod enroll;

@@ -1,5 +1,6 @@
 //! The service's validation and error mapping, with a fake TPM behind
 //! [`Sealer`]. Claims about the real TPM are tested in `tests/integration`.
+#![forbid(unsafe_code)]
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -223,4 +224,31 @@ async fn concurrent_decrypts_of_one_ciphertext_share_one_unseal() {
 fn echoed_client_text_is_bounded_and_escaped() {
     assert_eq!(printable("a\nb"), "a\\nb");
     assert_eq!(printable(&"x".repeat(200)).chars().count(), 81);
+}
+
+/// Found by the `envelope` fuzz target (audit/fuzzing.md): tpm2-tss decodes a
+/// public blob whose unique field declares more bytes than follow as if that
+/// field were empty, so without the marshal-back check sceau would send the
+/// TPM an object the envelope does not hold.
+#[tokio::test]
+async fn a_public_blob_tpm2_tss_misreads_never_reaches_the_tpm() {
+    let (svc, fake) = service(FakeTpm::new());
+    let good = encrypt(&svc, &[5; 32]).await.unwrap().ciphertext;
+    // Version, u16 length L, then the L-byte TPM2B_PUBLIC, whose last two
+    // bytes are the (empty) unique field's size.
+    let public_len = usize::from(u16::from_be_bytes([good[1], good[2]]));
+    let unique_size = 1 + 2 + public_len - 2;
+    let mut overlong_unique = good.clone();
+    overlong_unique[unique_size..unique_size + 2].copy_from_slice(&[0x00, 0x40]);
+    let status = decrypt(&svc, overlong_unique, fake.key_id.as_str())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (
+            Code::InvalidArgument,
+            "malformed ciphertext: the public blob is not a valid TPM2B_PUBLIC"
+        )
+    );
+    assert_eq!(fake.unseals.load(Ordering::SeqCst), 0);
 }

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Keeps audit/unsafe.md true. Fails (exit 1) when:
+#
+#   (a) a .rs file under src/, tests/, benches/ or fuzz/ holds `unsafe` and
+#       is not in the summary table of audit/unsafe.md, or the table names a
+#       file that does not exist;
+#   (b) a file's count of unsafe items differs from the count in that table
+#       (an item is an `unsafe` block, `unsafe fn`, `unsafe impl`,
+#       `unsafe trait`, `unsafe extern` block or `unsafe(...)` attribute,
+#       counted after `//` comments are stripped; rustfmt, which CI enforces,
+#       keeps `unsafe` and its `{` on one line);
+#   (c) a file under src/ or fuzz/ without unsafe items lacks
+#       `#![forbid(unsafe_code)]`. The only exemptions are files the table
+#       lists with a count of 0 (the library's crate root, which cannot
+#       forbid what `sys` and `alloc` allow); those must `#![deny(unsafe_code)]`;
+#   (d) clippy finds an undocumented unsafe block, an unsafe operation inside
+#       an unsafe fn without its own block, or any other warning, in any
+#       target (the lib and bin also deny these in their crate roots; the
+#       flags extend them to the test and bench crates).
+#
+# Usage: scripts/check-unsafe.sh [--no-clippy]
+#   --no-clippy skips (d), for a quick check of the inventory alone.
+#
+# Shown to fail when the inventory is not updated. Each case was tried on
+# this tree and then reverted, after which the script passed again:
+#   - a new block in `UmaskGuard::set` (src/sys.rs),
+#         // SAFETY: getpid has no preconditions.
+#         let _ = unsafe { libc::getpid() };
+#     gave
+#           FAIL: src/sys.rs: 33 unsafe items, audit/unsafe.md says 32
+#   - a new file src/zz_unsafe_demo.rs holding one such block gave
+#           FAIL: src/zz_unsafe_demo.rs: 1 unsafe items, not listed in audit/unsafe.md
+#   - a new safe file without the attribute gave
+#           FAIL: src/zz_safe_demo.rs: no unsafe items listed, so it must carry #![forbid(unsafe_code)]
+#   - deleting the SAFETY comment in `UmaskGuard::set` gave
+#           error: unsafe block missing a safety comment --> src/sys.rs
+#           FAIL: cargo clippy (undocumented unsafe blocks, or other warnings)
+# Each case exited with status 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+inventory=audit/unsafe.md
+run_clippy=1
+case "${1:-}" in
+    "") ;;
+    --no-clippy) run_clippy=0 ;;
+    *)
+        echo "usage: $0 [--no-clippy]" >&2
+        exit 2
+        ;;
+esac
+
+failed=0
+fail() {
+    echo "FAIL: $*" >&2
+    failed=1
+}
+
+# Number of unsafe items in one file.
+count_unsafe() {
+    sed -E 's://.*$::' "$1" |
+        { grep -oE '(^|[^[:alnum:]_])unsafe[[:space:]]*(\{|fn[[:space:]]|impl[[:space:]<]|trait[[:space:]]|extern[[:space:]]|\()' || true; } |
+        wc -l
+}
+
+# The summary table: rows "| `path` | count | ...".
+declare -A listed=()
+# shellcheck disable=SC2016 # the backquotes are Markdown, not shell
+while IFS=' ' read -r path count; do
+    [[ -n "${listed[$path]:-}" ]] && fail "$inventory lists $path twice"
+    listed[$path]=$count
+done < <(sed -nE 's/^\| `([^`]+\.rs)` \| ([0-9]+) \|.*/\1 \2/p' "$inventory")
+if [[ ${#listed[@]} -eq 0 ]]; then
+    fail "no summary rows found in $inventory"
+fi
+
+# Every Rust file the project owns (build output excluded).
+mapfile -t files < <(
+    find src tests benches fuzz -name target -prune -o -name '*.rs' -print 2>/dev/null | sort
+)
+total=0
+declare -A seen=()
+for file in "${files[@]}"; do
+    seen[$file]=1
+    count=$(count_unsafe "$file")
+    total=$((total + count))
+    expected=${listed[$file]:-}
+    if [[ -z "$expected" ]]; then
+        if [[ $count -gt 0 ]]; then
+            fail "$file: $count unsafe items, not listed in $inventory"
+        fi
+    elif [[ $count -ne $expected ]]; then
+        fail "$file: $count unsafe items, $inventory says $expected"
+    fi
+    case "$file" in
+        src/* | fuzz/*)
+            if [[ $count -eq 0 && -z "$expected" ]] &&
+                ! grep -q '^#!\[forbid(unsafe_code)\]' "$file"; then
+                fail "$file: no unsafe items listed, so it must carry #![forbid(unsafe_code)]"
+            fi
+            if [[ "$expected" == 0 ]] && ! grep -q '^#!\[deny(unsafe_code)\]' "$file"; then
+                fail "$file: listed with 0 unsafe items instead of forbidding them, so it must carry #![deny(unsafe_code)]"
+            fi
+            ;;
+    esac
+done
+for path in "${!listed[@]}"; do
+    [[ -n "${seen[$path]:-}" ]] || fail "$inventory lists $path, which does not exist"
+done
+
+if [[ $failed -eq 0 ]]; then
+    echo "check-unsafe: inventory matches ($total unsafe items in ${#listed[@]} listed files)"
+fi
+
+if [[ $run_clippy -eq 1 ]]; then
+    if ! cargo clippy --locked --all-targets --all-features -- -D warnings \
+        -D clippy::undocumented_unsafe_blocks -D unsafe_op_in_unsafe_fn; then
+        fail "cargo clippy (undocumented unsafe blocks, or other warnings)"
+    fi
+fi
+
+if [[ $failed -ne 0 ]]; then
+    echo "check-unsafe: FAILED (see $inventory)" >&2
+    exit 1
+fi
+echo "check-unsafe: ok"
