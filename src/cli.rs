@@ -253,7 +253,9 @@ Open envelopes and etcd contents with the recovery identity, without any TPM
 Usage: sceau recover --identity FILE [INPUT] [--force]
 
 Input (one; default: --envelope -):
-      --envelope FILE       A raw ciphertext (version 2 envelope); `-` reads standard input.
+      --envelope FILE       A raw ciphertext (version 2 envelope), or a whole stored etcd value
+                            (k8s:enc:kms:v2:…, needed for envelopes whose recipients are in
+                            an annotation); `-` reads standard input.
                             Prints the DEK seed the apiserver gave Encrypt
       --etcd-snapshot FILE  An `etcdctl snapshot save` file: prints every Secret in plaintext
       --etcd-json FILE      `etcdctl get --prefix /registry/secrets -w json` output: as above

@@ -194,8 +194,10 @@ fn srk_public(options: &SrkPublicOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The TPM for a one-shot command (no daemon, no sandbox).
+/// The TPM for a one-shot command (no daemon, no sandbox). tpm2-tss stays
+/// quiet, as for `serve`: an absent EK certificate is an answer, not an error.
 fn open_tpm_for_tool(options: &SrkPublicOptions) -> anyhow::Result<Tpm> {
+    silence_tss_log();
     let config = TpmConfig {
         tcti: TctiNameConf::from_str(&options.tcti)
             .with_context(|| format!("invalid --tcti {:?}", options.tcti))?,
@@ -235,10 +237,10 @@ fn enroll(step: &EnrollStep) -> anyhow::Result<()> {
             let request = Request::parse(&read(request)?)?;
             match request.check_certificate()? {
                 Some(fingerprint) => eprintln!(
-                    "EK certificate names the EK; SHA-256 {fingerprint}: check its issuer chain                      against the TPM manufacturer's CA (docs/ha.md)"
+                    "EK certificate names the EK; SHA-256 {fingerprint}: check its issuer chain against the TPM manufacturer's CA (docs/ha.md)"
                 ),
                 None => eprintln!(
-                    "no EK certificate: the answer proves the SRK and EK share a TPM,                      not that the TPM is genuine"
+                    "no EK certificate: the answer proves the SRK and EK share a TPM, not that the TPM is genuine"
                 ),
             }
             let (challenge, expected) = enrollment::challenge_files(&request);
@@ -338,8 +340,8 @@ fn recover(options: &RecoverOptions) -> anyhow::Result<()> {
     };
     match &options.input {
         RecoverInput::Envelope(path) => {
-            let ciphertext = read_input(path)?;
-            let dek = identity.open(&ciphertext, &Default::default())?;
+            let input = read_input(path)?;
+            let dek = open_envelope_input(&identity, &input)?;
             std::io::stdout().write_all(&dek)?;
         }
         RecoverInput::EtcdSnapshot(path) => {
@@ -353,6 +355,22 @@ fn recover(options: &RecoverOptions) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A raw ciphertext, or a whole stored etcd value (`k8s:enc:kms:v2:…`), which
+/// also carries the annotations that envelopes of five or more recipients need.
+fn open_envelope_input(
+    identity: &RecoveryIdentity,
+    input: &[u8],
+) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
+    use sceau::recovery::kubernetes::parse_stored_value;
+    match parse_stored_value(input)? {
+        Some(object) => {
+            let annotations = object.annotations.into_iter().collect();
+            Ok(identity.open(&object.encrypted_dek_source, &annotations)?)
+        }
+        None => Ok(identity.open(input, &Default::default())?),
+    }
 }
 
 fn print_secrets(

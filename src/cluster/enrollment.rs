@@ -40,6 +40,10 @@ pub enum EnrollmentError {
     Wire(#[from] WireError),
     #[error("the {0} block has no pinned name line, or it does not match the key")]
     Pin(&'static str),
+    #[error(
+        "the {0} is not a key its TPM generated and keeps (fixedTPM, fixedParent, sensitiveDataOrigin)"
+    )]
+    NotTpmResident(&'static str),
     #[error("the EK certificate does not contain this EK's public key")]
     CertificateMismatch,
     #[error("the challenge was made for SRK {expected}, but this TPM's SRK is {actual}")]
@@ -84,6 +88,15 @@ impl Request {
     pub fn parse(text: &str) -> Result<Self, EnrollmentError> {
         let srk = pinned_key(text, MEMBER_LABEL, "name")?;
         let ek = pinned_key(text, EK_LABEL, "ek_name")?;
+        // Without this, a key made in software and imported into the TPM
+        // (fixedTPM clear) answers the challenge as well as a real SRK, and
+        // its maker keeps a copy that opens every DEK wrapped for it.
+        if !srk.is_srk() {
+            return Err(EnrollmentError::NotTpmResident("SRK"));
+        }
+        if !ek.is_tpm_resident() {
+            return Err(EnrollmentError::NotTpmResident("EK"));
+        }
         let certificate = match armor::decode(text, EK_CERTIFICATE_LABEL) {
             Ok(armored) => Some(armored.bytes.to_vec()),
             Err(ArmorError::MissingBegin(_)) => None,
@@ -226,6 +239,44 @@ mod tests {
         assert!(matches!(
             parse_challenge(&challenge, &[0u8; 34]),
             Err(EnrollmentError::WrongSrk { .. })
+        ));
+    }
+
+    /// Found in review and reproduced on swtpm before this check existed: a
+    /// P-256 key made with OpenSSL, loaded with `tpm2_import` as
+    /// restricted|decrypt|userwithauth|noda, answered `enroll challenge` via
+    /// `tpm2_activatecredential` next to the TPM's genuine EK, and `verify`
+    /// wrote its member file. Such a key lacks fixedTPM, so it is refused now.
+    #[test]
+    fn an_imported_key_posing_as_an_srk_is_refused() {
+        use crate::cluster::wire::{
+            ALG_AES, ALG_CFB, ALG_ECC, ALG_NULL, ALG_SHA256, ECC_NIST_P256,
+        };
+        let secret = p256::SecretKey::random(&mut rand_core::OsRng);
+        let genuine = StorageKey::from_point(&secret.public_key());
+        let (x, y) = coordinates(genuine.point());
+        let mut w = Writer::default();
+        w.u16(ALG_ECC).u16(ALG_SHA256).u32(0x0003_0440).tpm2b(&[]);
+        w.u16(ALG_AES)
+            .u16(128)
+            .u16(ALG_CFB)
+            .u16(ALG_NULL)
+            .u16(ECC_NIST_P256)
+            .u16(ALG_NULL);
+        w.tpm2b(&x).tpm2b(&y);
+        let imported = StorageKey::from_tpmt_public(&w.finish()).unwrap();
+        let id = KeyId::from_srk_name(imported.name());
+        let forged = request_file(&imported, &id, &genuine, None);
+        assert!(matches!(
+            Request::parse(&forged),
+            Err(EnrollmentError::NotTpmResident("SRK"))
+        ));
+        let honest = request_file(&genuine, &id, &genuine, None);
+        assert!(Request::parse(&honest).is_ok());
+        let fake_ek = request_file(&genuine, &id, &imported, None);
+        assert!(matches!(
+            Request::parse(&fake_ek),
+            Err(EnrollmentError::NotTpmResident("EK"))
         ));
     }
 

@@ -59,6 +59,10 @@ pub enum MembershipError {
     NotAMember(String),
     #[error("cluster mode needs an ECC P-256 SRK: {0}")]
     OwnSrk(StorageKeyError),
+    #[error(
+        "{path}: attributes {attributes:#010x} are not the TCG SRK's (0x00030472): not an SRK made by a TPM"
+    )]
+    NotAnSrk { path: PathBuf, attributes: u32 },
 }
 
 #[derive(Debug)]
@@ -211,6 +215,12 @@ fn read_members(dir: &Path) -> Result<Vec<StorageKey>, MembershipError> {
     let mut members = Vec::new();
     for path in paths {
         let key = read_pinned(&path, MEMBER_LABEL)?;
+        if !key.is_srk() {
+            return Err(MembershipError::NotAnSrk {
+                attributes: key.attributes(),
+                path,
+            });
+        }
         if seen.insert(*key.name(), path).is_some() {
             return Err(MembershipError::Duplicate(hex(key.name())));
         }

@@ -14,6 +14,10 @@ use super::wire::{
 /// TCG Provisioning Guidance SRK attributes: fixedTPM, fixedParent,
 /// sensitiveDataOrigin, userWithAuth, noDA, restricted, decrypt.
 pub const SRK_ATTRIBUTES: u32 = 0x0003_0472;
+/// fixedTPM, fixedParent and sensitiveDataOrigin: the TPM generated the
+/// private key and will never let it out (TPM2_Import and TPM2_LoadExternal
+/// of a private key both require fixedTPM clear).
+const TPM_RESIDENT: u32 = (1 << 1) | (1 << 4) | (1 << 5);
 const RESTRICTED: u32 = 1 << 16;
 const DECRYPT: u32 = 1 << 17;
 const SIGN: u32 = 1 << 18;
@@ -36,6 +40,7 @@ pub enum StorageKeyError {
 pub struct StorageKey {
     tpmt_public: Vec<u8>,
     name: [u8; NAME_LEN],
+    attributes: u32,
     point: PublicKey,
 }
 
@@ -71,6 +76,7 @@ impl StorageKey {
         Ok(Self {
             tpmt_public: tpmt_public.to_vec(),
             name: sha256_name(tpmt_public),
+            attributes,
             point: point_from_coordinates(x, y)?,
         })
     }
@@ -90,6 +96,7 @@ impl StorageKey {
         Self {
             name: sha256_name(&tpmt_public),
             tpmt_public,
+            attributes: SRK_ATTRIBUTES,
             point: *point,
         }
     }
@@ -102,6 +109,24 @@ impl StorageKey {
 
     pub fn name(&self) -> &[u8; NAME_LEN] {
         &self.name
+    }
+
+    pub fn attributes(&self) -> u32 {
+        self.attributes
+    }
+
+    /// Exactly the TCG SRK attributes sceau's template gives: what every
+    /// member file must carry (`sceau srk-public` prints nothing else).
+    pub fn is_srk(&self) -> bool {
+        self.attributes == SRK_ATTRIBUTES
+    }
+
+    /// A key the TPM generated and keeps (fixedTPM, fixedParent,
+    /// sensitiveDataOrigin). A key made elsewhere and imported or loaded
+    /// into a TPM lacks these, so credential activation against it proves
+    /// nothing about where else its private half lives.
+    pub fn is_tpm_resident(&self) -> bool {
+        self.attributes & TPM_RESIDENT == TPM_RESIDENT
     }
 
     pub fn point(&self) -> &PublicKey {

@@ -99,6 +99,11 @@ impl ImportableObject {
         in_sym_seed: &[u8],
     ) -> Result<Self, BlobError> {
         let public = Public::unmarshall(tpmt_public).map_err(|_| BlobError::PublicUnreadable)?;
+        // tpm2-tss can decode a malformed area "successfully" (see
+        // `kms::service::marshals_back_to`): only the exact bytes go on.
+        if public.marshall().ok().as_deref() != Some(tpmt_public) {
+            return Err(BlobError::PublicUnreadable);
+        }
         let duplicate =
             Private::try_from(duplicate.to_vec()).map_err(|_| BlobError::PrivateUnreadable)?;
         let in_sym_seed = EncryptedSecret::try_from(in_sym_seed.to_vec())

@@ -101,17 +101,41 @@ fn recovery_key(tmp: &TempDir) -> RecoveryKey {
         identity: tmp.join("recovery.identity"),
         public: tmp.join("recovery.public"),
     };
-    sceau_tool(
-        tmp,
-        &[
-            "recovery-keygen",
-            "--identity",
-            key.identity.to_str().unwrap(),
-            "--public",
-            key.public.to_str().unwrap(),
-        ],
-    );
+    sceau_tool(tmp, &keygen_args(&key));
     key
+}
+
+fn keygen_args(key: &RecoveryKey) -> Vec<&str> {
+    vec![
+        "recovery-keygen",
+        "--identity",
+        key.identity.to_str().unwrap(),
+        "--public",
+        key.public.to_str().unwrap(),
+    ]
+}
+
+/// The identity is created owner-only, and an existing file is never
+/// overwritten (a second keygen would silently orphan every envelope).
+#[test]
+fn recovery_keygen_writes_an_owner_only_identity_and_never_overwrites() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = TempDir::new("keygen");
+    let key = recovery_key(&tmp);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&key.identity), 0o600);
+    assert_eq!(mode(&key.public), 0o644);
+    let before = std::fs::read(&key.identity).unwrap();
+    let again = run_with_timeout(
+        Command::new(BIN).args(keygen_args(&key)),
+        tmp.path(),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        !again.status.success(),
+        "a second keygen over the same files must fail"
+    );
+    assert_eq!(std::fs::read(&key.identity).unwrap(), before);
 }
 
 /// `sceau recover --envelope` on one ciphertext, as an offline operator runs it.
@@ -218,6 +242,22 @@ async fn every_member_opens_every_envelope_and_an_outsider_cannot() {
         assert_eq!(recover_envelope(&tmp, &recovery, &sealed.ciphertext), dek);
     }
     assert_eq!(rpc::status(&mut outsider_client).await.healthz, "ok");
+
+    // A key_id that is not the recipients' hash is refused before the TPM,
+    // even on a member.
+    let sealed = encrypt(&mut clients[0], &random_bytes(32)).await;
+    let wrong = Sealed {
+        key_id: "sceau-00000000000000000000000000000000".into(),
+        ..clone(&sealed)
+    };
+    let refused = expect_invalid_argument(decrypt(&mut clients[1], &wrong).await, "wrong key_id");
+    assert!(
+        refused
+            .message()
+            .contains("does not match the envelope's recipients"),
+        "{}",
+        refused.message()
+    );
 }
 
 async fn futures_key_ids(clients: &mut [Client]) -> Vec<String> {
@@ -316,7 +356,34 @@ async fn tampered_envelopes_are_refused_and_change_nothing() {
     }
     assert_eq!(rpc::status(&mut client).await.healthz, "ok");
     assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);
-    drop(recovery);
+
+    // Recovery needs the annotation too: given the value as the apiserver
+    // stores it in etcd (prefix and EncryptedObject), it opens the envelope.
+    let stored = StoredObject {
+        encrypted_data: vec![0; 60],
+        key_id: sealed.key_id.clone(),
+        encrypted_dek_source: sealed.ciphertext.clone(),
+        annotations: sealed.annotations.clone(),
+        encrypted_dek_source_type: 1,
+    };
+    let mut value = b"k8s:enc:kms:v2:sceau:".to_vec();
+    value.extend_from_slice(&prost::Message::encode_to_vec(&stored));
+    assert_eq!(recover_envelope(&tmp, &recovery, &value), dek);
+}
+
+/// k8s.io/apiserver's `EncryptedObject` (kmsv2/v2/api.proto), as etcd holds it.
+#[derive(Clone, PartialEq, prost::Message)]
+struct StoredObject {
+    #[prost(bytes = "vec", tag = "1")]
+    encrypted_data: Vec<u8>,
+    #[prost(string, tag = "2")]
+    key_id: String,
+    #[prost(bytes = "vec", tag = "3")]
+    encrypted_dek_source: Vec<u8>,
+    #[prost(map = "string, bytes", tag = "4")]
+    annotations: HashMap<String, Vec<u8>>,
+    #[prost(int32, tag = "5")]
+    encrypted_dek_source_type: i32,
 }
 
 fn clone(sealed: &Sealed) -> Sealed {

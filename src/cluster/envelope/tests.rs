@@ -1,3 +1,5 @@
+#![forbid(unsafe_code)]
+
 use p256::SecretKey;
 use rand_core::OsRng;
 

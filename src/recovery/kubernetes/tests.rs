@@ -1,5 +1,6 @@
 //! Tests against vectors written by k8s.io/apiserver v0.37.2 itself
 //! (tests/recovery-vectors → tests/fixtures/recovery/vectors.json).
+#![forbid(unsafe_code)]
 
 use super::*;
 use crate::recovery::etcd;
