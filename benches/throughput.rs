@@ -6,8 +6,10 @@
 //! (a) Encrypt/Decrypt through the unix socket (gRPC, the service layer and
 //!     the TPM worker, in this process) with 1 and 16 clients, and
 //! (b) the same TPM command sequences called directly in-process,
-//! each with the salted session on and off. It also measures exec → first
-//! served Status of the real binary, and the binary's idle RSS.
+//! each with the salted session on and off; then (c) cluster mode (three
+//! members and a recovery key: Encrypt wraps in software, Decrypt adds
+//! TPM2_Import) against single-node mode, both through the socket. It also
+//! measures exec → first served Status of the real binary, and its idle RSS.
 //! Absolute times on swtpm say nothing about a hardware TPM (100–1000× slower).
 
 /// The daemon's allocator, so that both paths pay for wiping as sceau does.
@@ -24,6 +26,9 @@ use std::time::{Duration, Instant};
 
 use harness::{Swtpm, TempDir};
 use sceau::client::{KmsClient, connect};
+use sceau::cluster::membership::{Membership, member_file};
+use sceau::cluster::recovery_key::RecoveryIdentity;
+use sceau::cluster::storage_key::StorageKey;
 use sceau::kms::KmsService;
 use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
 use sceau::secret::Dek;
@@ -123,7 +128,17 @@ fn main() {
             median(&mut ratios.decrypt_parallel),
         ));
     }
+    let (cluster_rows, mut cluster_ratios) = cluster_rounds(&tmp, &swtpm, &direct_swtpm);
+    rows.extend(cluster_rows);
     print_table(&rows);
+    println!();
+    println!("| cluster/single, 1 client | Encrypt | Decrypt |");
+    println!("|---|---|---|");
+    println!(
+        "| 3 members + recovery key | {:.2} | {:.2} |",
+        median(&mut cluster_ratios.encrypt),
+        median(&mut cluster_ratios.decrypt)
+    );
     println!();
     println!(
         "| session | (a)/(b) Encrypt, 1 client | (a)/(b) Decrypt, 1 client | (a)/(b) Decrypt, 16 clients |"
@@ -228,6 +243,56 @@ fn alternate_rounds(direct: &TpmConfig, config: &TpmConfig, socket: &Path) -> ([
     (rows, ratios)
 }
 
+/// (c): single-node and cluster-mode servers, each on its own swtpm, driven
+/// alternately by one client; ratios are cluster over single.
+fn cluster_rounds(tmp: &TempDir, single_tpm: &Swtpm, cluster_tpm: &Swtpm) -> ([Row; 2], Ratios) {
+    let single_config = tpm_config(single_tpm, ParameterEncryption::SaltedSession);
+    let cluster_config = tpm_config(cluster_tpm, ParameterEncryption::SaltedSession);
+    let single_socket = tmp.join("bench-single.sock");
+    let cluster_socket = tmp.join("bench-cluster.sock");
+    let single = ServerUnderTest::start(&single_config, &single_socket);
+    let membership = bench_membership(tmp, &cluster_config);
+    let cluster = ServerUnderTest::start_with(&cluster_config, &cluster_socket, Some(membership));
+    let clients = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut rows: [Row; 2] = Default::default();
+    let mut ratios = Ratios::default();
+    for _ in 0..ROUNDS {
+        let one = clients.block_on(drive(&single_socket, 1, OPS_PER_ROUND));
+        let clustered = clients.block_on(drive(&cluster_socket, 1, OPS_PER_ROUND));
+        let ratio = |c: &Series, s: &Series| c.ops_per_sec() / s.ops_per_sec();
+        ratios.encrypt.push(ratio(&clustered.encrypt, &one.encrypt));
+        ratios.decrypt.push(ratio(&clustered.decrypt, &one.decrypt));
+        rows[0].absorb(one);
+        rows[1].absorb(clustered);
+    }
+    rows[0].path = "(c) socket, 1 client, single-node mode".into();
+    rows[1].path = "(c) socket, 1 client, cluster mode (3 members + recovery)".into();
+    drop(clients);
+    single.stop();
+    cluster.stop();
+    (rows, ratios)
+}
+
+/// This TPM's SRK, two software P-256 members and a recovery key, as member
+/// files in a directory, loaded the way `serve --members` loads them.
+fn bench_membership(tmp: &TempDir, config: &TpmConfig) -> Arc<Membership> {
+    let srk_public = Tpm::open(config).unwrap().srk().tpm2b_public().unwrap();
+    let own = StorageKey::from_tpm2b_public(&srk_public).unwrap();
+    let dir = tmp.subdir("bench-members");
+    let others = [RecoveryIdentity::generate(), RecoveryIdentity::generate()];
+    let keys = std::iter::once(&own).chain(others.iter().map(RecoveryIdentity::public));
+    for (i, key) in keys.enumerate() {
+        let file = member_file(key, &sceau::tpm::KeyId::from_srk_name(key.name()));
+        std::fs::write(dir.join(format!("node-{i}.pub")), file).unwrap();
+    }
+    let recovery = tmp.join("bench-recovery.pub");
+    std::fs::write(&recovery, RecoveryIdentity::generate().public_file()).unwrap();
+    Arc::new(Membership::load(&dir, Some(&recovery), &srk_public).unwrap())
+}
+
 /// The service, the TPM worker and the gRPC server, as in the daemon.
 struct ServerUnderTest {
     runtime: tokio::runtime::Runtime,
@@ -238,6 +303,10 @@ struct ServerUnderTest {
 
 impl ServerUnderTest {
     fn start(config: &TpmConfig, socket: &Path) -> Self {
+        Self::start_with(config, socket, None)
+    }
+
+    fn start_with(config: &TpmConfig, socket: &Path, membership: Option<Arc<Membership>>) -> Self {
         let tpm = Tpm::open(config).expect("open TPM");
         let (worker, _death, worker_thread) =
             TpmWorker::spawn(tpm, config.clone(), DEFAULT_DEADLINE).unwrap();
@@ -251,7 +320,10 @@ impl ServerUnderTest {
             tokio::net::UnixListener::bind(socket).unwrap()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let service = KmsService::new(Arc::new(worker));
+        let service = match membership {
+            Some(membership) => KmsService::clustered(Arc::new(worker), membership),
+            None => KmsService::new(Arc::new(worker)),
+        };
         let callers = sceau::server::peer::AllowedCallers::root_and(&[]);
         let server = runtime.spawn(sceau::server::serve(
             listener,
