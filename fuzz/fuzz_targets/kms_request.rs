@@ -1,0 +1,218 @@
+//! Status, Encrypt and Decrypt through `KmsService` (`src/kms/service.rs`),
+//! from raw protobuf bytes, with [`FakeSealer`] as the TPM.
+//!
+//! Input: one header byte (`sceau_fuzz::decode_header`: which call, and which
+//! TPM fault to inject), then the request as the apiserver would encode it.
+//! Bytes that do not decode are dropped, as tonic drops them before sceau.
+//!
+//! Each call's outcome is predicted from the request alone (an oracle written
+//! from the documented behaviour, not by calling the service's helpers) and
+//! must match exactly. On top of that, every error must be a clean status:
+//! a code sceau uses, no details or metadata, no control characters, and no
+//! TPM or TSS text.
+#![no_main]
+#![forbid(unsafe_code)]
+
+use std::sync::{Arc, OnceLock};
+
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use sceau::kms::{KmsService, Sealer};
+use sceau::pb::key_management_service_server::KeyManagementService;
+use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
+use sceau::secret::MAX_DEK_LEN;
+use sceau::tpm::Fault;
+use sceau::tpm::envelope::{Envelope, MAX_ENVELOPE_LEN};
+use sceau::tpm::sealed::{BlobError, LoadableObject, blobs_from_created};
+use sceau_fuzz::{Call, FakeSealer, decode_header};
+use tokio::runtime::Runtime;
+use tonic::{Code, Request, Status};
+
+/// Built once: a tokio runtime costs far more than one fuzz input.
+struct Harness {
+    runtime: Runtime,
+    sealer: Arc<FakeSealer>,
+    service: KmsService<FakeSealer>,
+}
+
+fn harness() -> &'static Harness {
+    static HARNESS: OnceLock<Harness> = OnceLock::new();
+    HARNESS.get_or_init(|| {
+        let sealer = Arc::new(FakeSealer::default());
+        Harness {
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("a current-thread runtime"),
+            service: KmsService::new(sealer.clone()),
+            sealer,
+        }
+    })
+}
+
+/// What a call must return: the plaintext, or a status code and message.
+type Outcome = Result<Vec<u8>, (Code, String)>;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&header, body)) = data.split_first() else {
+        return;
+    };
+    let (call, fault) = decode_header(header);
+    let h = harness();
+    h.sealer.inject(fault);
+    match call {
+        Call::Status => check_status(h, fault),
+        Call::Encrypt => {
+            if let Ok(request) = EncryptRequest::decode(body) {
+                check_encrypt(h, request, fault);
+            }
+        }
+        Call::Decrypt | Call::DecryptAddressed => {
+            if let Ok(mut request) = DecryptRequest::decode(body) {
+                if call == Call::DecryptAddressed {
+                    request.key_id = h.sealer.key_id().to_string();
+                    request.annotations.clear();
+                }
+                check_decrypt(h, request, fault);
+            }
+        }
+    }
+});
+
+fn check_status(h: &Harness, fault: Option<Fault>) {
+    let response = h
+        .runtime
+        .block_on(h.service.status(Request::new(StatusRequest {})))
+        .expect("Status always answers; health goes in healthz")
+        .into_inner();
+    let healthz = fault.map_or_else(|| "ok".to_string(), |f| f.to_string());
+    assert_eq!(response.version, "v2");
+    assert_eq!(response.healthz, healthz);
+    assert_eq!(response.key_id, h.sealer.key_id().as_str());
+}
+
+fn check_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fault>) {
+    let plaintext = request.plaintext.clone();
+    let len = plaintext.len();
+    let result = h.runtime.block_on(h.service.encrypt(Request::new(request)));
+    let expected: Outcome = if !(1..=MAX_DEK_LEN).contains(&len) {
+        let message = format!("plaintext must be 1 to {MAX_DEK_LEN} bytes, got {len}");
+        Err((Code::InvalidArgument, message))
+    } else if let Some(fault) = fault {
+        Err(fault_outcome(fault))
+    } else {
+        Ok(plaintext.clone())
+    };
+    let response = match (result, expected) {
+        (Ok(response), Ok(_)) => response.into_inner(),
+        (Err(status), Err(expected)) => return assert_status(&status, &expected),
+        (got, expected) => panic!("Encrypt of {len} bytes: got {got:?}, expected {expected:?}"),
+    };
+    assert_eq!(response.key_id, h.sealer.key_id().as_str());
+    assert!(response.annotations.is_empty());
+    assert!(response.ciphertext.len() <= MAX_ENVELOPE_LEN);
+    assert_eq!(
+        Envelope::parse(&response.ciphertext),
+        Ok(Envelope::Sealed(FakeSealer::seal_bytes(&plaintext)))
+    );
+    // What Encrypt returns, Decrypt opens.
+    let round_trip = DecryptRequest {
+        ciphertext: response.ciphertext,
+        uid: "round-trip".into(),
+        key_id: response.key_id,
+        annotations: response.annotations,
+    };
+    check_decrypt(h, round_trip, None);
+}
+
+fn check_decrypt(h: &Harness, request: DecryptRequest, fault: Option<Fault>) {
+    h.sealer.inject(fault);
+    let expected = expected_decrypt(h.sealer.key_id().as_str(), &request, fault);
+    let result = h.runtime.block_on(h.service.decrypt(Request::new(request)));
+    match (result, expected) {
+        (Ok(response), Ok(dek)) => assert_eq!(response.into_inner().plaintext, dek),
+        (Err(status), Err(expected)) => assert_status(&status, &expected),
+        (got, expected) => panic!("Decrypt: got {got:?}, expected {expected:?}"),
+    }
+}
+
+/// The documented order: key_id, annotations, envelope, blob checks,
+/// marshal-back (finding 1 in audit/fuzzing.md), TPM.
+fn expected_decrypt(ours: &str, request: &DecryptRequest, fault: Option<Fault>) -> Outcome {
+    let invalid = |message: String| Err((Code::InvalidArgument, message));
+    if request.key_id != ours {
+        // The echoed key_id is checked by `assert_status`.
+        return invalid(format!("unknown key_id …; this TPM only serves {ours}"));
+    }
+    if !request.annotations.is_empty() {
+        return invalid(
+            "sceau envelopes carry no annotations, but the request has some".to_string(),
+        );
+    }
+    let blobs = match Envelope::parse(&request.ciphertext) {
+        Ok(Envelope::Sealed(blobs)) => blobs,
+        Err(e) => return invalid(format!("malformed ciphertext: {e}")),
+    };
+    let object = match LoadableObject::from_blobs(&blobs) {
+        Ok(object) => object,
+        Err(e) => return invalid(format!("malformed ciphertext: {e}")),
+    };
+    // What the TPM would be sent must be what the envelope holds.
+    let remarshalled = blobs_from_created(object.public, &object.private);
+    if remarshalled.as_ref().ok() != Some(&blobs) {
+        return invalid(format!(
+            "malformed ciphertext: {}",
+            BlobError::PublicUnreadable
+        ));
+    }
+    if let Some(fault) = fault {
+        return Err(fault_outcome(fault));
+    }
+    FakeSealer::open(&blobs.private[2..]).ok_or_else(|| fault_outcome(Fault::EnvelopeRejected))
+}
+
+/// README: "Errors reach clients as a gRPC code and a class word".
+fn fault_outcome(fault: Fault) -> (Code, String) {
+    let code = match fault {
+        Fault::EnvelopeRejected => Code::InvalidArgument,
+        Fault::Timeout => Code::DeadlineExceeded,
+        Fault::Unreachable | Fault::Busy | Fault::Lockout => Code::Unavailable,
+        Fault::Failure => Code::Internal,
+    };
+    (code, fault.to_string())
+}
+
+fn assert_status(status: &Status, (code, message): &(Code, String)) {
+    assert_eq!(status.code(), *code, "{status:?}");
+    assert!(status.details().is_empty() && status.metadata().is_empty());
+    let got = status.message();
+    assert!(!got.chars().any(char::is_control), "{got:?}");
+    let Some((prefix, suffix)) = message.split_once('…') else {
+        assert_eq!(got, message);
+        return assert_no_tpm_text(got);
+    };
+    // "unknown key_id <echo>; this TPM only serves …": the client's own text
+    // is echoed escaped and cut at 80 characters (each escapes to at most
+    // 10, as \u{10ffff}), plus an ellipsis.
+    let echo = got
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_suffix(suffix))
+        .unwrap_or_else(|| panic!("{got:?} is not {message:?}"));
+    assert!(echo.chars().count() <= 80 * 10 + 1, "{echo:?}");
+    assert_no_tpm_text(&got.replace(echo, ""));
+}
+
+/// What tss-esapi's errors look like, none of which may reach a client.
+fn assert_no_tpm_text(message: &str) {
+    for marker in [
+        "Esys",
+        "Tss2",
+        "TSS2",
+        "tss",
+        "ErrorCode",
+        "0x",
+        "response code",
+        "TPM_RC",
+    ] {
+        assert!(!message.contains(marker), "{message:?} contains {marker:?}");
+    }
+}
