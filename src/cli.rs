@@ -461,7 +461,8 @@ fn parse_enroll(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usag
         tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
         srk_handle: None,
     };
-    let mut paths: std::collections::HashMap<String, PathBuf> = Default::default();
+    // Ordered, so that the extra flag an error names does not vary by run.
+    let mut paths: std::collections::BTreeMap<String, PathBuf> = Default::default();
     let mut flags = Flags::new(rest, "enroll");
     while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
@@ -762,6 +763,20 @@ mod tests {
         ] {
             assert!(SERVE_HELP.contains(flag), "{flag}");
             assert!(MAIN_HELP.contains(flag), "{flag}");
+        }
+    }
+
+    /// Found by the `cli` fuzz target (audit/fuzzing.md, finding 6): with
+    /// flags another step takes, the one the error named depended on a
+    /// HashMap's random order, so the same arguments gave different errors.
+    #[test]
+    fn enroll_names_the_same_extra_flag_every_time() {
+        let line = args("enroll request --response r --expected e --request q --member-out m");
+        for _ in 0..32 {
+            assert_eq!(
+                parse(&line, None),
+                Err(UsageError::UnknownOption("--expected".into(), "enroll"))
+            );
         }
     }
 }

@@ -4,17 +4,32 @@
 //! Deterministic: the same files, byte for byte, on every run. Each seed is
 //! a well-formed input the targets should accept (or a typical rejection),
 //! so that the fuzzer starts from the accepted paths instead of finding them.
+//! Cluster-mode seeds come from the material pinned in `fuzz/pinned/`
+//! (`sceau_fuzz::pinned`), which `--pin DIR` makes anew with sceau's own
+//! sealing code; recovery seeds come from `tests/fixtures/recovery/`.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use prost::Message;
+use sceau::cluster::enrollment::{Request, challenge_files, request_file};
+use sceau::cluster::envelope::{ClusterEnvelope, Encoded, RECIPIENTS_ANNOTATION, Role};
+use sceau::cluster::membership::{Membership, member_file};
+use sceau::cluster::recovery_key::RecoveryIdentity;
+use sceau::cluster::storage_key::StorageKey;
 use sceau::kms::Sealer;
 use sceau::pb::{DecryptRequest, EncryptRequest};
-use sceau::tpm::Fault;
+use sceau::recovery::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
+use sceau::recovery::json::{self, Json};
 use sceau::tpm::envelope::SealedBlobs;
 use sceau::tpm::sealed::{blobs_from_created, sealed_attributes};
+use sceau::tpm::{Fault, KeyId};
+use sceau_fuzz::codec::{
+    self, ClusterInput, FIX_DIGEST, KeyFileMode, RecoveryMode, key_file_input, raw_entry_input,
+    recovery_input, stored_value_payload,
+};
+use sceau_fuzz::pinned::{self, DEK as PINNED_DEK};
 use sceau_fuzz::{Call, FakeSealer, encode_header};
 use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
 use tss_esapi::structures::{
@@ -22,13 +37,19 @@ use tss_esapi::structures::{
 };
 
 fn main() -> std::io::Result<()> {
-    let root = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "fuzz/corpus".into());
-    let root = Path::new(&root);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--pin") {
+        let dir = args.get(1).map_or("fuzz/pinned", String::as_str);
+        return pin(Path::new(dir));
+    }
+    let root = args.first().map_or("fuzz/corpus", String::as_str);
+    let root = Path::new(root);
     write_all(&root.join("envelope"), envelope_seeds())?;
     write_all(&root.join("kms_request"), kms_request_seeds())?;
-    write_all(&root.join("cli"), cli_seeds())
+    write_all(&root.join("cli"), cli_seeds())?;
+    write_all(&root.join("cluster_envelope"), cluster_envelope_seeds())?;
+    write_all(&root.join("key_files"), key_files_seeds())?;
+    write_all(&root.join("recovery_input"), recovery_input_seeds())
 }
 
 fn write_all(dir: &Path, seeds: Vec<(&str, Vec<u8>)>) -> std::io::Result<()> {
@@ -219,5 +240,630 @@ fn cli_seeds() -> Vec<(&'static str, Vec<u8>)> {
             ]),
         ),
         ("unknown-command", argv(&["", "frobnicate"])),
+        (
+            "serve-cluster",
+            argv(&[
+                "",
+                "serve",
+                "--members=/etc/sceau/members",
+                "--recovery-key",
+                "/etc/sceau/recovery.pub",
+            ]),
+        ),
+        (
+            "srk-public",
+            argv(&["", "srk-public", "--srk-handle=0x81000001"]),
+        ),
+        (
+            "recover-snapshot",
+            argv(&[
+                "",
+                "recover",
+                "--identity",
+                "recovery.identity",
+                "--etcd-snapshot=snapshot.db",
+                "--force",
+            ]),
+        ),
+        (
+            "enroll-verify",
+            argv(&[
+                "",
+                "enroll",
+                "verify",
+                "--request",
+                "node-1.request",
+                "--expected=node-1.expected",
+                "--response",
+                "node-1.response",
+                "--member-out",
+                "members/node-1.pub",
+            ]),
+        ),
+        (
+            "finding-6-enroll-extra-flags",
+            argv(&[
+                "",
+                "enroll",
+                "request",
+                "--response",
+                "r",
+                "--expected=e",
+                "--request",
+                "q",
+            ]),
+        ),
+    ]
+}
+
+/// Makes the pinned cluster material anew (see `sceau_fuzz::pinned`): fresh
+/// throwaway keys, envelopes sealed by `Membership::seal`, an enrollment.
+fn pin(dir: &Path) -> std::io::Result<()> {
+    let fresh = || RecoveryIdentity::generate().public().clone();
+    let recovery = RecoveryIdentity::generate();
+    let members: Vec<StorageKey> = (0..4).map(|_| fresh()).collect();
+    let ek = fresh();
+    let member_text = |key: &StorageKey| member_file(key, &KeyId::from_srk_name(key.name()));
+
+    // Membership reads its members from a directory.
+    let scratch = std::env::temp_dir().join(format!("sceau-fuzz-pin-{}", std::process::id()));
+    let recovery_path = scratch.join("recovery.pub");
+    std::fs::create_dir_all(&scratch)?;
+    std::fs::write(&recovery_path, recovery.public_file())?;
+    let seal = |count: usize| -> std::io::Result<Encoded> {
+        let members_dir = scratch.join(format!("members-{count}"));
+        std::fs::create_dir_all(&members_dir)?;
+        for (i, key) in members[..count].iter().enumerate() {
+            std::fs::write(members_dir.join(format!("node-{i}.pub")), member_text(key))?;
+        }
+        let membership = Membership::load(
+            &members_dir,
+            Some(&recovery_path),
+            &members[0].to_tpm2b_public(),
+        )
+        .expect("the membership loads");
+        Ok(membership.seal(PINNED_DEK).expect("seals"))
+    };
+    let inline = seal(2)?;
+    let annotated = seal(4)?;
+    std::fs::remove_dir_all(&scratch)?;
+    assert!(
+        inline.annotations.is_empty(),
+        "2 members + recovery fit 1 KiB"
+    );
+    let recipients = annotated.annotations[RECIPIENTS_ANNOTATION].clone();
+
+    let certificate = pinned::fake_ek_certificate(&ek);
+    let srk_id = KeyId::from_srk_name(members[0].name());
+    let request = request_file(&members[0], &srk_id, &ek, Some(&certificate));
+    let (challenge, expected) =
+        challenge_files(&Request::parse(&request).expect("the request parses"));
+
+    std::fs::create_dir_all(dir)?;
+    let mut files: Vec<(String, Vec<u8>)> = vec![
+        (
+            "recovery.identity".into(),
+            recovery.identity_file().as_bytes().to_vec(),
+        ),
+        ("ek.pub".into(), member_text(&ek).into_bytes()),
+        ("inline.ciphertext".into(), inline.ciphertext),
+        ("annotated.ciphertext".into(), annotated.ciphertext),
+        ("annotated.recipients".into(), recipients),
+        ("enroll.request".into(), request.into_bytes()),
+        ("enroll.challenge".into(), challenge.into_bytes()),
+        ("enroll.expected".into(), expected.as_bytes().to_vec()),
+    ];
+    for (i, key) in members.iter().enumerate() {
+        files.push((format!("member-{i}.pub"), member_text(key).into_bytes()));
+    }
+    for (name, bytes) in files {
+        std::fs::write(dir.join(name), bytes)?;
+    }
+    Ok(())
+}
+
+fn cluster_envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let [(inline, _), (annotated, annotations)] = pinned::envelopes();
+    let input = |flags, ciphertext: &[u8], annotations: &HashMap<String, Vec<u8>>| {
+        let mut annotations: Vec<_> = annotations.clone().into_iter().collect();
+        annotations.sort();
+        ClusterInput {
+            flags,
+            ciphertext: ciphertext.to_vec(),
+            annotations,
+        }
+        .encode()
+    };
+    let none = HashMap::new();
+    let mut members_only = ClusterEnvelope::parse(&inline, &none).expect("pinned");
+    members_only.recipients.retain(|r| r.role == Role::Member);
+    let members_only = members_only.encode().expect("encodes");
+    let stray = HashMap::from([("kms.example.com/x".to_string(), b"1".to_vec())]);
+    let known = &pinned::known_entries()[0];
+    // Finding 5: the inline envelope's recipients moved to the annotation.
+    let inline_envelope = ClusterEnvelope::parse(&inline, &none).expect("pinned");
+    let block = &inline[4 + inline_envelope.object_public.len()..];
+    let mut moved = inline[..4 + inline_envelope.object_public.len()].to_vec();
+    moved[1] = 0x01;
+    moved.extend_from_slice(&sha256(block));
+    let moved_annotations = HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block.to_vec())]);
+    vec![
+        ("inline-2-members-recovery", input(0, &inline, &none)),
+        (
+            "annotated-4-members-recovery",
+            input(0, &annotated, &annotations),
+        ),
+        (
+            "annotated-fix-digest",
+            input(FIX_DIGEST, &annotated, &annotations),
+        ),
+        (
+            "inline-members-only",
+            input(0, &members_only.ciphertext, &none),
+        ),
+        ("inline-stray-annotation", input(0, &inline, &stray)),
+        (
+            "raw-recovery-entry",
+            raw_entry_input(
+                &known.object_public,
+                &known.blob.duplicate,
+                &known.blob.in_sym_seed,
+            ),
+        ),
+        (
+            "version-1",
+            input(0, &FakeSealer::seal_bytes(DEK).encode(), &none),
+        ),
+        (
+            "finding-4-raw-long-public",
+            raw_entry_input(
+                &[0x5a; 1000],
+                &known.blob.duplicate,
+                &known.blob.in_sym_seed,
+            ),
+        ),
+        (
+            "finding-5-annotation-not-needed",
+            input(0, &moved, &moved_annotations),
+        ),
+    ]
+}
+
+fn key_files_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use sceau_fuzz::codec::KEY_FILE_LABELS as LABELS;
+    let label = |wanted: &str| {
+        KeyFileMode::Armored(LABELS.iter().position(|l| *l == wanted).expect("a label"))
+    };
+    let srk = pinned::member(0);
+    let ek = pinned::ek();
+    let srk_id = KeyId::from_srk_name(srk.name());
+    let public_file = pinned::identity().public_file();
+    let verify = [pinned::EXPECTED, "\0", &pinned::response()].concat();
+    // Finding 2: a control character in the challenge's srk_name line.
+    let pin = format!("srk_name: {}", sceau::tpm::srk::hex(srk.name()));
+    let hostile_challenge = pinned::CHALLENGE.replace(&pin, "srk_name: \x1b]0;x\x07");
+    assert_ne!(hostile_challenge, pinned::CHALLENGE);
+    vec![
+        (
+            "armored-member",
+            key_file_input(label("TPM2B_PUBLIC"), pinned::MEMBER_FILES[0].as_bytes()),
+        ),
+        (
+            "armored-recovery-public",
+            key_file_input(label("SCEAU RECOVERY PUBLIC KEY"), public_file.as_bytes()),
+        ),
+        (
+            "armored-challenge",
+            key_file_input(
+                label("SCEAU ENROLLMENT CHALLENGE"),
+                pinned::CHALLENGE.as_bytes(),
+            ),
+        ),
+        (
+            "raw-srk",
+            key_file_input(KeyFileMode::RawKey, &srk.to_tpm2b_public()),
+        ),
+        (
+            "request-with-certificate",
+            key_file_input(KeyFileMode::Request, pinned::REQUEST.as_bytes()),
+        ),
+        (
+            "request-without-certificate",
+            key_file_input(
+                KeyFileMode::Request,
+                request_file(&srk, &srk_id, &ek, None).as_bytes(),
+            ),
+        ),
+        (
+            "challenge",
+            key_file_input(KeyFileMode::Challenge, pinned::CHALLENGE.as_bytes()),
+        ),
+        (
+            "verify",
+            key_file_input(KeyFileMode::Verify, verify.as_bytes()),
+        ),
+        (
+            "identity",
+            key_file_input(KeyFileMode::Identity, pinned::IDENTITY.as_bytes()),
+        ),
+        (
+            "finding-2-challenge-control-character",
+            key_file_input(KeyFileMode::Challenge, hostile_challenge.as_bytes()),
+        ),
+    ]
+}
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/recovery");
+
+/// One object of vectors.json: (etcd key, stored value, plaintext).
+struct Vector {
+    etcd_key: String,
+    stored: Vec<u8>,
+    plaintext: Vec<u8>,
+}
+
+fn vectors() -> Vec<Vector> {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/vectors.json")).expect("vectors.json");
+    let root = json::parse_stream(&text).expect("JSON").remove(0);
+    let string = |j: &Json, name: &str| match j.get(name) {
+        Some(Json::String(s)) => s.clone(),
+        _ => panic!("vectors.json: no string {name}"),
+    };
+    let bytes = |j: &Json, name: &str| codec::unbase64(&string(j, name)).expect("base64");
+    assert_eq!(string(&root, "seed"), pinned::VECTOR_SEED);
+    assert_eq!(string(&root, "aes_gcm_key"), pinned::VECTOR_AES_KEY);
+    let Some(Json::Array(objects)) = root.get("objects") else {
+        panic!("vectors.json: no objects")
+    };
+    objects
+        .iter()
+        .map(|o| Vector {
+            etcd_key: string(o, "etcd_key"),
+            stored: bytes(o, "stored"),
+            plaintext: bytes(o, "plaintext"),
+        })
+        .collect()
+}
+
+/// bbolt's on-disk format (src/recovery/bbolt.rs describes it), written for
+/// a 1 KiB page size, which etcd never uses but bbolt and sceau accept: it
+/// keeps the seed small.
+mod bolt {
+    pub const PAGE: usize = 1024;
+    const LEAF: u16 = 0x02;
+    const BRANCH: u16 = 0x01;
+    const META: u16 = 0x04;
+    const FREELIST: u16 = 0x10;
+    pub const BUCKET: u32 = 0x01;
+
+    fn header(id: u64, flags: u16, count: usize, body: &[u8], pad: bool) -> Vec<u8> {
+        let len = 16 + body.len();
+        let pages = if pad { len.div_ceil(PAGE) } else { 1 };
+        let mut page = Vec::with_capacity(pages * PAGE);
+        page.extend_from_slice(&id.to_le_bytes());
+        page.extend_from_slice(&flags.to_le_bytes());
+        page.extend_from_slice(&u16::try_from(count).expect("few elements").to_le_bytes());
+        page.extend_from_slice(&u32::try_from(pages - 1).expect("small").to_le_bytes());
+        page.extend_from_slice(body);
+        if pad {
+            page.resize(pages * PAGE, 0);
+        }
+        page
+    }
+
+    /// Elements (four u32 words each: `pos` in the second for a leaf, the
+    /// first for a branch, counted from the element), then the payloads.
+    fn page(id: u64, flags: u16, elements: &[([u32; 4], Vec<u8>)], pad: bool) -> Vec<u8> {
+        let n = elements.len();
+        let pos_word = if flags == LEAF { 1 } else { 0 };
+        let mut body = Vec::new();
+        let mut data = Vec::new();
+        for (i, (words, payload)) in elements.iter().enumerate() {
+            let mut words = *words;
+            words[pos_word] = u32::try_from((n - i) * 16 + data.len()).expect("small");
+            for word in words {
+                body.extend_from_slice(&word.to_le_bytes());
+            }
+            data.extend_from_slice(payload);
+        }
+        body.extend_from_slice(&data);
+        header(id, flags, n, &body, pad)
+    }
+
+    fn len32(bytes: &[u8]) -> u32 {
+        u32::try_from(bytes.len()).expect("small")
+    }
+
+    /// A leaf page of (flags, key, value); `pad: false` for an inline bucket.
+    pub fn leaf(id: u64, entries: &[(u32, &[u8], &[u8])], pad: bool) -> Vec<u8> {
+        let elements: Vec<_> = entries
+            .iter()
+            .map(|(flags, k, v)| ([*flags, 0, len32(k), len32(v)], [*k, *v].concat()))
+            .collect();
+        page(id, LEAF, &elements, pad)
+    }
+
+    /// A branch page of (first key, child page).
+    pub fn branch(id: u64, children: &[(&[u8], u64)]) -> Vec<u8> {
+        let elements: Vec<_> = children
+            .iter()
+            .map(|(k, pgid)| {
+                let [lo, hi] = [*pgid as u32, (*pgid >> 32) as u32];
+                ([0, len32(k), lo, hi], k.to_vec())
+            })
+            .collect();
+        page(id, BRANCH, &elements, true)
+    }
+
+    pub fn meta(id: u64, txid: u64, root: u64, freelist: u64, high_water: u64) -> Vec<u8> {
+        let mut m = Vec::new();
+        for word in [0xED0C_DAED_u32, 2, PAGE as u32, 0] {
+            m.extend_from_slice(&word.to_le_bytes());
+        }
+        for word in [root, 0, freelist, high_water, txid] {
+            m.extend_from_slice(&word.to_le_bytes());
+        }
+        let sum = m.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        m.extend_from_slice(&sum.to_le_bytes());
+        header(id, META, 0, &m, true)
+    }
+
+    pub fn freelist(id: u64) -> Vec<u8> {
+        header(id, FREELIST, 0, &[], true)
+    }
+
+    /// An inline bucket's value: a zero root, a zero sequence, its leaf.
+    pub fn inline_bucket(entries: &[(u32, &[u8], &[u8])]) -> Vec<u8> {
+        [&[0u8; 16][..], &leaf(0, entries, false)].concat()
+    }
+
+    /// A bucket whose root is page `pgid`.
+    pub fn bucket(pgid: u64) -> Vec<u8> {
+        [pgid.to_le_bytes(), [0u8; 8]].concat()
+    }
+}
+
+/// etcd's key-bucket key for revision `main` (sub 0), `t` for a deletion.
+fn revision(main: u64, tombstone: bool) -> Vec<u8> {
+    let mut key = [&main.to_be_bytes()[..], b"_", &0u64.to_be_bytes()].concat();
+    if tombstone {
+        key.push(b't');
+    }
+    key
+}
+
+/// A small etcd database holding five of the fixture's values, a superseded
+/// revision and a deleted key, over a branch page, two leaves (one with an
+/// overflow page) and an inline bucket. Returns the file (no trailer) and
+/// the live values it must read back as.
+fn small_snapshot(vectors: &[Vector]) -> (Vec<u8>, Vec<StoredValue>) {
+    let stored = |key: &str| {
+        let v = vectors
+            .iter()
+            .find(|v| v.etcd_key == key)
+            .expect("a vector");
+        v.stored.clone()
+    };
+    let kv = |key: &str, value: Vec<u8>, create: i64, modified: i64, version: i64| StoredValue {
+        key: key.as_bytes().to_vec(),
+        value,
+        create_revision: create,
+        mod_revision: modified,
+        version,
+    };
+    let alpha = "/registry/secrets/default/alpha";
+    let gone = "/registry/secrets/kube-system/gone";
+    // (revision, tombstone, KeyValue), in revision order.
+    let history = [
+        (2, false, kv(alpha, b"superseded".to_vec(), 2, 2, 1)),
+        (3, false, kv(alpha, stored(alpha), 2, 3, 2)),
+        (4, false, kv(gone, b"deleted below".to_vec(), 4, 4, 1)),
+        (5, true, kv(gone, Vec::new(), 0, 5, 0)),
+        (
+            6,
+            false,
+            kv(
+                "/registry/secrets/legacy/old-key",
+                stored("/registry/secrets/legacy/old-key"),
+                6,
+                6,
+                1,
+            ),
+        ),
+        (
+            7,
+            false,
+            kv(
+                "/registry/secrets/default/json-stored",
+                stored("/registry/secrets/default/json-stored"),
+                7,
+                7,
+                1,
+            ),
+        ),
+        (
+            8,
+            false,
+            kv(
+                "/registry/secrets/default/empty",
+                stored("/registry/secrets/default/empty"),
+                8,
+                8,
+                1,
+            ),
+        ),
+        (
+            9,
+            false,
+            kv(
+                "/other/not-kubernetes",
+                b"stored in the clear".to_vec(),
+                9,
+                9,
+                1,
+            ),
+        ),
+    ];
+    let records: Vec<(Vec<u8>, Vec<u8>)> = history
+        .iter()
+        .map(|(rev, tomb, kv)| (revision(*rev, *tomb), codec::key_value(kv)))
+        .collect();
+    let entries = |range: std::ops::Range<usize>| -> Vec<(u32, &[u8], &[u8])> {
+        records[range]
+            .iter()
+            .map(|(k, v)| (0, k.as_slice(), v.as_slice()))
+            .collect()
+    };
+    let consistent_index = 9u64.to_be_bytes();
+    let meta_bucket = bolt::inline_bucket(&[(0, b"consistent_index", &consistent_index)]);
+    let key_bucket = bolt::bucket(4);
+    let leaf_a = bolt::leaf(5, &entries(0..3), true);
+    let leaf_b = bolt::leaf(6, &entries(3..8), true);
+    assert_eq!(leaf_a.len(), bolt::PAGE);
+    assert!(leaf_b.len() > bolt::PAGE, "the second leaf overflows");
+    let high_water = 6 + (leaf_b.len() / bolt::PAGE) as u64;
+    let file = [
+        bolt::meta(0, 10, 3, 2, high_water),
+        bolt::meta(1, 11, 3, 2, high_water),
+        bolt::freelist(2),
+        bolt::leaf(
+            3,
+            &[
+                (bolt::BUCKET, b"key", &key_bucket),
+                (bolt::BUCKET, b"meta", &meta_bucket),
+            ],
+            true,
+        ),
+        bolt::branch(4, &[(&records[0].0, 5), (&records[3].0, 6)]),
+        leaf_a,
+        leaf_b,
+    ]
+    .concat();
+    let mut live: Vec<StoredValue> = history
+        .into_iter()
+        .filter(|(_, _, kv)| kv.key != gone.as_bytes() && kv.value != b"superseded")
+        .map(|(_, _, kv)| kv)
+        .collect();
+    live.sort_by(|a, b| a.key.cmp(&b.key));
+    (file, live)
+}
+
+/// SHA-256, from the one place the fuzz crate can reach it.
+fn sha256(bytes: &[u8]) -> Vec<u8> {
+    sceau::cluster::wire::sha256_name(bytes)[2..].to_vec()
+}
+
+/// A v1 ConfigMap as the apiserver's protobuf codec writes it: not a Secret.
+fn configmap_plaintext() -> Vec<u8> {
+    let mut type_meta = Vec::new();
+    codec::bytes_field(&mut type_meta, 1, b"v1");
+    codec::bytes_field(&mut type_meta, 2, b"ConfigMap");
+    let mut meta = Vec::new();
+    codec::bytes_field(&mut meta, 1, b"settings");
+    codec::bytes_field(&mut meta, 3, b"default");
+    let mut raw = Vec::new();
+    codec::bytes_field(&mut raw, 1, &meta);
+    codec::bytes_field(&mut raw, 2, &codec::map_entry(b"mode", b"fast"));
+    let mut unknown = b"k8s\0".to_vec();
+    codec::bytes_field(&mut unknown, 1, &type_meta);
+    codec::bytes_field(&mut unknown, 2, &raw);
+    unknown
+}
+
+fn recovery_input_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let vectors = vectors();
+    let (db, live) = small_snapshot(&vectors);
+    assert_eq!(
+        values_from_snapshot(&db).expect("the small snapshot reads"),
+        live
+    );
+    let with_trailer = [db.clone(), sha256(&db)].concat();
+    assert_eq!(values_from_snapshot(&with_trailer).expect("reads"), live);
+
+    let fixture_json =
+        std::fs::read_to_string(format!("{FIXTURES}/etcdctl-get.json")).expect("etcdctl-get.json");
+    let header = fixture_json
+        .strip_prefix('{')
+        .and_then(|t| t.split_once(",\"kvs\""))
+        .expect("the fixture starts with its header")
+        .0;
+    let json_text = [
+        codec::etcdctl_json(header, &live),
+        codec::etcdctl_json(header, &[]),
+    ]
+    .concat();
+    assert_eq!(values_from_etcdctl_json(&json_text).expect("parses"), live);
+
+    let vector = |key: &str| {
+        vectors
+            .iter()
+            .find(|v| v.etcd_key == key)
+            .expect("a vector")
+    };
+    let stored = |key: &str| {
+        let v = vector(key);
+        recovery_input(
+            RecoveryMode::StoredValue,
+            &stored_value_payload(v.etcd_key.as_bytes(), &v.stored),
+        )
+    };
+    let plaintext = |key: &str| recovery_input(RecoveryMode::Plaintext, &vector(key).plaintext);
+    vec![
+        (
+            "snapshot-small",
+            recovery_input(RecoveryMode::Snapshot, &db),
+        ),
+        (
+            "snapshot-small-with-trailer",
+            recovery_input(RecoveryMode::Snapshot, &with_trailer),
+        ),
+        (
+            "etcdctl-json",
+            recovery_input(RecoveryMode::EtcdctlJson, json_text.as_bytes()),
+        ),
+        (
+            "stored-seed-protobuf",
+            stored("/registry/secrets/default/alpha"),
+        ),
+        ("stored-aes-key", stored("/registry/secrets/legacy/old-key")),
+        (
+            "stored-json",
+            stored("/registry/secrets/default/json-stored"),
+        ),
+        (
+            "stored-empty-secret",
+            stored("/registry/secrets/default/empty"),
+        ),
+        (
+            "stored-in-the-clear",
+            recovery_input(
+                RecoveryMode::StoredValue,
+                &stored_value_payload(b"/registry/configmaps/default/x", b"k8s\0plain"),
+            ),
+        ),
+        (
+            "plaintext-secret",
+            plaintext("/registry/secrets/default/alpha"),
+        ),
+        (
+            "plaintext-json",
+            plaintext("/registry/secrets/default/json-stored"),
+        ),
+        (
+            "plaintext-configmap",
+            recovery_input(RecoveryMode::Plaintext, &configmap_plaintext()),
+        ),
+        (
+            "finding-3-key-control-character",
+            recovery_input(
+                RecoveryMode::StoredValue,
+                &stored_value_payload(
+                    b"/registry/secrets/default/\x1b[2Jx",
+                    b"k8s:enc:kms:v2:sceau:",
+                ),
+            ),
+        ),
     ]
 }

@@ -16,12 +16,14 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sceau::cli::{
-    CHECK_HELP, Command, DEFAULT_TCTI, MAIN_HELP, SELFTEST_HELP, SERVE_HELP, ServeOptions, parse,
-    utf8_args,
+    CHECK_HELP, Command, DEFAULT_TCTI, ENROLL_HELP, EnrollStep, MAIN_HELP, RECOVER_HELP,
+    RECOVERY_KEYGEN_HELP, RecoverInput, RecoverOptions, SELFTEST_HELP, SERVE_HELP, SRK_PUBLIC_HELP,
+    ServeOptions, SrkPublicOptions, parse, utf8_args,
 };
 use sceau::sandbox::Enforcement;
 
@@ -60,17 +62,36 @@ fn check_command(command: &Command, args: &[String], env: Option<&str>) {
             check_serve(options, args, env);
             serve_args(options)
         }
-        Command::Check(options) => vec![
-            "check".into(),
-            "--socket".into(),
-            options.socket.to_str().expect("from a String").into(),
-        ],
+        Command::Check(options) => vec!["check".into(), "--socket".into(), path(&options.socket)],
         Command::SelfTest(options) => {
             let tcti = options.tcti.clone();
             vec!["selftest".into(), "--sandbox".into(), "--tcti".into(), tcti]
         }
+        Command::SrkPublic(options) => {
+            check_tpm(options, args, env);
+            [vec!["srk-public".into()], tpm_args(options)].concat()
+        }
+        Command::RecoveryKeygen(options) => vec![
+            "recovery-keygen".into(),
+            "--identity".into(),
+            path(&options.identity),
+            "--public".into(),
+            path(&options.public),
+        ],
+        Command::Recover(options) => recover_args(options),
+        Command::Enroll(step) => enroll_args(step, args, env),
         Command::Help(text) => {
-            assert!([MAIN_HELP, SERVE_HELP, CHECK_HELP, SELFTEST_HELP].contains(text));
+            let texts = [
+                MAIN_HELP,
+                SERVE_HELP,
+                CHECK_HELP,
+                SELFTEST_HELP,
+                SRK_PUBLIC_HELP,
+                RECOVERY_KEYGEN_HELP,
+                RECOVER_HELP,
+                ENROLL_HELP,
+            ];
+            assert!(texts.contains(text));
             return;
         }
         Command::Version => return,
@@ -78,6 +99,97 @@ fn check_command(command: &Command, args: &[String], env: Option<&str>) {
     match (command, parse(&again, None)) {
         (Command::Serve(a), Ok(Command::Serve(b))) => assert_same_serve(a, &b),
         (a, b) => assert_eq!(Ok(a.clone()), b, "{again:?}"),
+    }
+}
+
+fn path(path: &Path) -> String {
+    path.to_str().expect("from a String").into()
+}
+
+/// The TPM options of `srk-public` and `enroll request|respond`.
+fn check_tpm(options: &SrkPublicOptions, args: &[String], env: Option<&str>) {
+    if let Some(handle) = options.srk_handle {
+        assert!((0x8100_0000..=0x81FF_FFFF).contains(&handle), "{handle:#x}");
+    }
+    if !args.iter().any(|a| a.starts_with("--tcti")) {
+        assert_eq!(options.tcti, env.unwrap_or(DEFAULT_TCTI));
+    }
+}
+
+fn tpm_args(options: &SrkPublicOptions) -> Vec<String> {
+    let mut args = vec!["--tcti".into(), options.tcti.clone()];
+    if let Some(handle) = options.srk_handle {
+        args.extend(["--srk-handle".into(), format!("{handle:#x}")]);
+    }
+    args
+}
+
+fn recover_args(options: &RecoverOptions) -> Vec<String> {
+    let (flag, file) = match &options.input {
+        RecoverInput::Envelope(file) => ("--envelope", file),
+        RecoverInput::EtcdSnapshot(file) => ("--etcd-snapshot", file),
+        RecoverInput::EtcdJson(file) => ("--etcd-json", file),
+    };
+    let mut args = vec![
+        "recover".into(),
+        "--identity".into(),
+        path(&options.identity),
+        flag.into(),
+        path(file),
+    ];
+    if options.force {
+        args.push("--force".into());
+    }
+    args
+}
+
+fn enroll_args(step: &EnrollStep, args: &[String], env: Option<&str>) -> Vec<String> {
+    let flags = |step: &str, pairs: &[(&str, &PathBuf)]| -> Vec<String> {
+        let mut out = vec!["enroll".to_string(), step.into()];
+        for (flag, file) in pairs {
+            out.extend([flag.to_string(), path(file)]);
+        }
+        out
+    };
+    match step {
+        EnrollStep::Request(tpm) => {
+            check_tpm(tpm, args, env);
+            [flags("request", &[]), tpm_args(tpm)].concat()
+        }
+        EnrollStep::Challenge {
+            request,
+            challenge_out,
+            expected_out,
+        } => flags(
+            "challenge",
+            &[
+                ("--request", request),
+                ("--challenge-out", challenge_out),
+                ("--expected-out", expected_out),
+            ],
+        ),
+        EnrollStep::Respond { tpm, challenge } => {
+            check_tpm(tpm, args, env);
+            [
+                flags("respond", &[("--challenge", challenge)]),
+                tpm_args(tpm),
+            ]
+            .concat()
+        }
+        EnrollStep::Verify {
+            request,
+            expected,
+            response,
+            member_out,
+        } => flags(
+            "verify",
+            &[
+                ("--request", request),
+                ("--expected", expected),
+                ("--response", response),
+                ("--member-out", member_out),
+            ],
+        ),
     }
 }
 
@@ -92,6 +204,7 @@ fn check_serve(options: &ServeOptions, args: &[String], env: Option<&str>) {
     if !tcti_flag {
         assert_eq!(options.tcti, env.unwrap_or(DEFAULT_TCTI));
     }
+    assert!(options.recovery_key.is_none() || options.members.is_some());
 }
 
 /// `options` as the arguments that should produce it, every flag explicit.
@@ -122,6 +235,12 @@ fn serve_args(options: &ServeOptions) -> Vec<String> {
         "--seccomp",
         enforcement(options.seccomp, ["kill", "log", "off"]),
     );
+    if let Some(members) = &options.members {
+        flag("--members", path(members));
+    }
+    if let Some(recovery_key) = &options.recovery_key {
+        flag("--recovery-key", path(recovery_key));
+    }
     args
 }
 

@@ -1,7 +1,12 @@
 //! What the fuzz targets and the seed generator share: a deterministic fake
-//! TPM behind [`Sealer`], and the one-byte header that tells the
-//! `kms_request` target which call to make.
+//! TPM behind [`Sealer`], the one-byte header that tells the `kms_request`
+//! target which call to make, the input framing and small encoders of the
+//! cluster and recovery targets ([`codec`]), and the cluster-mode material
+//! pinned in `fuzz/pinned/` ([`pinned`]).
 #![forbid(unsafe_code)]
+
+pub mod codec;
+pub mod pinned;
 
 use std::sync::Mutex;
 

@@ -46,7 +46,8 @@ pub enum EnrollmentError {
     NotTpmResident(&'static str),
     #[error("the EK certificate does not contain this EK's public key")]
     CertificateMismatch,
-    #[error("the challenge was made for SRK {expected}, but this TPM's SRK is {actual}")]
+    /// `expected` comes from the file: quoted and escaped (`{:?}`).
+    #[error("the challenge was made for SRK {expected:?}, but this TPM's SRK is {actual}")]
     WrongSrk { expected: String, actual: String },
     #[error("the answer does not match: this SRK and EK are not proven to share a TPM")]
     WrongAnswer,
@@ -240,6 +241,32 @@ mod tests {
             parse_challenge(&challenge, &[0u8; 34]),
             Err(EnrollmentError::WrongSrk { .. })
         ));
+    }
+
+    /// Found by the `key_files` fuzz target (audit/fuzzing.md, finding 2):
+    /// the `srk_name` line of a challenge reached the terminal with its
+    /// control characters in the error message.
+    #[test]
+    fn a_wrong_srk_name_is_escaped_in_the_error() {
+        let secret = p256::SecretKey::random(&mut rand_core::OsRng);
+        let key = StorageKey::from_point(&secret.public_key());
+        let request = Request {
+            srk: key.clone(),
+            ek: key.clone(),
+            certificate: None,
+        };
+        let (challenge, expected) = challenge_files(&request);
+        let pin = format!("srk_name: {}", hex(key.name()));
+        let hostile = "srk_name: \x1b]0;x\x07";
+        let error = parse_challenge(&challenge.replace(&pin, hostile), key.name()).unwrap_err();
+        let response = response_file(&[0; CREDENTIAL_LEN]);
+        let error2 = verify(&request, &expected.replace(&pin, hostile), &response).unwrap_err();
+        for error in [error, error2] {
+            let message = error.to_string();
+            assert!(matches!(error, EnrollmentError::WrongSrk { .. }));
+            assert!(!message.chars().any(char::is_control), "{message:?}");
+            assert!(message.contains(r#""\u{1b}]0;x\u{7}""#), "{message}");
+        }
     }
 
     /// Found in review and reproduced on swtpm before this check existed: a

@@ -81,6 +81,10 @@ pub enum ClusterEnvelopeError {
     CiphertextTooLong(usize),
     #[error("the recipients do not fit the {MAX_ANNOTATIONS_LEN}-byte annotation limit")]
     AnnotationTooLong,
+    #[error(
+        "the recipients fit the ciphertext, yet travel in the {RECIPIENTS_ANNOTATION} annotation"
+    )]
+    AnnotationNotNeeded,
     #[error("the ciphertext expects the {RECIPIENTS_ANNOTATION} annotation, which is missing")]
     MissingAnnotation,
     #[error("the {RECIPIENTS_ANNOTATION} annotation does not match the ciphertext's digest")]
@@ -107,6 +111,9 @@ impl ClusterEnvelope {
             return Err(ClusterEnvelopeError::AnnotationTooLong);
         }
         let ciphertext = self.header(LAYOUT_ANNOTATION, &Sha256::digest(&block));
+        if ciphertext.len() > MAX_CIPHERTEXT_LEN {
+            return Err(ClusterEnvelopeError::CiphertextTooLong(ciphertext.len()));
+        }
         Ok(Encoded {
             ciphertext,
             annotations: HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block)]),
@@ -143,7 +150,17 @@ impl ClusterEnvelope {
                 refuse_annotations(annotations, None)?;
                 parse_recipients(tail)?
             }
-            LAYOUT_ANNOTATION => parse_recipients(annotated_block(tail, annotations)?)?,
+            LAYOUT_ANNOTATION => {
+                let block = annotated_block(tail, annotations)?;
+                // Only what `encode` writes, so an envelope has one encoding.
+                if 4 + object_public.len() + block.len() <= MAX_CIPHERTEXT_LEN {
+                    return Err(ClusterEnvelopeError::AnnotationNotNeeded);
+                }
+                if block.len() > MAX_ANNOTATIONS_LEN - RECIPIENTS_ANNOTATION.len() {
+                    return Err(ClusterEnvelopeError::AnnotationTooLong);
+                }
+                parse_recipients(block)?
+            }
             other => return Err(ClusterEnvelopeError::UnknownLayout(other)),
         };
         Ok(Self {

@@ -10,7 +10,7 @@
 
 mod bbolt;
 pub mod etcd;
-mod json;
+pub mod json;
 pub mod kubernetes;
 mod protowire;
 pub mod report;

@@ -30,7 +30,11 @@ pub fn recover_secrets(
 ) -> std::io::Result<Summary> {
     let mut summary = Summary::default();
     for stored in values {
-        let key = String::from_utf8_lossy(&stored.key);
+        // The key, like a decrypted object's kind below, comes from etcd:
+        // escaped, so that control characters cannot reach the terminal.
+        let key = String::from_utf8_lossy(&stored.key)
+            .escape_debug()
+            .to_string();
         match recover_one(identity, stored) {
             Ok(Some(manifest)) => {
                 out.write_all(manifest.as_bytes())?;
@@ -72,9 +76,121 @@ fn recover_one(
     let plaintext = decrypt_data(&object, &seed, &stored.key).map_err(|e| unrecoverable(&e))?;
     match describe_secret(&plaintext) {
         Ok(manifest) => Ok(Some(manifest)),
-        Err(KubernetesError::NotASecret { api_version, kind }) => Err(Failure::NotASecret(
-            format!("a {api_version}/{kind}, not a Secret"),
-        )),
+        Err(KubernetesError::NotASecret { api_version, kind }) => {
+            Err(Failure::NotASecret(format!(
+                "a {}/{}, not a Secret",
+                api_version.escape_debug(),
+                kind.escape_debug()
+            )))
+        }
         Err(e) => Err(unrecoverable(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aes_gcm::aead::{Aead, KeyInit, Payload};
+    use aes_gcm::{Aes256Gcm, Nonce};
+    use hkdf::Hkdf;
+    use sha2::Sha256;
+
+    use super::*;
+    use crate::cluster::duplicate::SealedObject;
+    use crate::cluster::envelope::{ClusterEnvelope, Recipient, Role};
+
+    fn field(out: &mut Vec<u8>, number: u8, bytes: &[u8]) {
+        out.push(number << 3 | 2);
+        let mut len = bytes.len();
+        while len >= 0x80 {
+            out.push(len as u8 | 0x80);
+            len >>= 7;
+        }
+        out.push(len as u8);
+        out.extend_from_slice(bytes);
+    }
+
+    /// A KMS v2 value as an apiserver using cluster mode stores it: anyone
+    /// with the recovery key's public half can make one.
+    fn stored_value(identity: &RecoveryIdentity, etcd_key: &[u8], plaintext: &[u8]) -> Vec<u8> {
+        let seed = [7u8; 32];
+        let object = SealedObject::new(&seed);
+        let envelope = ClusterEnvelope {
+            object_public: object.tpmt_public().to_vec(),
+            recipients: vec![Recipient {
+                role: Role::Recovery,
+                name: *identity.public().name(),
+                blob: object.wrap_for(identity.public()),
+            }],
+        }
+        .encode()
+        .unwrap();
+        let (info, nonce) = ([1u8; 32], [2u8; 12]);
+        let mut key = [0u8; 32];
+        Hkdf::<Sha256>::from_prk(&seed)
+            .unwrap()
+            .expand(&info, &mut key)
+            .unwrap();
+        let payload = Payload {
+            msg: plaintext,
+            aad: etcd_key,
+        };
+        let sealed = Aes256Gcm::new_from_slice(&key)
+            .unwrap()
+            .encrypt(Nonce::from_slice(&nonce), payload)
+            .unwrap();
+        let mut value = b"k8s:enc:kms:v2:sceau:".to_vec();
+        field(&mut value, 1, &[&info[..], &nonce, &sealed].concat());
+        field(&mut value, 2, b"sceau-test");
+        field(&mut value, 3, &envelope.ciphertext);
+        value.extend_from_slice(&[5 << 3, 1]); // HKDF seed
+        value
+    }
+
+    /// Found by the `recovery_input` fuzz target (audit/fuzzing.md, finding
+    /// 3): an etcd key, or the kind inside a value made for the recovery key,
+    /// went to the terminal with its control characters.
+    #[test]
+    fn log_lines_escape_control_characters_from_etcd() {
+        let identity = RecoveryIdentity::generate();
+        let mut type_meta = Vec::new();
+        field(&mut type_meta, 1, b"v1");
+        field(&mut type_meta, 2, b"Config\x1b]0;x\x07Map");
+        let mut configmap = b"k8s\0".to_vec();
+        field(&mut configmap, 1, &type_meta);
+        let value = |key: &[u8], value: Vec<u8>| StoredValue {
+            key: key.to_vec(),
+            value,
+            create_revision: 2,
+            mod_revision: 2,
+            version: 1,
+        };
+        let configmap_key = b"/registry/configmaps/default/c";
+        let values = [
+            value(
+                b"/registry/secrets/default/\x1b[2Jx",
+                b"k8s:enc:kms:v2:sceau:".to_vec(),
+            ),
+            value(
+                configmap_key,
+                stored_value(&identity, configmap_key, &configmap),
+            ),
+        ];
+        let (mut out, mut log) = (Vec::new(), Vec::new());
+        let summary = recover_secrets(&identity, &values, &mut out, &mut log).unwrap();
+        assert_eq!(
+            summary,
+            Summary {
+                printed: 0,
+                skipped: 1,
+                failed: 1
+            }
+        );
+        let log = String::from_utf8(log).unwrap();
+        assert!(
+            !log.lines().any(|l| l.chars().any(char::is_control)),
+            "{log:?}"
+        );
+        assert!(log.contains("FAILED /registry/secrets/default/\\u{1b}[2Jx: "));
+        assert!(log.contains("a v1/Config\\u{1b}]0;x\\u{7}Map, not a Secret"));
     }
 }

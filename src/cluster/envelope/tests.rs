@@ -127,6 +127,53 @@ fn truncations_and_trailing_bytes_are_errors_not_panics() {
     assert!(ClusterEnvelope::parse(&long, &HashMap::new()).is_err());
 }
 
+/// Found by the `cluster_envelope` fuzz target (audit/fuzzing.md, finding
+/// 4): with a public area over 952 bytes, encode returned a layout-1
+/// ciphertext above 1 KiB, which parse (and the apiserver) refuse.
+#[test]
+fn encode_refuses_a_ciphertext_parse_would_refuse() {
+    let mut envelope = envelope_for(&parties(1), None, &[4; 32]);
+    envelope.object_public = vec![0; 1000];
+    assert_eq!(
+        envelope.encode(),
+        Err(ClusterEnvelopeError::CiphertextTooLong(2 + 2 + 1000 + 32))
+    );
+}
+
+/// Found while writing the `cluster_envelope` fuzz target's oracle
+/// (audit/fuzzing.md, finding 5): parse took the recipients from the
+/// annotation even when they fit the ciphertext, or when they exceed what
+/// encode writes, so one envelope had several encodings.
+#[test]
+fn parse_takes_the_annotation_layout_only_as_encode_writes_it() {
+    let annotated = |envelope: &ClusterEnvelope| {
+        let block = encode_recipients(&envelope.recipients);
+        let ciphertext = envelope.header(LAYOUT_ANNOTATION, &Sha256::digest(&block));
+        (
+            ciphertext,
+            HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block)]),
+        )
+    };
+    let fits = envelope_for(&parties(2), None, &[6; 32]);
+    let (ciphertext, annotations) = annotated(&fits);
+    assert_eq!(
+        ClusterEnvelope::parse(&ciphertext, &annotations),
+        Err(ClusterEnvelopeError::AnnotationNotNeeded)
+    );
+    let mut huge = fits.clone();
+    huge.recipients.truncate(1);
+    huge.recipients[0].blob.duplicate = vec![0; MAX_ANNOTATIONS_LEN];
+    assert_eq!(
+        huge.clone().encode(),
+        Err(ClusterEnvelopeError::AnnotationTooLong)
+    );
+    let (ciphertext, annotations) = annotated(&huge);
+    assert_eq!(
+        ClusterEnvelope::parse(&ciphertext, &annotations),
+        Err(ClusterEnvelopeError::AnnotationTooLong)
+    );
+}
+
 /// Prints the size table kept in docs/envelope.md, and fails if the document
 /// disagrees with what the code produces today.
 #[test]

@@ -1,0 +1,272 @@
+//! Cluster mode's envelope, version 2 (`src/cluster/envelope.rs`), and what
+//! opens it: the software TPM2_Import of `src/cluster/duplicate.rs`
+//! (`check_sealed_public`, `import_in_software`) reached through
+//! `RecoveryIdentity::open` (`src/cluster/recovery_key.rs`) with the pinned
+//! test identity.
+//!
+//! Input (`sceau_fuzz::codec::ClusterInput`): a flags byte, a u16-framed
+//! ciphertext, then (u8-framed key, u16-framed value) annotations. Flag
+//! `FIX_DIGEST` rewrites the ciphertext's trailing digest to match the
+//! recipients annotation, so annotation-layout recipients can be mutated;
+//! flag `RAW_ENTRY` reads three u16-framed fields (sealed object public,
+//! duplicate, in_sym_seed) and wraps them into a recovery entry for the test
+//! identity instead.
+//!
+//! Invariants, besides "no panic":
+//! - an accepted envelope re-encodes (`encode`) to exactly the input
+//!   ciphertext and annotations, so no two inputs parse to the same
+//!   envelope; what `encode` returns, `parse` accepts as the same envelope;
+//! - each rejection names a reason the input really has, and its message
+//!   has no control characters;
+//! - `check_sealed_public` accepts only the 46-byte public area that
+//!   `SealedObject` builds, and returns its unique;
+//! - `open` fails with exactly `parse`'s error for a malformed envelope,
+//!   `NotARecipient` (with the envelope's key_id) when there is no recovery
+//!   entry for the identity, and succeeds only for an entry that
+//!   `SealedObject::wrap_for` made for it (the pinned envelopes' entries),
+//!   returning the pinned DEK; those entries always open.
+#![no_main]
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use sceau::cluster::duplicate::{ImportBlob, ImportError, check_sealed_public};
+use sceau::cluster::envelope::{
+    ClusterEnvelope, ClusterEnvelopeError, Encoded, MAX_CIPHERTEXT_LEN, MAX_RECIPIENTS,
+    RECIPIENTS_ANNOTATION, Recipient, Role, VERSION_CLUSTER,
+};
+use sceau::cluster::membership::envelope_key_id;
+use sceau::cluster::recovery_key::{RecoveryIdentity, RecoveryKeyError};
+use sceau::cluster::wire::{NAME_LEN, WireError, sha256_name};
+use sceau_fuzz::codec::{ClusterInput, Cursor, FIX_DIGEST, RAW_ENTRY};
+use sceau_fuzz::pinned::{self, KnownEntry};
+
+struct Fixture {
+    identity: RecoveryIdentity,
+    name: [u8; NAME_LEN],
+    known: Vec<KnownEntry>,
+    /// The first 14 bytes of every sealed object's TPMT_PUBLIC: type,
+    /// nameAlg, attributes, empty authPolicy, null scheme, unique size 32.
+    public_prefix: Vec<u8>,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let identity = pinned::identity();
+        let known = pinned::known_entries();
+        Fixture {
+            name: *identity.public().name(),
+            identity,
+            public_prefix: known[0].object_public[..14].to_vec(),
+            known,
+        }
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.first().is_some_and(|f| f & RAW_ENTRY != 0) {
+        return raw_entry(&data[1..]);
+    }
+    let mut input = ClusterInput::decode(data);
+    if input.flags & FIX_DIGEST != 0 {
+        fix_digest(&mut input);
+    }
+    let annotations = input.annotation_map();
+    let parsed = ClusterEnvelope::parse(&input.ciphertext, &annotations);
+    match &parsed {
+        Ok(envelope) => check_accepted(&input.ciphertext, &annotations, envelope),
+        Err(error) => check_rejected(&input.ciphertext, &annotations, error),
+    }
+    check_open(&input.ciphertext, &annotations, &parsed);
+});
+
+/// Makes a layout-1 ciphertext's digest match its recipients annotation.
+fn fix_digest(input: &mut ClusterInput) {
+    let Some((_, block)) = input
+        .annotations
+        .iter()
+        .rev()
+        .find(|(k, _)| k == RECIPIENTS_ANNOTATION)
+    else {
+        return;
+    };
+    let digest = sha256_name(block);
+    let len = input.ciphertext.len();
+    if len >= 32 {
+        input.ciphertext[len - 32..].copy_from_slice(&digest[2..]);
+    }
+}
+
+fn check_accepted(
+    ciphertext: &[u8],
+    annotations: &HashMap<String, Vec<u8>>,
+    envelope: &ClusterEnvelope,
+) {
+    assert!(ciphertext.len() <= MAX_CIPHERTEXT_LEN);
+    assert_eq!(ciphertext[0], VERSION_CLUSTER);
+    assert!((1..=MAX_RECIPIENTS).contains(&envelope.recipients.len()));
+    assert!(
+        envelope
+            .recipients
+            .windows(2)
+            .all(|w| (w[0].role, w[0].name) < (w[1].role, w[1].name))
+    );
+    let encoded = envelope
+        .clone()
+        .encode()
+        .expect("an accepted envelope encodes");
+    assert_eq!(
+        encoded,
+        Encoded {
+            ciphertext: ciphertext.to_vec(),
+            annotations: annotations.clone(),
+        },
+        "an envelope has one encoding"
+    );
+    check_sealed(&envelope.object_public);
+}
+
+/// `check_sealed_public` accepts exactly SealedObject's public area.
+fn check_sealed(object_public: &[u8]) {
+    let f = fixture();
+    match check_sealed_public(object_public) {
+        Ok(unique) => {
+            assert_eq!(object_public.len(), 46);
+            assert_eq!(object_public[..14], f.public_prefix[..]);
+            assert_eq!(object_public[14..], unique);
+        }
+        Err(error) => {
+            let shaped = object_public.len() == 46 && object_public[..14] == f.public_prefix[..];
+            assert!(!shaped, "refused a sealed object's public area: {error}");
+            assert_no_control(&error.to_string());
+        }
+    }
+}
+
+fn check_rejected(
+    ciphertext: &[u8],
+    annotations: &HashMap<String, Vec<u8>>,
+    error: &ClusterEnvelopeError,
+) {
+    let layout = ciphertext.get(1).copied();
+    match error {
+        ClusterEnvelopeError::CiphertextTooLong(len) => {
+            assert!(*len == ciphertext.len() && *len > MAX_CIPHERTEXT_LEN);
+        }
+        ClusterEnvelopeError::NotVersion2 => {
+            assert_ne!(ciphertext.first(), Some(&VERSION_CLUSTER));
+        }
+        ClusterEnvelopeError::Wire(WireError::Truncated("version")) => {
+            assert!(ciphertext.is_empty());
+        }
+        ClusterEnvelopeError::UnknownLayout(l) => {
+            assert_eq!(layout, Some(*l));
+            assert!(*l > 1);
+        }
+        ClusterEnvelopeError::UnexpectedAnnotation(key) => {
+            assert!(annotations.contains_key(key));
+            assert!(key != RECIPIENTS_ANNOTATION || layout == Some(0));
+        }
+        ClusterEnvelopeError::MissingAnnotation => {
+            assert_eq!(layout, Some(1));
+            assert!(!annotations.contains_key(RECIPIENTS_ANNOTATION));
+        }
+        ClusterEnvelopeError::AnnotationNotNeeded | ClusterEnvelopeError::AnnotationTooLong => {
+            assert_eq!(layout, Some(1));
+            assert!(annotations.contains_key(RECIPIENTS_ANNOTATION));
+        }
+        ClusterEnvelopeError::AnnotationDigest => {
+            assert_eq!(layout, Some(1));
+            let block = &annotations[RECIPIENTS_ANNOTATION];
+            assert_ne!(ciphertext[ciphertext.len() - 32..], sha256_name(block)[2..]);
+        }
+        ClusterEnvelopeError::RecipientCount(n) => {
+            assert!(*n == 0 || *n > MAX_RECIPIENTS);
+        }
+        _ => {}
+    }
+    if !matches!(error, ClusterEnvelopeError::CiphertextTooLong(_)) {
+        assert!(ciphertext.len() <= MAX_CIPHERTEXT_LEN);
+    }
+    assert_no_control(&error.to_string());
+}
+
+/// The recovery tool's open: refused exactly as parse refuses, and opened
+/// only for what `wrap_for` made for the identity.
+fn check_open(
+    ciphertext: &[u8],
+    annotations: &HashMap<String, Vec<u8>>,
+    parsed: &Result<ClusterEnvelope, ClusterEnvelopeError>,
+) {
+    let f = fixture();
+    let opened = f.identity.open(ciphertext, annotations);
+    let envelope = match (parsed, &opened) {
+        (Err(parse_error), Err(RecoveryKeyError::Envelope(open_error))) => {
+            assert_eq!(parse_error, open_error);
+            return;
+        }
+        (Err(e), _) => panic!("parse refused ({e}) but open did not: {opened:?}"),
+        (Ok(envelope), _) => envelope,
+    };
+    let entry = envelope
+        .recipients
+        .iter()
+        .find(|r| r.role == Role::Recovery && r.name == f.name);
+    let known = entry.and_then(|entry| {
+        f.known
+            .iter()
+            .find(|k| k.object_public == envelope.object_public && k.blob == entry.blob)
+    });
+    match (&opened, entry, known) {
+        (Ok(dek), Some(_), Some(_)) => assert_eq!(dek.as_slice(), pinned::DEK),
+        (Ok(_), _, _) => panic!("an entry wrap_for did not make opened"),
+        (Err(RecoveryKeyError::NotARecipient(key_id)), None, _) => {
+            assert_eq!(*key_id, envelope_key_id(envelope));
+        }
+        (Err(RecoveryKeyError::Import(error)), Some(_), None) => check_import_error(error),
+        (Err(e), _, _) => panic!("unexpected open result: {e}"),
+    }
+}
+
+fn check_import_error(error: &ImportError) {
+    assert_no_control(&error.to_string());
+}
+
+/// Wraps three raw fields into a recovery entry for the test identity.
+fn raw_entry(data: &[u8]) {
+    let f = fixture();
+    let mut c = Cursor::new(data);
+    let field = |c: &mut Cursor<'_>| c.field16().unwrap_or_default().to_vec();
+    let object_public = field(&mut c);
+    let blob = ImportBlob {
+        duplicate: field(&mut c),
+        in_sym_seed: field(&mut c),
+    };
+    check_sealed(&object_public);
+    let envelope = ClusterEnvelope {
+        object_public,
+        recipients: vec![Recipient {
+            role: Role::Recovery,
+            name: f.name,
+            blob,
+        }],
+    };
+    let Ok(encoded) = envelope.clone().encode() else {
+        return;
+    };
+    // What encode returns, parse accepts as the same envelope.
+    let reparsed = ClusterEnvelope::parse(&encoded.ciphertext, &encoded.annotations);
+    assert_eq!(
+        reparsed.as_ref(),
+        Ok(&envelope),
+        "encode made what parse refuses"
+    );
+    check_open(&encoded.ciphertext, &encoded.annotations, &reparsed);
+}
+
+fn assert_no_control(message: &str) {
+    assert!(!message.chars().any(char::is_control), "{message:?}");
+}

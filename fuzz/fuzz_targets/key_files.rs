@@ -1,0 +1,277 @@
+//! Cluster mode's key files: the armor (`src/cluster/armor.rs`), storage
+//! key publics (`StorageKey::from_tpm2b_public`, `src/cluster/storage_key.rs`),
+//! what `membership::read_pinned` does with a member file, the enrollment
+//! files (`Request::parse`, `parse_challenge`, `verify`,
+//! `src/cluster/enrollment.rs`) and the recovery identity file
+//! (`RecoveryIdentity::parse`, `src/cluster/recovery_key.rs`).
+//!
+//! Input: a mode byte (`sceau_fuzz::codec::key_file_mode`), then the file,
+//! read as UTF-8 with invalid sequences replaced (the files are text; `sceau`
+//! reads them with `read_to_string`). `RawKey` takes the bytes as they are.
+//!
+//! Invariants, besides "no panic":
+//! - armor: a decoded block re-armors (`encode`) and decodes to the same
+//!   bytes and `name` header;
+//! - storage keys: an accepted key is a restricted, non-signing decryption
+//!   key; it marshals back to exactly its input, parses again to itself, its
+//!   Name is SHA-256 over its TPMT_PUBLIC; an SRK is TPM-resident; an SRK
+//!   with an empty authPolicy and full-width coordinates is exactly what
+//!   `StorageKey::from_point` builds for its point;
+//! - requests: the SRK is an SRK, the EK TPM-resident, both pinned by their
+//!   name lines; written back with `request_file`, a request parses to the
+//!   same keys and certificate; `check_certificate` agrees with a search for
+//!   the EK's point;
+//! - `parse_challenge` and `verify` accept exactly the inputs predicted from
+//!   the armored blocks (pinned SRK name, framing, a 32-byte answer that
+//!   matches);
+//! - an identity's name line matches its key, and its identity and public
+//!   files read back to the same key;
+//! - error messages, which `sceau` prints to a terminal, have no control
+//!   characters.
+#![no_main]
+#![forbid(unsafe_code)]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use sceau::cluster::armor::{self, ArmorError};
+use sceau::cluster::credential::CREDENTIAL_LEN;
+use sceau::cluster::enrollment::{
+    CHALLENGE_LABEL, EK_CERTIFICATE_LABEL, EK_LABEL, EXPECTED_LABEL, EnrollmentError,
+    RESPONSE_LABEL, Request, parse_challenge, request_file, verify,
+};
+use sceau::cluster::membership::{MEMBER_LABEL, RECOVERY_PUBLIC_LABEL};
+use sceau::cluster::recovery_key::{IDENTITY_LABEL, RecoveryIdentity};
+use sceau::cluster::storage_key::{SRK_ATTRIBUTES, StorageKey, coordinates};
+use sceau::cluster::wire::{Reader, Writer, sha256_name};
+use sceau::tpm::KeyId;
+use sceau::tpm::srk::hex;
+use sceau_fuzz::codec::{KEY_FILE_LABELS, KeyFileMode, key_file_mode};
+use sceau_fuzz::pinned;
+
+struct Fixture {
+    request: Request,
+    srk_name: String,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let request = pinned::request();
+        Fixture {
+            srk_name: hex(request.srk.name()),
+            request,
+        }
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&mode, payload)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(payload);
+    match key_file_mode(mode) {
+        KeyFileMode::Armored(label) => armored_key(&text, KEY_FILE_LABELS[label]),
+        KeyFileMode::RawKey => {
+            if let Ok(key) = StorageKey::from_tpm2b_public(payload) {
+                check_key(payload, &key);
+            }
+        }
+        KeyFileMode::Request => request(&text),
+        KeyFileMode::Challenge => challenge(&text),
+        KeyFileMode::Verify => {
+            let (expected, response) = text.split_once('\0').unwrap_or((&text, ""));
+            verify_answer(expected, response);
+        }
+        KeyFileMode::Identity => identity(&text),
+    }
+});
+
+/// Decodes, checks the armor round trip, and returns the block.
+fn decode(text: &str, label: &'static str) -> Result<armor::Armored, ArmorError> {
+    let decoded = armor::decode(text, label);
+    match &decoded {
+        Ok(armored) => {
+            let headers: Vec<(&str, String)> = armored
+                .header("name")
+                .map(|name| ("name", name.to_string()))
+                .into_iter()
+                .collect();
+            let again = armor::encode(label, &["comment"], &headers, &armored.bytes);
+            let reread = armor::decode(&again, label).expect("armor re-decodes");
+            assert_eq!(reread.bytes, armored.bytes);
+            assert_eq!(reread.header("name"), armored.header("name"));
+            let begin = format!("-----BEGIN {label}-----");
+            assert!(text.lines().any(|l| l.trim() == begin));
+        }
+        Err(error) => assert_no_control(&error.to_string()),
+    }
+    decoded
+}
+
+/// What `membership::read_pinned` does with a file's text.
+fn armored_key(text: &str, label: &'static str) {
+    let Ok(armored) = decode(text, label) else {
+        return;
+    };
+    match StorageKey::from_tpm2b_public(&armored.bytes) {
+        Ok(key) => check_key(&armored.bytes, &key),
+        Err(error) => assert_no_control(&error.to_string()),
+    }
+}
+
+fn check_key(bytes: &[u8], key: &StorageKey) {
+    assert_eq!(
+        key.to_tpm2b_public(),
+        bytes,
+        "a key marshals back to its input"
+    );
+    assert_eq!(
+        StorageKey::from_tpm2b_public(&key.to_tpm2b_public()).as_ref(),
+        Ok(key)
+    );
+    assert_eq!(*key.name(), sha256_name(&bytes[2..]));
+    let attributes = key.attributes();
+    let restricted_decrypt = (1 << 16) | (1 << 17);
+    assert_eq!(attributes & restricted_decrypt, restricted_decrypt);
+    assert_eq!(attributes & (1 << 18), 0, "never a signing key");
+    assert_eq!(key.is_srk(), attributes == SRK_ATTRIBUTES);
+    if key.is_srk() {
+        assert!(key.is_tpm_resident());
+    }
+    // The fields past the fixed ones: authPolicy, then the coordinates.
+    let mut r = Reader::new(&bytes[2 + 8..]);
+    let policy = r.tpm2b("authPolicy").expect("parsed once");
+    r.take(12, "parameters").expect("parsed once");
+    let x = r.tpm2b("x").expect("parsed once");
+    let y = r.tpm2b("y").expect("parsed once");
+    let (px, py) = coordinates(key.point());
+    assert!(px.ends_with(x) && px[..32 - x.len()].iter().all(|&b| b == 0));
+    assert!(py.ends_with(y) && py[..32 - y.len()].iter().all(|&b| b == 0));
+    if key.is_srk() && policy.is_empty() && x.len() == 32 && y.len() == 32 {
+        assert_eq!(StorageKey::from_point(key.point()), *key);
+    }
+}
+
+fn request(text: &str) {
+    let request = match Request::parse(text) {
+        Ok(request) => request,
+        Err(error) => return assert_no_control(&error.to_string()),
+    };
+    assert!(request.srk.is_srk());
+    assert!(request.ek.is_tpm_resident());
+    for (label, field, key) in [
+        (MEMBER_LABEL, "name", &request.srk),
+        (EK_LABEL, "ek_name", &request.ek),
+    ] {
+        let armored = armor::decode(text, label).expect("parsed once");
+        assert_eq!(*armored.bytes, key.to_tpm2b_public());
+        let pin = armored.header(field).expect("pinned");
+        assert!(pin.eq_ignore_ascii_case(&hex(key.name())));
+    }
+    let certificate = armor::decode(text, EK_CERTIFICATE_LABEL)
+        .ok()
+        .map(|a| a.bytes.to_vec());
+    assert_eq!(request.certificate, certificate);
+    let id = KeyId::from_srk_name(request.srk.name());
+    let again = request_file(
+        &request.srk,
+        &id,
+        &request.ek,
+        request.certificate.as_deref(),
+    );
+    let reread = Request::parse(&again).expect("a written request parses");
+    assert_eq!(reread.srk, request.srk);
+    assert_eq!(reread.ek, request.ek);
+    assert_eq!(reread.certificate, request.certificate);
+
+    let (x, y) = coordinates(request.ek.point());
+    let needle = [&[0x03, 0x42, 0x00, 0x04][..], &x, &y].concat();
+    let holds_point = |der: &Vec<u8>| der.windows(needle.len()).any(|w| w == needle);
+    match request.check_certificate() {
+        Ok(None) => assert!(request.certificate.is_none()),
+        Ok(Some(digest)) => {
+            assert!(request.certificate.as_ref().is_some_and(holds_point));
+            assert_eq!(digest.len(), 64);
+        }
+        Err(EnrollmentError::CertificateMismatch) => {
+            assert!(!request.certificate.as_ref().is_some_and(holds_point));
+        }
+        Err(e) => panic!("unexpected certificate error: {e}"),
+    }
+}
+
+fn challenge(text: &str) {
+    let f = fixture();
+    let own = f.request.srk.name();
+    let result = parse_challenge(text, own);
+    let predicted = armor::decode(text, CHALLENGE_LABEL)
+        .ok()
+        .and_then(|armored| {
+            let pinned = armored.header("srk_name")?.to_ascii_lowercase();
+            (pinned == f.srk_name).then_some(())?;
+            let mut r = Reader::new(&armored.bytes);
+            let blob = r.tpm2b("credentialBlob").ok()?.to_vec();
+            let secret = r.tpm2b("secret").ok()?.to_vec();
+            r.finish("challenge").ok()?;
+            Some((blob, secret))
+        });
+    match result {
+        Ok(blob) => {
+            assert_eq!(
+                Some((blob.duplicate.clone(), blob.in_sym_seed.clone())),
+                predicted
+            );
+            let mut w = Writer::default();
+            w.tpm2b(&blob.duplicate).tpm2b(&blob.in_sym_seed);
+            let armored = armor::decode(text, CHALLENGE_LABEL).expect("parsed once");
+            assert_eq!(w.finish(), *armored.bytes);
+        }
+        Err(error) => {
+            assert_eq!(predicted, None, "refused a valid challenge: {error}");
+            assert_no_control(&error.to_string());
+        }
+    }
+}
+
+fn verify_answer(expected: &str, response: &str) {
+    let f = fixture();
+    let result = verify(&f.request, expected, response);
+    let predicted = (|| {
+        let expected = armor::decode(expected, EXPECTED_LABEL).ok()?;
+        let response = armor::decode(response, RESPONSE_LABEL).ok()?;
+        let pinned = expected.header("srk_name").unwrap_or_default();
+        Some(
+            pinned.to_ascii_lowercase() == f.srk_name
+                && expected.bytes.len() == CREDENTIAL_LEN
+                && expected.bytes == response.bytes,
+        )
+    })()
+    .unwrap_or(false);
+    assert_eq!(result.is_ok(), predicted, "{result:?}");
+    if let Err(error) = result {
+        assert_no_control(&error.to_string());
+    }
+}
+
+fn identity(text: &str) {
+    let identity = match RecoveryIdentity::parse(text) {
+        Ok(identity) => identity,
+        Err(error) => return assert_no_control(&error.to_string()),
+    };
+    let armored = armor::decode(text, IDENTITY_LABEL).expect("parsed once");
+    let name = armored.header("name").expect("pinned");
+    assert!(name.eq_ignore_ascii_case(&hex(identity.public().name())));
+    let again = RecoveryIdentity::parse(&identity.identity_file()).expect("re-reads");
+    assert_eq!(again.public(), identity.public());
+    let public = armor::decode(&identity.public_file(), RECOVERY_PUBLIC_LABEL).expect("armored");
+    assert_eq!(
+        StorageKey::from_tpm2b_public(&public.bytes).as_ref(),
+        Ok(identity.public())
+    );
+    assert!(identity.public().is_srk());
+}
+
+fn assert_no_control(message: &str) {
+    assert!(!message.chars().any(char::is_control), "{message:?}");
+}

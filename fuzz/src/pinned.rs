@@ -1,0 +1,181 @@
+//! Cluster-mode material made once by sceau itself and pinned in
+//! `fuzz/pinned/`, so that seeds are byte-for-byte reproducible and the
+//! targets know exactly which envelopes may open. Sealing draws fresh
+//! randomness (`SealedObject::new`, `wrap_for`, `make_credential`), so these
+//! cannot be recomputed; `cargo run --example seeds -- --pin fuzz/pinned`
+//! makes a new set (then regenerate the corpus).
+//!
+//! Every key here is a throwaway made for fuzzing; none protects anything.
+//!
+//! * `recovery.identity`: the test recovery identity (private scalar).
+//! * `member-{0..3}.pub`: four member files (software P-256 keys described
+//!   with the SRK template, as the recovery key is).
+//! * `inline.ciphertext`: `Membership::seal(DEK)` for members 0 and 1 and the
+//!   recovery key: an inline (layout 0) envelope.
+//! * `annotated.ciphertext`, `annotated.recipients`: the same for all four
+//!   members and the recovery key, whose recipients no longer fit 1 KiB:
+//!   layout 1, with the `recipients.sceau.io` annotation.
+//! * `enroll.request`, `enroll.challenge`, `enroll.expected`: an enrollment
+//!   of member 0's key as SRK with `ek.pub`'s key as EK, and a fake EK
+//!   certificate that holds the EK's point.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+
+use sceau::cluster::armor;
+use sceau::cluster::duplicate::ImportBlob;
+use sceau::cluster::enrollment::{EXPECTED_LABEL, Request, response_file};
+use sceau::cluster::envelope::{ClusterEnvelope, RECIPIENTS_ANNOTATION, Role};
+use sceau::cluster::membership::MEMBER_LABEL;
+use sceau::cluster::recovery_key::RecoveryIdentity;
+use sceau::cluster::storage_key::{StorageKey, coordinates};
+
+/// The DEK sources (base64) the kube-apiserver used for the values in
+/// `tests/fixtures/recovery/vectors.json` (its `seed` and `aes_gcm_key`).
+pub const VECTOR_SEED: &str = "KhuKUWHIH+/34/TPzT6opwDAbH359JZGoI4qPSvUGlQ=";
+pub const VECTOR_AES_KEY: &str = "x6ntWu/E6WMoAD6k1g1yeA1it3cSbMUWtrC06Vezhh0=";
+
+/// The DEK seed every pinned envelope seals.
+pub const DEK: &[u8; 32] = b"fuzz: pinned cluster DEK seed 32";
+
+pub const IDENTITY: &str = include_str!("../pinned/recovery.identity");
+pub const MEMBER_FILES: [&str; 4] = [
+    include_str!("../pinned/member-0.pub"),
+    include_str!("../pinned/member-1.pub"),
+    include_str!("../pinned/member-2.pub"),
+    include_str!("../pinned/member-3.pub"),
+];
+/// The EK of the pinned enrollment, armored as a member file.
+pub const EK_FILE: &str = include_str!("../pinned/ek.pub");
+pub const INLINE_CIPHERTEXT: &[u8] = include_bytes!("../pinned/inline.ciphertext");
+pub const ANNOTATED_CIPHERTEXT: &[u8] = include_bytes!("../pinned/annotated.ciphertext");
+pub const ANNOTATED_RECIPIENTS: &[u8] = include_bytes!("../pinned/annotated.recipients");
+pub const REQUEST: &str = include_str!("../pinned/enroll.request");
+pub const CHALLENGE: &str = include_str!("../pinned/enroll.challenge");
+pub const EXPECTED: &str = include_str!("../pinned/enroll.expected");
+
+pub fn identity() -> RecoveryIdentity {
+    RecoveryIdentity::parse(IDENTITY).expect("the pinned identity parses")
+}
+
+/// A key from a member file (no pin check: see `member_file_key` for that).
+pub fn key_of(file: &str) -> StorageKey {
+    let armored = armor::decode(file, MEMBER_LABEL).expect("a pinned member file");
+    StorageKey::from_tpm2b_public(&armored.bytes).expect("a pinned storage key")
+}
+
+pub fn member(index: usize) -> StorageKey {
+    key_of(MEMBER_FILES[index])
+}
+
+pub fn ek() -> StorageKey {
+    key_of(EK_FILE)
+}
+
+/// A DER-shaped blob holding the EK's point where a certificate's
+/// SubjectPublicKey BIT STRING would; `Request::check_certificate` looks
+/// only for that.
+pub fn fake_ek_certificate(ek: &StorageKey) -> Vec<u8> {
+    let (x, y) = coordinates(ek.point());
+    [
+        &[0x30, 0x46, 0x03, 0x42, 0x00, 0x04][..],
+        &x,
+        &y,
+        &[0x05, 0x00],
+    ]
+    .concat()
+}
+
+/// A KMS v2 EncryptResponse's annotations.
+pub type Annotations = HashMap<String, Vec<u8>>;
+
+/// The pinned envelopes: (ciphertext, annotations), as Encrypt returned them.
+pub fn envelopes() -> [(Vec<u8>, Annotations); 2] {
+    [
+        (INLINE_CIPHERTEXT.to_vec(), HashMap::new()),
+        (
+            ANNOTATED_CIPHERTEXT.to_vec(),
+            HashMap::from([(
+                RECIPIENTS_ANNOTATION.to_string(),
+                ANNOTATED_RECIPIENTS.to_vec(),
+            )]),
+        ),
+    ]
+}
+
+/// A recovery entry that `wrap_for` made for the test identity: the only
+/// entries that may open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownEntry {
+    pub object_public: Vec<u8>,
+    pub blob: ImportBlob,
+}
+
+/// The recovery entries of the pinned envelopes.
+pub fn known_entries() -> Vec<KnownEntry> {
+    let name = *identity().public().name();
+    envelopes()
+        .iter()
+        .map(|(ciphertext, annotations)| {
+            let envelope =
+                ClusterEnvelope::parse(ciphertext, annotations).expect("a pinned envelope");
+            let entry = envelope
+                .recipients
+                .iter()
+                .find(|r| r.role == Role::Recovery && r.name == name)
+                .expect("the pinned envelopes have a recovery entry");
+            KnownEntry {
+                object_public: envelope.object_public.clone(),
+                blob: entry.blob.clone(),
+            }
+        })
+        .collect()
+}
+
+pub fn request() -> Request {
+    Request::parse(REQUEST).expect("the pinned request parses")
+}
+
+/// The answer a TPM holding the EK and the SRK would give.
+pub fn response() -> String {
+    let expected = armor::decode(EXPECTED, EXPECTED_LABEL).expect("the pinned expected answer");
+    response_file(&expected.bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use sceau::cluster::duplicate::check_sealed_public;
+    use sceau::cluster::enrollment::{parse_challenge, verify};
+    use sceau::cluster::membership::envelope_key_id;
+
+    use super::*;
+
+    #[test]
+    fn pinned_envelopes_open_to_the_dek() {
+        let identity = identity();
+        for (ciphertext, annotations) in envelopes() {
+            let dek = identity.open(&ciphertext, &annotations).unwrap();
+            assert_eq!(dek.as_slice(), DEK);
+            let envelope = ClusterEnvelope::parse(&ciphertext, &annotations).unwrap();
+            assert!(check_sealed_public(&envelope.object_public).is_ok());
+            let members = envelope
+                .recipients
+                .iter()
+                .filter(|r| r.role == Role::Member)
+                .count();
+            assert_eq!(members, if annotations.is_empty() { 2 } else { 4 });
+            assert!(!envelope_key_id(&envelope).as_str().is_empty());
+        }
+        assert_eq!(known_entries().len(), 2);
+    }
+
+    #[test]
+    fn pinned_enrollment_files_agree() {
+        let request = request();
+        assert_eq!(request.srk, member(0));
+        assert_eq!(request.ek, ek());
+        assert!(request.check_certificate().unwrap().is_some());
+        parse_challenge(CHALLENGE, member(0).name()).unwrap();
+        verify(&request, EXPECTED, &response()).unwrap();
+    }
+}
