@@ -114,14 +114,7 @@ const CALLS: [Call; 4] = [
 ];
 
 /// Every fault a real TPM worker can report.
-pub const FAULTS: [Fault; 6] = [
-    Fault::Unreachable,
-    Fault::Busy,
-    Fault::Timeout,
-    Fault::Lockout,
-    Fault::Failure,
-    Fault::EnvelopeRejected,
-];
+pub const FAULTS: [Fault; 6] = Fault::ALL;
 
 /// The first byte of a `kms_request` input: bits 0..2 pick the call, bits
 /// 2..8 the injected fault (1..=6 index [`FAULTS`]; anything else is none,

@@ -225,8 +225,9 @@ mod tests {
     use super::*;
     use crate::cluster::duplicate::ImportBlob;
 
-    #[test]
-    fn a_challenge_for_another_srk_is_refused_before_the_tpm() {
+    /// A request whose SRK and EK are one software key: enough for the
+    /// parsing and comparison steps, which never touch a TPM.
+    fn software_request() -> (StorageKey, Request) {
         let secret = p256::SecretKey::random(&mut rand_core::OsRng);
         let key = StorageKey::from_point(&secret.public_key());
         let request = Request {
@@ -234,6 +235,12 @@ mod tests {
             ek: key.clone(),
             certificate: None,
         };
+        (key, request)
+    }
+
+    #[test]
+    fn a_challenge_for_another_srk_is_refused_before_the_tpm() {
+        let (key, request) = software_request();
         let (challenge, _) = challenge_files(&request);
         let parsed: ImportBlob = parse_challenge(&challenge, key.name()).unwrap();
         assert_eq!(parsed.in_sym_seed.len(), 68);
@@ -248,13 +255,7 @@ mod tests {
     /// control characters in the error message.
     #[test]
     fn a_wrong_srk_name_is_escaped_in_the_error() {
-        let secret = p256::SecretKey::random(&mut rand_core::OsRng);
-        let key = StorageKey::from_point(&secret.public_key());
-        let request = Request {
-            srk: key.clone(),
-            ek: key.clone(),
-            certificate: None,
-        };
+        let (key, request) = software_request();
         let (challenge, expected) = challenge_files(&request);
         let pin = format!("srk_name: {}", hex(key.name()));
         let hostile = "srk_name: \x1b]0;x\x07";
@@ -276,22 +277,9 @@ mod tests {
     /// wrote its member file. Such a key lacks fixedTPM, so it is refused now.
     #[test]
     fn an_imported_key_posing_as_an_srk_is_refused() {
-        use crate::cluster::wire::{
-            ALG_AES, ALG_CFB, ALG_ECC, ALG_NULL, ALG_SHA256, ECC_NIST_P256,
-        };
         let secret = p256::SecretKey::random(&mut rand_core::OsRng);
         let genuine = StorageKey::from_point(&secret.public_key());
-        let (x, y) = coordinates(genuine.point());
-        let mut w = Writer::default();
-        w.u16(ALG_ECC).u16(ALG_SHA256).u32(0x0003_0440).tpm2b(&[]);
-        w.u16(ALG_AES)
-            .u16(128)
-            .u16(ALG_CFB)
-            .u16(ALG_NULL)
-            .u16(ECC_NIST_P256)
-            .u16(ALG_NULL);
-        w.tpm2b(&x).tpm2b(&y);
-        let imported = StorageKey::from_tpmt_public(&w.finish()).unwrap();
+        let imported = crate::cluster::storage_key::imported_lookalike(genuine.point());
         let id = KeyId::from_srk_name(imported.name());
         let forged = request_file(&imported, &id, &genuine, None);
         assert!(matches!(

@@ -167,6 +167,19 @@ fn left_pad(bytes: &[u8]) -> Option<[u8; COORDINATE_LEN]> {
     Some(out)
 }
 
+/// The public area of `point` as a key made in software and imported into a
+/// TPM would have it: restricted|decrypt|userWithAuth|noDA, no fixedTPM.
+#[cfg(test)]
+pub fn imported_lookalike(point: &PublicKey) -> StorageKey {
+    let (x, y) = coordinates(point);
+    let mut w = Writer::default();
+    w.u16(ALG_ECC).u16(ALG_SHA256).u32(0x0003_0440).tpm2b(&[]);
+    w.u16(ALG_AES).u16(PARENT_SYM_BITS).u16(ALG_CFB);
+    w.u16(ALG_NULL).u16(ECC_NIST_P256).u16(ALG_NULL);
+    w.tpm2b(&x).tpm2b(&y);
+    StorageKey::from_tpmt_public(&w.finish()).expect("a well-formed storage key")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,18 @@ pub enum Fault {
     EnvelopeRejected,
 }
 
+impl Fault {
+    /// Every class, for tests and fuzzers that must cover them all.
+    pub const ALL: [Fault; 6] = [
+        Fault::Unreachable,
+        Fault::Busy,
+        Fault::Timeout,
+        Fault::Lockout,
+        Fault::Failure,
+        Fault::EnvelopeRejected,
+    ];
+}
+
 /// A TPM call that failed, with the detail for the log.
 #[derive(Debug, thiserror::Error)]
 #[error("{operation} failed: {source}")]
@@ -289,14 +301,7 @@ mod tests {
 
     #[test]
     fn client_words_carry_no_tpm_detail() {
-        for fault in [
-            Fault::Unreachable,
-            Fault::Busy,
-            Fault::Timeout,
-            Fault::Lockout,
-            Fault::Failure,
-            Fault::EnvelopeRejected,
-        ] {
+        for fault in Fault::ALL {
             let word = fault.to_string();
             assert!(
                 word.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),

@@ -129,23 +129,10 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
 
 #[test]
 fn refuses_member_keys_that_are_not_tcg_srks() {
-    use crate::cluster::wire::{
-        ALG_AES, ALG_CFB, ALG_ECC, ALG_NULL, ALG_SHA256, ECC_NIST_P256, Writer,
-    };
     let (_, own) = key();
     let (_, other) = key();
-    let (x, y) = crate::cluster::storage_key::coordinates(other.point());
-    let mut w = Writer::default();
     // restricted|decrypt|userWithAuth|noDA: what an imported software key has.
-    w.u16(ALG_ECC).u16(ALG_SHA256).u32(0x0003_0440).tpm2b(&[]);
-    w.u16(ALG_AES)
-        .u16(128)
-        .u16(ALG_CFB)
-        .u16(ALG_NULL)
-        .u16(ECC_NIST_P256)
-        .u16(ALG_NULL);
-    w.tpm2b(&x).tpm2b(&y);
-    let imported = StorageKey::from_tpmt_public(&w.finish()).unwrap();
+    let imported = crate::cluster::storage_key::imported_lookalike(other.point());
     let dir = members_dir(&[&own, &imported]);
     assert!(matches!(
         Membership::load(dir.path(), None, &own.to_tpm2b_public()),
