@@ -18,21 +18,19 @@ pub fn kdfa(
     context_v: &[u8],
     bits: u32,
 ) -> Zeroizing<Vec<u8>> {
-    let mut out = Zeroizing::new(Vec::with_capacity(output_len(bits)));
-    let mut counter: u32 = 1;
-    while out.len() < output_len(bits) {
-        let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
-        mac.update(&counter.to_be_bytes());
-        mac.update(label.as_bytes());
-        mac.update(&[0]);
-        mac.update(context_u);
-        mac.update(context_v);
-        mac.update(&bits.to_be_bytes());
-        out.extend_from_slice(&mac.finalize().into_bytes());
-        counter += 1;
-    }
-    out.truncate(output_len(bits));
-    out
+    counter_mode(bits, |counter| {
+        hmac_sha256(
+            key,
+            &[
+                &counter.to_be_bytes(),
+                label.as_bytes(),
+                &[0],
+                context_u,
+                context_v,
+                &bits.to_be_bytes(),
+            ],
+        )
+    })
 }
 
 /// KDFe: the SP 800-56A concatenation KDF the TPM applies to an ECDH shared
@@ -45,9 +43,7 @@ pub fn kdfe(
     party_v: &[u8],
     bits: u32,
 ) -> Zeroizing<Vec<u8>> {
-    let mut out = Zeroizing::new(Vec::with_capacity(output_len(bits)));
-    let mut counter: u32 = 1;
-    while out.len() < output_len(bits) {
+    counter_mode(bits, |counter| {
         let mut hash = Sha256::new();
         hash.update(counter.to_be_bytes());
         hash.update(z);
@@ -55,10 +51,20 @@ pub fn kdfe(
         hash.update([0]);
         hash.update(party_u);
         hash.update(party_v);
-        out.extend_from_slice(&hash.finalize());
+        hash.finalize().into()
+    })
+}
+
+/// Both KDFs: blocks for counter 1, 2, … concatenated, cut to `bits`.
+fn counter_mode(bits: u32, mut block: impl FnMut(u32) -> [u8; 32]) -> Zeroizing<Vec<u8>> {
+    let len = output_len(bits);
+    let mut out = Zeroizing::new(Vec::with_capacity(len.next_multiple_of(32)));
+    let mut counter: u32 = 1;
+    while out.len() < len {
+        out.extend_from_slice(Zeroizing::new(block(counter)).as_ref());
         counter += 1;
     }
-    out.truncate(output_len(bits));
+    out.truncate(len);
     out
 }
 

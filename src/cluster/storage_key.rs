@@ -83,16 +83,7 @@ impl StorageKey {
 
     /// Describes a software P-256 key with the SRK template (the recovery key).
     pub fn from_point(point: &PublicKey) -> Self {
-        let (x, y) = coordinates(point);
-        let mut w = Writer::default();
-        w.u16(ALG_ECC)
-            .u16(ALG_SHA256)
-            .u32(SRK_ATTRIBUTES)
-            .tpm2b(&[]);
-        w.u16(ALG_AES).u16(PARENT_SYM_BITS).u16(ALG_CFB);
-        w.u16(ALG_NULL).u16(ECC_NIST_P256).u16(ALG_NULL);
-        w.tpm2b(&x).tpm2b(&y);
-        let tpmt_public = w.finish();
+        let tpmt_public = ecc_storage_public(SRK_ATTRIBUTES, point);
         Self {
             name: sha256_name(&tpmt_public),
             tpmt_public,
@@ -171,13 +162,20 @@ fn left_pad(bytes: &[u8]) -> Option<[u8; COORDINATE_LEN]> {
 /// TPM would have it: restricted|decrypt|userWithAuth|noDA, no fixedTPM.
 #[cfg(test)]
 pub fn imported_lookalike(point: &PublicKey) -> StorageKey {
+    StorageKey::from_tpmt_public(&ecc_storage_public(0x0003_0440, point))
+        .expect("a well-formed storage key")
+}
+
+/// TPMT_PUBLIC of an ECC P-256 storage key in the TCG SRK template's shape
+/// (SHA-256, empty policy, AES-128-CFB, no scheme, no KDF), with `attributes`.
+fn ecc_storage_public(attributes: u32, point: &PublicKey) -> Vec<u8> {
     let (x, y) = coordinates(point);
     let mut w = Writer::default();
-    w.u16(ALG_ECC).u16(ALG_SHA256).u32(0x0003_0440).tpm2b(&[]);
+    w.u16(ALG_ECC).u16(ALG_SHA256).u32(attributes).tpm2b(&[]);
     w.u16(ALG_AES).u16(PARENT_SYM_BITS).u16(ALG_CFB);
     w.u16(ALG_NULL).u16(ECC_NIST_P256).u16(ALG_NULL);
     w.tpm2b(&x).tpm2b(&y);
-    StorageKey::from_tpmt_public(&w.finish()).expect("a well-formed storage key")
+    w.finish()
 }
 
 #[cfg(test)]

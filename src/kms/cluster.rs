@@ -5,6 +5,7 @@
 
 use tonic::Status;
 
+use super::service::malformed;
 use crate::cluster::duplicate::check_sealed_public;
 use crate::cluster::envelope::{ClusterEnvelope, Role};
 use crate::cluster::membership::{Membership, envelope_key_id};
@@ -31,10 +32,8 @@ pub fn importable_entry(
     membership: &Membership,
     request: &DecryptRequest,
 ) -> Result<ImportableObject, Status> {
-    let malformed =
-        |e: &dyn std::fmt::Display| Status::invalid_argument(format!("malformed ciphertext: {e}"));
-    let envelope = ClusterEnvelope::parse(&request.ciphertext, &request.annotations)
-        .map_err(|e| malformed(&e))?;
+    let envelope =
+        ClusterEnvelope::parse(&request.ciphertext, &request.annotations).map_err(malformed)?;
     let recipients_key_id = envelope_key_id(&envelope);
     if request.key_id != recipients_key_id.as_str() {
         return Err(Status::invalid_argument(format!(
@@ -49,13 +48,13 @@ pub fn importable_entry(
             describe_recipients(&envelope)
         ))
     })?;
-    check_sealed_public(&envelope.object_public).map_err(|e| malformed(&e))?;
+    check_sealed_public(&envelope.object_public).map_err(malformed)?;
     ImportableObject::from_parts(
         &envelope.object_public,
         &entry.blob.duplicate,
         &entry.blob.in_sym_seed,
     )
-    .map_err(|e| malformed(&e))
+    .map_err(malformed)
 }
 
 fn describe_recipients(envelope: &ClusterEnvelope) -> String {

@@ -53,16 +53,28 @@ pub struct LoadableObject {
 
 impl LoadableObject {
     pub fn from_blobs(blobs: &SealedBlobs) -> Result<Self, BlobError> {
-        let public = PublicBuffer::unmarshall(&blobs.public)
-            .and_then(Public::try_from)
-            .map_err(|_| BlobError::PublicUnreadable)?;
+        // The envelope parser has already checked both u16 size prefixes.
+        let public = exact_public(&blobs.public[2..])?;
         if !is_sceau_sealed_object(&public) {
             return Err(BlobError::NotSealedData);
         }
-        // The envelope parser has already checked the u16 size prefix.
         let private = Private::try_from(blobs.private[2..].to_vec())
             .map_err(|_| BlobError::PrivateUnreadable)?;
         Ok(Self { public, private })
+    }
+}
+
+/// Decodes a TPMT_PUBLIC, and only if it marshals back to exactly these
+/// bytes. tpm2-tss 3.2.1 can decode a malformed area "successfully" (its
+/// TPM2B unmarshal drops the inner return code, so a field cut short reads
+/// as empty), and ESAPI sends the TPM the decoded form: only a public area
+/// that round-trips is the object the envelope holds. Found by the
+/// `envelope` fuzz target (audit/fuzzing.md).
+fn exact_public(tpmt_public: &[u8]) -> Result<Public, BlobError> {
+    let public = Public::unmarshall(tpmt_public).map_err(|_| BlobError::PublicUnreadable)?;
+    match public.marshall() {
+        Ok(bytes) if bytes == tpmt_public => Ok(public),
+        _ => Err(BlobError::PublicUnreadable),
     }
 }
 
@@ -98,12 +110,7 @@ impl ImportableObject {
         duplicate: &[u8],
         in_sym_seed: &[u8],
     ) -> Result<Self, BlobError> {
-        let public = Public::unmarshall(tpmt_public).map_err(|_| BlobError::PublicUnreadable)?;
-        // tpm2-tss can decode a malformed area "successfully" (see
-        // `kms::service::marshals_back_to`): only the exact bytes go on.
-        if public.marshall().ok().as_deref() != Some(tpmt_public) {
-            return Err(BlobError::PublicUnreadable);
-        }
+        let public = exact_public(tpmt_public)?;
         let duplicate =
             Private::try_from(duplicate.to_vec()).map_err(|_| BlobError::PrivateUnreadable)?;
         let in_sym_seed = EncryptedSecret::try_from(in_sym_seed.to_vec())

@@ -160,6 +160,7 @@ fn recover_envelope(tmp: &TempDir, key: &RecoveryKey, ciphertext: &[u8]) -> Vec<
     output.stdout
 }
 
+#[derive(Clone)]
 struct Sealed {
     ciphertext: Vec<u8>,
     annotations: HashMap<String, Vec<u8>>,
@@ -208,7 +209,7 @@ async fn every_member_opens_every_envelope_and_an_outsider_cannot() {
     for node in &nodes {
         clients.push(node.client().await);
     }
-    let key_ids: Vec<String> = futures_key_ids(&mut clients).await;
+    let key_ids: Vec<String> = status_key_ids(&mut clients).await;
     assert!(key_ids.windows(2).all(|w| w[0] == w[1]), "{key_ids:?}");
     assert!(key_ids[0].starts_with("sceau-") && key_ids[0].len() == 6 + 32);
     let mut outsider_client = outsider.client().await;
@@ -244,11 +245,12 @@ async fn every_member_opens_every_envelope_and_an_outsider_cannot() {
     assert_eq!(rpc::status(&mut outsider_client).await.healthz, "ok");
 
     // A key_id that is not the recipients' hash is refused before the TPM,
-    // even on a member.
+    // even on a member (with that check switched off the Decrypt succeeds
+    // and this fails; tried once).
     let sealed = encrypt(&mut clients[0], &random_bytes(32)).await;
     let wrong = Sealed {
         key_id: "sceau-00000000000000000000000000000000".into(),
-        ..clone(&sealed)
+        ..sealed.clone()
     };
     let refused = expect_invalid_argument(decrypt(&mut clients[1], &wrong).await, "wrong key_id");
     assert!(
@@ -260,7 +262,7 @@ async fn every_member_opens_every_envelope_and_an_outsider_cannot() {
     );
 }
 
-async fn futures_key_ids(clients: &mut [Client]) -> Vec<String> {
+async fn status_key_ids(clients: &mut [Client]) -> Vec<String> {
     let mut ids = Vec::new();
     for client in clients.iter_mut() {
         ids.push(rpc::status(client).await.key_id);
@@ -331,25 +333,27 @@ async fn tampered_envelopes_are_refused_and_change_nothing() {
     assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);
 
     // A flipped bit anywhere in the annotation: its digest no longer matches.
+    // Flips in other members' entries reach no TPM check of this node, so
+    // with the digest comparison switched off this loop fails (tried once).
     for at in (0..block.len()).step_by(97) {
         let mut forged = sealed.annotations.clone();
         forged.get_mut(RECIPIENTS_ANNOTATION).unwrap()[at] ^= 0x04;
         let forged = Sealed {
             annotations: forged,
-            ..clone(&sealed)
+            ..sealed.clone()
         };
         let status =
             expect_invalid_argument(decrypt(&mut client, &forged).await, "flipped annotation");
         assert_clean_message(&status, "flipped annotation");
     }
     // A forged digest in the ciphertext.
-    let mut forged = clone(&sealed);
+    let mut forged = sealed.clone();
     let last = forged.ciphertext.len() - 1;
     forged.ciphertext[last] ^= 1;
     expect_invalid_argument(decrypt(&mut client, &forged).await, "forged digest");
     // Flipped bits in the shared public area: the entries' HMACs bind its Name.
     for at in 4..sealed.ciphertext.len() - 32 {
-        let mut forged = clone(&sealed);
+        let mut forged = sealed.clone();
         forged.ciphertext[at] ^= 0x01;
         let status = expect_invalid_argument(decrypt(&mut client, &forged).await, "flipped public");
         assert_clean_message(&status, "flipped public");
@@ -386,14 +390,6 @@ struct StoredObject {
     encrypted_dek_source_type: i32,
 }
 
-fn clone(sealed: &Sealed) -> Sealed {
-    Sealed {
-        ciphertext: sealed.ciphertext.clone(),
-        annotations: sealed.annotations.clone(),
-        key_id: sealed.key_id.clone(),
-    }
-}
-
 /// The TPM's own checks in TPM2_Import: an entry moved from another envelope
 /// (its HMAC binds the other object's Name) and flipped bits in this node's
 /// entry are refused as bad input, and the daemon stays healthy.
@@ -418,7 +414,7 @@ async fn copied_or_flipped_entries_fail_the_tpms_integrity_check() {
     };
     let rebuild = |e: ClusterEnvelope| Sealed {
         ciphertext: e.encode().unwrap().ciphertext,
-        ..clone(&first)
+        ..first.clone()
     };
 
     let mut spliced = parse(&first);

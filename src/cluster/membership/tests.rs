@@ -127,6 +127,7 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     ));
 }
 
+/// Fails with the `is_srk` check in `read_members` switched off (tried once).
 #[test]
 fn refuses_member_keys_that_are_not_tcg_srks() {
     let (_, own) = key();
