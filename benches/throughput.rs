@@ -321,7 +321,9 @@ impl ServerUnderTest {
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let service = match membership {
-            Some(membership) => KmsService::clustered(Arc::new(worker), membership),
+            Some(membership) => {
+                KmsService::clustered(Arc::new(worker), membership).expect("wrapping thread")
+            }
             None => KmsService::new(Arc::new(worker)),
         };
         let callers = sceau::server::peer::AllowedCallers::root_and(&[]);

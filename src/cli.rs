@@ -161,7 +161,7 @@ Options of `sceau serve`:
       --landlock MODE        require, best-effort (default) or off
       --seccomp MODE         kill (default), log or off
       --members DIR          Cluster mode: wrap every DEK for each member SRK in DIR/*.pub
-      --recovery-key FILE    Cluster mode: also wrap it for this offline recovery key
+      --recovery-key FILE    Also wrap every DEK for this offline recovery key (a backup)
 
 Options of `sceau check`:
       --socket PATH          Unix socket of the running sceau [default: /run/sceau/kms.sock]
@@ -200,8 +200,11 @@ Options:
       --members DIR          Cluster mode (docs/ha.md): every DEK is wrapped for each member
                              SRK in DIR/*.pub (this node's included), as envelope version 2,
                              and key_id names the membership. Each file is pinned by its name:
-      --recovery-key FILE    Cluster mode: also wrap every DEK for this offline recovery key
-                             (the --public file of `sceau recovery-keygen`)
+      --recovery-key FILE    Also wrap every DEK for this offline recovery key (the --public
+                             file of `sceau recovery-keygen`), so `sceau recover` can open
+                             every Secret if the TPM is lost. Without --members, this node
+                             is the only member (docs/recovery.md). Without either, there
+                             is no backup: the Secrets live and die with this TPM
   -h, --help                 Print help
 
 Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
@@ -344,11 +347,6 @@ fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usage
             "--recovery-key" => options.recovery_key = Some(flags.value(&flag)?.into()),
             _ => return Err(UsageError::UnknownOption(flag, "serve")),
         }
-    }
-    if options.recovery_key.is_some() && options.members.is_none() {
-        return Err(UsageError::Conflict(
-            "--recovery-key needs --members (cluster mode)",
-        ));
     }
     Ok(Command::Serve(options))
 }

@@ -18,7 +18,7 @@ pub enum Protection {
     TssBufferScrub,
     /// The Load that overwrites tpm2-tss's stored Create input.
     TssInputScrub,
-    /// Zeroizing the TPM thread's stack after each job.
+    /// Zeroizing the TPM and wrapping threads' stacks after each job.
     StackScrub,
 }
 

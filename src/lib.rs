@@ -34,6 +34,7 @@ pub mod secret;
 pub mod selftest;
 pub mod server;
 pub mod sys;
+pub mod text;
 pub mod tpm;
 
 /// Code generated from `proto/kms/v2/api.proto` (package `v2`).

@@ -170,13 +170,22 @@ fn open_tpm(options: &ServeOptions, config: &TpmConfig) -> anyhow::Result<Tpm> {
 /// installs seccomp, and serves until stopped.
 /// Cluster mode: reads the member files before the sandbox closes the
 /// filesystem, and logs every member's Name so operators can audit it.
+/// `--recovery-key` alone makes a cluster of this node and the recovery key.
 fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<Arc<Membership>>> {
-    let Some(dir) = &options.members else {
-        return Ok(None);
+    let own_public = || tpm.srk().tpm2b_public();
+    let membership = match (&options.members, &options.recovery_key) {
+        (None, None) => {
+            log::warn!(
+                "no --recovery-key: the Secrets this node encrypts have no backup and are lost \
+                 with this TPM (docs/recovery.md)"
+            );
+            return Ok(None);
+        }
+        (Some(dir), recovery) => Membership::load(dir, recovery.as_deref(), &own_public()?)
+            .with_context(|| format!("loading the members in {}", dir.display()))?,
+        (None, Some(recovery)) => Membership::alone_with_recovery(recovery, &own_public()?)
+            .with_context(|| format!("loading the recovery key {}", recovery.display()))?,
     };
-    let own_public = tpm.srk().tpm2b_public()?;
-    let membership = Membership::load(dir, options.recovery_key.as_deref(), &own_public)
-        .with_context(|| format!("loading the members in {}", dir.display()))?;
     for recipient in membership.describe() {
         log::info!("cluster {recipient}");
     }
@@ -428,7 +437,8 @@ fn confine_and_serve(
 
     let worker = Arc::new(worker);
     let service = match membership {
-        Some(membership) => KmsService::clustered(worker.clone(), membership),
+        Some(membership) => KmsService::clustered(worker.clone(), membership)
+            .context("starting the wrapping thread")?,
         None => KmsService::new(worker.clone()),
     };
     let callers = AllowedCallers::root_and(&options.allowed_uids);

@@ -70,6 +70,22 @@ impl std::fmt::Debug for Dek {
     }
 }
 
+/// Overwrites the stack below the caller's frame with zeros. Threads that
+/// handle key material in frames nothing wipes (tss-esapi's TPM2B copies on
+/// the TPM thread, sha2's hash states on the wrapping thread) call this from
+/// their outermost loop after every job: the job ran in frames below that
+/// loop's, so this much zeroed stack covers what it left.
+#[inline(never)]
+pub fn scrub_stack() {
+    const STACK_SCRUB: usize = 64 * 1024;
+    if !crate::hooks::enabled(crate::hooks::Protection::StackScrub) {
+        return;
+    }
+    let mut area = [0u8; STACK_SCRUB];
+    area.zeroize();
+    std::hint::black_box(&area);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

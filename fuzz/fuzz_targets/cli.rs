@@ -204,7 +204,6 @@ fn check_serve(options: &ServeOptions, args: &[String], env: Option<&str>) {
     if !tcti_flag {
         assert_eq!(options.tcti, env.unwrap_or(DEFAULT_TCTI));
     }
-    assert!(options.recovery_key.is_none() || options.members.is_some());
 }
 
 /// `options` as the arguments that should produce it, every flag explicit.

@@ -1,5 +1,6 @@
 //! Status, Encrypt and Decrypt through `KmsService` (`src/kms/service.rs`),
-//! from raw protobuf bytes, with [`FakeSealer`] as the TPM.
+//! from raw protobuf bytes, with [`FakeSealer`] as the TPM; Encrypt and
+//! Decrypt also through the same service in cluster mode.
 //!
 //! Input: one header byte (`sceau_fuzz::decode_header`: which call, and which
 //! TPM fault to inject), then the request as the apiserver would encode it.
@@ -17,6 +18,8 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
+use sceau::cluster::membership::Membership;
+use sceau::cluster::recovery_key::RecoveryIdentity;
 use sceau::kms::{KmsService, Sealer};
 use sceau::pb::key_management_service_server::KeyManagementService;
 use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
@@ -33,6 +36,16 @@ struct Harness {
     runtime: Runtime,
     sealer: Arc<FakeSealer>,
     service: KmsService<FakeSealer>,
+    /// The same fake TPM in cluster mode (this node, another member and a
+    /// recovery key, all software keys): every request goes to both.
+    clustered: KmsService<FakeSealer>,
+}
+
+fn cluster_membership() -> Membership {
+    let key = || RecoveryIdentity::generate().public().clone();
+    let own = key();
+    Membership::from_keys(own.clone(), vec![own, key()], Some(key()))
+        .expect("a valid membership")
 }
 
 fn harness() -> &'static Harness {
@@ -44,6 +57,8 @@ fn harness() -> &'static Harness {
                 .build()
                 .expect("a current-thread runtime"),
             service: KmsService::new(sealer.clone()),
+            clustered: KmsService::clustered(sealer.clone(), Arc::new(cluster_membership()))
+                .expect("the wrapping thread starts"),
             sealer,
         }
     })
@@ -63,6 +78,7 @@ fuzz_target!(|data: &[u8]| {
         Call::Status => check_status(h, fault),
         Call::Encrypt => {
             if let Ok(request) = EncryptRequest::decode(body) {
+                check_cluster_encrypt(h, request.clone(), fault);
                 check_encrypt(h, request, fault);
             }
         }
@@ -72,6 +88,7 @@ fuzz_target!(|data: &[u8]| {
                     request.key_id = h.sealer.key_id().to_string();
                     request.annotations.clear();
                 }
+                check_cluster_call(h, h.clustered.decrypt(Request::new(request.clone())), fault);
                 check_decrypt(h, request, fault);
             }
         }
@@ -122,6 +139,53 @@ fn check_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fault>) {
         annotations: response.annotations,
     };
     check_decrypt(h, round_trip, None);
+}
+
+/// Cluster mode's Encrypt: a version 2 envelope under the cluster key_id
+/// that Decrypt takes back to the TPM (which the fake refuses), or a clean
+/// error.
+fn check_cluster_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fault>) {
+    h.sealer.inject(fault);
+    let result = h.runtime.block_on(h.clustered.encrypt(Request::new(request)));
+    let Ok(response) = result else {
+        return check_cluster_call(h, async { result }, fault);
+    };
+    let response = response.into_inner();
+    assert_eq!(response.ciphertext.first(), Some(&0x02));
+    let round_trip = DecryptRequest {
+        ciphertext: response.ciphertext,
+        uid: "round-trip".into(),
+        key_id: response.key_id,
+        annotations: response.annotations,
+    };
+    check_cluster_call(h, h.clustered.decrypt(Request::new(round_trip)), None);
+}
+
+/// Issue 10, finding 6: cluster mode has no exact oracle here, but every
+/// error must be a clean status with a bounded message, whatever the
+/// client's annotations, key_id or ciphertext hold (a client's annotation
+/// key was once echoed whole).
+fn check_cluster_call<T: std::fmt::Debug>(
+    h: &Harness,
+    call: impl std::future::Future<Output = Result<T, Status>>,
+    fault: Option<Fault>,
+) {
+    h.sealer.inject(fault);
+    let Err(status) = h.runtime.block_on(call) else {
+        return;
+    };
+    assert!(
+        matches!(
+            status.code(),
+            Code::InvalidArgument | Code::Unavailable | Code::DeadlineExceeded | Code::Internal
+        ),
+        "{status:?}"
+    );
+    assert!(status.details().is_empty() && status.metadata().is_empty());
+    let message = status.message();
+    assert!(message.len() <= 520, "a {}-byte message", message.len());
+    assert!(!message.chars().any(char::is_control), "{message:?}");
+    assert_no_tpm_text(message);
 }
 
 fn check_decrypt(h: &Harness, request: DecryptRequest, fault: Option<Fault>) {

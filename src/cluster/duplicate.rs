@@ -96,21 +96,31 @@ impl SealedObject {
 /// TPM2_Import takes) and credentials ("IDENTITY": the blob
 /// TPM2_ActivateCredential takes): ECDH to `key`, KDFe, AES-128-CFB of
 /// `plaintext` under a key bound to `name`, and an HMAC over both.
+///
+/// Every value derived here opens the plaintext, so all of them are wiped:
+/// the seed and both keys are [`Zeroizing`], the AES state zeroizes on drop
+/// (the `zeroize` features of `aes` and `cfb-mode`), and the hash and HMAC
+/// states, which `sha2` cannot wipe, live on the stack of the thread that
+/// calls this. The daemon calls it only on its wrapping thread, whose stack
+/// is scrubbed after every job (`kms::wrapping`).
 pub fn outer_wrap(key: &StorageKey, label: &str, name: &[u8], plaintext: &[u8]) -> ImportBlob {
     let ephemeral = EphemeralSecret::random(&mut OsRng);
     let ephemeral_public = ephemeral.public_key();
     let shared = ephemeral.diffie_hellman(key.point());
     let (ephemeral_x, ephemeral_y) = coordinates(&ephemeral_public);
-    let seed = kdfe(
-        shared.raw_secret_bytes(),
-        label,
-        &ephemeral_x,
-        &key.x(),
-        256,
+    let keys = WrappingKeys::derive(
+        kdfe(
+            shared.raw_secret_bytes(),
+            label,
+            &ephemeral_x,
+            &key.x(),
+            256,
+        ),
+        name,
     );
-    let mut encrypted = plaintext.to_vec();
-    cfb(&storage_key(&seed, name)).encrypt(&mut encrypted);
-    let outer_hmac = hmac_sha256(&integrity_key(&seed), &[&encrypted, name]);
+    let mut encrypted = Zeroizing::new(plaintext.to_vec());
+    cfb(&keys.storage).encrypt(&mut encrypted);
+    let outer_hmac = hmac_sha256(&keys.integrity, &[&encrypted, name]);
     let mut duplicate = Writer::default();
     duplicate.tpm2b(&outer_hmac).raw(&encrypted);
     let mut in_sym_seed = Writer::default();
@@ -118,6 +128,37 @@ pub fn outer_wrap(key: &StorageKey, label: &str, name: &[u8], plaintext: &[u8]) 
     ImportBlob {
         duplicate: duplicate.finish(),
         in_sym_seed: in_sym_seed.finish(),
+    }
+}
+
+/// The secrets one recipient's outer wrapper derives, each of which opens
+/// the wrapped object: the seed (from ECDH and KDFe), the AES-128 key
+/// (KDFa "STORAGE", bound to the object's Name) and the HMAC key (KDFa
+/// "INTEGRITY"). Public so that the memory-scan tests can look for them.
+pub struct WrappingKeys {
+    pub seed: Zeroizing<Vec<u8>>,
+    pub storage: Zeroizing<Vec<u8>>,
+    pub integrity: Zeroizing<Vec<u8>>,
+}
+
+impl WrappingKeys {
+    fn derive(seed: Zeroizing<Vec<u8>>, name: &[u8]) -> Self {
+        Self {
+            storage: kdfa(&seed, "STORAGE", name, &[], u32::from(PARENT_SYM_BITS)),
+            integrity: kdfa(&seed, "INTEGRITY", &[], &[], 8 * DIGEST_LEN as u32),
+            seed,
+        }
+    }
+
+    /// What the holder of `secret` derives from a blob wrapped for it (the
+    /// first half of TPM2_Import).
+    pub fn recover(
+        secret: &SecretKey,
+        tpmt_public: &[u8],
+        blob: &ImportBlob,
+    ) -> Result<Self, ImportError> {
+        let seed = recover_seed(secret, &blob.in_sym_seed)?;
+        Ok(Self::derive(seed, &sha256_name(tpmt_public)))
     }
 }
 
@@ -131,15 +172,15 @@ pub fn import_in_software(
 ) -> Result<Zeroizing<Vec<u8>>, ImportError> {
     let unique = check_sealed_public(tpmt_public)?;
     let name = sha256_name(tpmt_public);
-    let seed = recover_seed(secret, &blob.in_sym_seed)?;
+    let keys = WrappingKeys::recover(secret, tpmt_public, blob)?;
     let mut r = Reader::new(&blob.duplicate);
     let outer_hmac = r.tpm2b("outer HMAC")?;
     let encrypted = r.take(r.remaining(), "encrypted sensitive")?;
-    if !hmac_sha256_verify(&integrity_key(&seed), &[encrypted, &name], outer_hmac) {
+    if !hmac_sha256_verify(&keys.integrity, &[encrypted, &name], outer_hmac) {
         return Err(ImportError::Integrity);
     }
     let mut sensitive = Zeroizing::new(encrypted.to_vec());
-    cfb_mode::Decryptor::<Aes128>::new_from_slices(&storage_key(&seed, &name), &[0u8; 16])
+    cfb_mode::Decryptor::<Aes128>::new_from_slices(&keys.storage, &[0u8; 16])
         .expect("KDFa made a 16-byte key")
         .decrypt(&mut sensitive);
     let (seed_value, data) = parse_sensitive(&sensitive)?;
@@ -164,14 +205,6 @@ fn recover_seed(secret: &SecretKey, in_sym_seed: &[u8]) -> Result<Zeroizing<Vec<
         &own_x,
         256,
     ))
-}
-
-fn storage_key(seed: &[u8], name: &[u8]) -> Zeroizing<Vec<u8>> {
-    kdfa(seed, "STORAGE", name, &[], u32::from(PARENT_SYM_BITS))
-}
-
-fn integrity_key(seed: &[u8]) -> Zeroizing<Vec<u8>> {
-    kdfa(seed, "INTEGRITY", &[], &[], 8 * DIGEST_LEN as u32)
 }
 
 /// AES-128-CFB with a zero IV, as the TPM's outer wrapper uses it (each key
@@ -297,6 +330,17 @@ mod tests {
                 "public byte {i}"
             );
         }
+    }
+
+    /// Issue 10, finding 1: the AES key schedule and the CFB state wipe
+    /// themselves when dropped. Without the `zeroize` features of `aes` and
+    /// `cfb-mode` (as before the fix) this test does not compile.
+    #[test]
+    fn the_aes_cfb_state_wipes_itself_on_drop() {
+        fn wipes_on_drop<T: zeroize::ZeroizeOnDrop>() {}
+        wipes_on_drop::<Aes128>();
+        wipes_on_drop::<cfb_mode::Encryptor<Aes128>>();
+        wipes_on_drop::<cfb_mode::Decryptor<Aes128>>();
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!   layout 0x00: tail = recipients
 //!   layout 0x01: tail = SHA-256(recipients); the recipients travel in the
 //!                annotation `recipients.sceau.io`
-//! recipients  = u8 count ‖ count × entry, sorted by (role, Name), no repeats
+//! recipients  = u8 count ‖ count × entry, sorted by (role, Name), no Name
+//!               twice, at most one recovery entry
 //! entry       = u8 role (1 member SRK, 2 recovery key) ‖ Name (34 bytes)
 //!               ‖ TPM2B(duplicate) ‖ TPM2B(in_sym_seed)
 //! ```
@@ -21,6 +22,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::duplicate::ImportBlob;
 use super::wire::{NAME_LEN, Reader, WireError, Writer};
+use crate::text::printable;
 
 pub const VERSION_CLUSTER: u8 = 0x02;
 /// The annotation key that holds the recipients when they do not fit the
@@ -77,6 +79,10 @@ pub enum ClusterEnvelopeError {
     RecipientCount(usize),
     #[error("recipients are not sorted or repeat a Name")]
     RecipientOrder,
+    #[error("more than one recovery entry")]
+    SecondRecovery,
+    #[error("one Name appears as both a member and the recovery key")]
+    NameInTwoRoles,
     #[error("ciphertext is {0} bytes, above the {MAX_CIPHERTEXT_LEN}-byte limit")]
     CiphertextTooLong(usize),
     #[error("the recipients do not fit the {MAX_ANNOTATIONS_LEN}-byte annotation limit")]
@@ -89,7 +95,8 @@ pub enum ClusterEnvelopeError {
     MissingAnnotation,
     #[error("the {RECIPIENTS_ANNOTATION} annotation does not match the ciphertext's digest")]
     AnnotationDigest,
-    #[error("unexpected annotation {0:?}")]
+    /// The key as [`printable`] shows it: a client chooses it.
+    #[error("unexpected annotation \"{0}\"; sceau reads only {RECIPIENTS_ANNOTATION}")]
     UnexpectedAnnotation(String),
 }
 
@@ -179,7 +186,7 @@ fn refuse_annotations(
     allowed: Option<&str>,
 ) -> Result<(), ClusterEnvelopeError> {
     match annotations.keys().find(|key| Some(key.as_str()) != allowed) {
-        Some(key) => Err(ClusterEnvelopeError::UnexpectedAnnotation(key.clone())),
+        Some(key) => Err(ClusterEnvelopeError::UnexpectedAnnotation(printable(key))),
         None => Ok(()),
     }
 }
@@ -247,7 +254,9 @@ fn parse_entry(r: &mut Reader<'_>) -> Result<Recipient, ClusterEnvelopeError> {
     })
 }
 
-/// Canonical order makes the encoding, and so the key_id, unique.
+/// Canonical order makes the encoding, and so the key_id, unique. At most
+/// one recovery entry, and no Name in two roles: the key_id hashes every
+/// (role, Name) pair, and each pair must stand for one recipient.
 fn check_recipients(recipients: &[Recipient]) -> Result<(), ClusterEnvelopeError> {
     if recipients.is_empty() || recipients.len() > MAX_RECIPIENTS {
         return Err(ClusterEnvelopeError::RecipientCount(recipients.len()));
@@ -257,6 +266,19 @@ fn check_recipients(recipients: &[Recipient]) -> Result<(), ClusterEnvelopeError
         .all(|pair| (pair[0].role, pair[0].name) < (pair[1].role, pair[1].name));
     if !ordered {
         return Err(ClusterEnvelopeError::RecipientOrder);
+    }
+    if recipients
+        .iter()
+        .filter(|r| r.role == Role::Recovery)
+        .count()
+        > 1
+    {
+        return Err(ClusterEnvelopeError::SecondRecovery);
+    }
+    let mut names: Vec<&[u8; NAME_LEN]> = recipients.iter().map(|r| &r.name).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Err(ClusterEnvelopeError::NameInTwoRoles);
     }
     Ok(())
 }

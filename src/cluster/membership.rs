@@ -1,7 +1,8 @@
 //! Who can open a cluster envelope: the member SRKs an operator placed in the
 //! `--members` directory (each pinned by its Name), and the optional offline
 //! recovery key. Loaded once at start, before the sandbox closes the
-//! filesystem; the cluster key_id is derived from it.
+//! filesystem, from files only root (or sceau's user) can write
+//! (`trusted_files`); the cluster key_id is derived from it.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use super::envelope::{
     ClusterEnvelope, ClusterEnvelopeError, Encoded, MAX_RECIPIENTS, Recipient, Role,
 };
 use super::storage_key::{StorageKey, StorageKeyError};
+use super::trusted_files::{self, TrustError};
 use super::wire::NAME_LEN;
 use crate::tpm::KeyId;
 use crate::tpm::srk::hex;
@@ -25,10 +27,14 @@ pub const MEMBER_LABEL: &str = "TPM2B_PUBLIC";
 pub const RECOVERY_PUBLIC_LABEL: &str = "SCEAU RECOVERY PUBLIC KEY";
 /// Member files are the `*.pub` files of the directory.
 const MEMBER_EXTENSION: &str = "pub";
-const KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v2\0";
+/// v3: every (role, Name) pair is hashed (v2 hashed the member Names and
+/// only the first recovery Name).
+const KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v3\0";
 
 #[derive(Debug, thiserror::Error)]
 pub enum MembershipError {
+    #[error("{0}")]
+    Untrusted(#[from] TrustError),
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
@@ -76,6 +82,7 @@ pub struct Membership {
 impl Membership {
     /// Reads every `*.pub` file of `dir`, and the recovery key if given,
     /// and checks that `own_srk_public` (a TPM2B_PUBLIC) is one of them.
+    /// Every file and directory must pass [`trusted_files`]' checks.
     pub fn load(
         dir: &Path,
         recovery_file: Option<&Path>,
@@ -86,6 +93,28 @@ impl Membership {
         let recovery = recovery_file
             .map(|path| read_pinned(path, RECOVERY_PUBLIC_LABEL))
             .transpose()?;
+        Self::from_keys(own, members, recovery)
+    }
+
+    /// A single node with a backup (`serve --recovery-key` without
+    /// `--members`): this node's SRK is the only member, so every envelope
+    /// opens here and with the offline recovery key.
+    pub fn alone_with_recovery(
+        recovery_file: &Path,
+        own_srk_public: &[u8],
+    ) -> Result<Self, MembershipError> {
+        let own = StorageKey::from_tpm2b_public(own_srk_public).map_err(MembershipError::OwnSrk)?;
+        let recovery = read_pinned(recovery_file, RECOVERY_PUBLIC_LABEL)?;
+        Self::from_keys(own.clone(), vec![own], Some(recovery))
+    }
+
+    /// The membership of keys already read and checked: `own` must be among
+    /// `members`, and the recovery key must not be one of them.
+    pub fn from_keys(
+        own: StorageKey,
+        members: Vec<StorageKey>,
+        recovery: Option<StorageKey>,
+    ) -> Result<Self, MembershipError> {
         if members.len() + usize::from(recovery.is_some()) > MAX_RECIPIENTS {
             return Err(MembershipError::TooMany {
                 count: members.len(),
@@ -94,9 +123,16 @@ impl Membership {
         if !members.iter().any(|m| m.name() == own.name()) {
             return Err(MembershipError::NotAMember(hex(own.name())));
         }
+        if let Some(recovery) = &recovery
+            && members.iter().any(|m| m.name() == recovery.name())
+        {
+            return Err(MembershipError::Duplicate(hex(recovery.name())));
+        }
         let key_id = cluster_key_id(
-            members.iter().map(StorageKey::name),
-            recovery.as_ref().map(StorageKey::name),
+            members
+                .iter()
+                .map(|m| (Role::Member, m.name()))
+                .chain(recovery.iter().map(|r| (Role::Recovery, r.name()))),
         );
         Ok(Self {
             own_name: *own.name(),
@@ -146,38 +182,26 @@ impl Membership {
     }
 }
 
-/// `sceau-` and 16 bytes of SHA-256 over the sorted member Names and the
-/// recovery key's Name: every member computes the same value, and any change
-/// of membership changes it.
-pub fn cluster_key_id<'a>(
-    members: impl Iterator<Item = &'a [u8; NAME_LEN]>,
-    recovery: Option<&[u8; NAME_LEN]>,
-) -> KeyId {
-    let mut names: Vec<&[u8; NAME_LEN]> = members.collect();
-    names.sort();
+/// `sceau-` and 16 bytes of SHA-256 over every recipient's (role, Name)
+/// pair in canonical order: every member computes the same value, and any
+/// change of membership, of the recovery key or of a recipient's role
+/// changes it.
+pub fn cluster_key_id<'a>(recipients: impl Iterator<Item = (Role, &'a [u8; NAME_LEN])>) -> KeyId {
+    let mut pairs: Vec<(Role, &[u8; NAME_LEN])> = recipients.collect();
+    pairs.sort();
     let mut hash = Sha256::new();
     hash.update(KEY_ID_DOMAIN);
-    hash.update([u8::try_from(names.len()).unwrap_or(u8::MAX)]);
-    for name in names {
+    hash.update([u8::try_from(pairs.len()).unwrap_or(u8::MAX)]);
+    for (role, name) in pairs {
+        hash.update([role as u8]);
         hash.update(name);
-    }
-    match recovery {
-        Some(name) => hash.update([[1].as_slice(), name].concat()),
-        None => hash.update([0]),
     }
     KeyId::from_cluster_digest(&hash.finalize())
 }
 
-/// The key_id an envelope's recipient set stands for.
+/// The key_id an envelope's recipient set stands for: all of it.
 pub fn envelope_key_id(envelope: &ClusterEnvelope) -> KeyId {
-    let names = |role| {
-        envelope
-            .recipients
-            .iter()
-            .filter(move |r| r.role == role)
-            .map(|r| &r.name)
-    };
-    cluster_key_id(names(Role::Member), names(Role::Recovery).next())
+    cluster_key_id(envelope.recipients.iter().map(|r| (r.role, &r.name)))
 }
 
 /// The text `sceau srk-public` prints and `--members` reads.
@@ -197,6 +221,7 @@ pub fn member_file(key: &StorageKey, node_key_id: &KeyId) -> String {
 }
 
 fn read_members(dir: &Path) -> Result<Vec<StorageKey>, MembershipError> {
+    trusted_files::check_directory(dir)?;
     let read_error = |source| MembershipError::Read {
         path: dir.to_path_buf(),
         source,
@@ -210,6 +235,9 @@ fn read_members(dir: &Path) -> Result<Vec<StorageKey>, MembershipError> {
     paths.sort();
     if paths.is_empty() {
         return Err(MembershipError::Empty(dir.to_path_buf()));
+    }
+    if paths.len() > MAX_RECIPIENTS {
+        return Err(MembershipError::TooMany { count: paths.len() });
     }
     let mut seen = HashMap::new();
     let mut members = Vec::new();
@@ -229,12 +257,10 @@ fn read_members(dir: &Path) -> Result<Vec<StorageKey>, MembershipError> {
     Ok(members)
 }
 
-/// Reads one armored key and checks it against its `name:` line.
+/// Reads one armored key, after [`trusted_files`]' checks, and checks it
+/// against its `name:` line.
 pub fn read_pinned(path: &Path, label: &'static str) -> Result<StorageKey, MembershipError> {
-    let text = std::fs::read_to_string(path).map_err(|source| MembershipError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = trusted_files::read_trusted(path)?;
     let armored = armor::decode(&text, label).map_err(|source| MembershipError::Armor {
         path: path.to_path_buf(),
         source,

@@ -13,4 +13,5 @@ pub mod kdf;
 pub mod membership;
 pub mod recovery_key;
 pub mod storage_key;
+pub mod trusted_files;
 pub mod wire;

@@ -12,8 +12,8 @@ use rand_core::OsRng;
 use zeroize::Zeroizing;
 
 use super::armor::{self, ArmorError};
-use super::duplicate::{ImportError, import_in_software};
-use super::envelope::{ClusterEnvelope, ClusterEnvelopeError, Role};
+use super::duplicate::{ImportError, WrappingKeys, import_in_software};
+use super::envelope::{ClusterEnvelope, ClusterEnvelopeError, Recipient, Role};
 use super::membership::{RECOVERY_PUBLIC_LABEL, envelope_key_id};
 use super::storage_key::StorageKey;
 use crate::tpm::KeyId;
@@ -99,16 +99,40 @@ impl RecoveryIdentity {
         annotations: &HashMap<String, Vec<u8>>,
     ) -> Result<Zeroizing<Vec<u8>>, RecoveryKeyError> {
         let envelope = ClusterEnvelope::parse(ciphertext, annotations)?;
-        let entry = envelope
-            .recipients
-            .iter()
-            .find(|r| r.role == Role::Recovery && &r.name == self.public.name())
-            .ok_or_else(|| RecoveryKeyError::NotARecipient(envelope_key_id(&envelope)))?;
+        let entry = self.own_entry(&envelope)?;
         Ok(import_in_software(
             &self.secret,
             &envelope.object_public,
             &entry.blob,
         )?)
+    }
+
+    /// The seed and keys the recovery entry of an envelope was wrapped with:
+    /// each of them opens the DEK, so a memory scan of the daemon that made
+    /// the envelope must find none of them.
+    pub fn wrapping_keys(
+        &self,
+        ciphertext: &[u8],
+        annotations: &HashMap<String, Vec<u8>>,
+    ) -> Result<WrappingKeys, RecoveryKeyError> {
+        let envelope = ClusterEnvelope::parse(ciphertext, annotations)?;
+        let entry = self.own_entry(&envelope)?;
+        Ok(WrappingKeys::recover(
+            &self.secret,
+            &envelope.object_public,
+            &entry.blob,
+        )?)
+    }
+
+    fn own_entry<'a>(
+        &self,
+        envelope: &'a ClusterEnvelope,
+    ) -> Result<&'a Recipient, RecoveryKeyError> {
+        envelope
+            .recipients
+            .iter()
+            .find(|r| r.role == Role::Recovery && &r.name == self.public.name())
+            .ok_or_else(|| RecoveryKeyError::NotARecipient(envelope_key_id(envelope)))
     }
 }
 

@@ -1,11 +1,12 @@
 //! The service's cluster-mode steps (`serve --members`): Encrypt wraps in
-//! software for every member; Decrypt picks this node's entry of a version 2
+//! software for every member, on the wrapping thread; Decrypt picks this node's entry of a version 2
 //! envelope after checking it against the request, before the TPM sees it.
 #![forbid(unsafe_code)]
 
 use tonic::Status;
 
 use super::service::malformed;
+use super::wrapping::{WrapError, WrappingThread};
 use crate::cluster::duplicate::check_sealed_public;
 use crate::cluster::envelope::{ClusterEnvelope, Role};
 use crate::cluster::membership::{Membership, envelope_key_id};
@@ -14,10 +15,18 @@ use crate::secret::Dek;
 use crate::tpm::sealed::ImportableObject;
 use crate::tpm::srk::hex;
 
-pub fn seal(membership: &Membership, dek: &Dek) -> Result<EncryptResponse, Status> {
-    let encoded = membership.seal(dek.expose()).map_err(|e| {
-        log::error!("cluster envelope: {e}");
-        Status::internal("envelope-encoding-failed")
+/// Encrypt in cluster mode: wrapped on the wrapping thread, no TPM.
+pub async fn seal(
+    membership: &Membership,
+    wrapping: &WrappingThread,
+    dek: Dek,
+) -> Result<EncryptResponse, Status> {
+    let encoded = wrapping.seal(dek).await.map_err(|e| match e {
+        WrapError::Busy => Status::unavailable("busy"),
+        e => {
+            log::error!("cluster envelope: {e}");
+            Status::internal("envelope-encoding-failed")
+        }
     })?;
     Ok(EncryptResponse {
         ciphertext: encoded.ciphertext,

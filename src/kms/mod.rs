@@ -5,6 +5,7 @@
 mod cluster;
 mod coalesce;
 mod service;
+pub mod wrapping;
 
 use std::future::Future;
 

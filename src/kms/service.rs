@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tonic::{Code, Request, Response, Status};
 
+use super::wrapping::WrappingThread;
 use super::{Coalescer, Sealer, cluster};
 use crate::cluster::envelope::VERSION_CLUSTER;
 use crate::cluster::membership::Membership;
@@ -14,6 +15,7 @@ use crate::pb::{
     DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse,
 };
 use crate::secret::Dek;
+pub(super) use crate::text::printable;
 use crate::tpm::Fault;
 use crate::tpm::envelope::Envelope;
 use crate::tpm::sealed::LoadableObject;
@@ -24,10 +26,16 @@ const HEALTHY: &str = "ok";
 
 type Unsealed = Result<Arc<Dek>, Fault>;
 
+/// Cluster mode's state: who the recipients are, and the thread that wraps.
+struct Cluster {
+    membership: Arc<Membership>,
+    wrapping: WrappingThread,
+}
+
 pub struct KmsService<S> {
     sealer: Arc<S>,
     /// Set in cluster mode (`serve --members`).
-    cluster: Option<Arc<Membership>>,
+    cluster: Option<Cluster>,
     decrypts: Coalescer<Vec<u8>, Unsealed>,
 }
 
@@ -43,16 +51,20 @@ impl<S: Sealer> KmsService<S> {
     /// Cluster mode: Encrypt makes version 2 envelopes for every member and
     /// Status reports the cluster key_id; version 1 envelopes this TPM sealed
     /// before still open under their own key_id.
-    pub fn clustered(sealer: Arc<S>, membership: Arc<Membership>) -> Self {
-        Self {
-            cluster: Some(membership),
+    /// Starts the wrapping thread, which Encrypt needs.
+    pub fn clustered(sealer: Arc<S>, membership: Arc<Membership>) -> std::io::Result<Self> {
+        Ok(Self {
+            cluster: Some(Cluster {
+                wrapping: WrappingThread::spawn(membership.clone())?,
+                membership,
+            }),
             ..Self::new(sealer)
-        }
+        })
     }
 
     fn reported_key_id(&self) -> String {
         match &self.cluster {
-            Some(membership) => membership.key_id().to_string(),
+            Some(cluster) => cluster.membership.key_id().to_string(),
             None => self.sealer.key_id().to_string(),
         }
     }
@@ -60,8 +72,8 @@ impl<S: Sealer> KmsService<S> {
     async fn seal(&self, request: EncryptRequest) -> Result<EncryptResponse, Status> {
         let dek = Dek::take_from(request.plaintext)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        if let Some(membership) = &self.cluster {
-            return cluster::seal(membership, &dek);
+        if let Some(cluster) = &self.cluster {
+            return cluster::seal(&cluster.membership, &cluster.wrapping, dek).await;
         }
         let blobs = self.sealer.seal(dek).await.map_err(fault_status)?;
         Ok(EncryptResponse {
@@ -74,10 +86,10 @@ impl<S: Sealer> KmsService<S> {
     /// Checks run cheapest first, and none touches the TPM until the request
     /// is known to be well-formed and addressed to this TPM.
     async fn unseal(&self, request: DecryptRequest) -> Result<DecryptResponse, Status> {
-        if let Some(membership) = &self.cluster
+        if let Some(cluster) = &self.cluster
             && request.ciphertext.first() == Some(&VERSION_CLUSTER)
         {
-            let object = cluster::importable_entry(membership, &request)?;
+            let object = cluster::importable_entry(&cluster.membership, &request)?;
             let sealer = self.sealer.clone();
             return self
                 .answer(request.ciphertext, || async move {
@@ -147,19 +159,6 @@ fn fault_status(fault: Fault) -> Status {
     Status::new(code, fault.to_string())
 }
 
-/// Client-supplied text echoed in an error or a log line, bounded and with
-/// control characters escaped.
-pub(super) fn printable(text: &str) -> String {
-    const LIMIT: usize = 80;
-    let shown: String = text.chars().take(LIMIT).collect();
-    let escaped = shown.escape_debug().to_string();
-    if text.chars().count() > LIMIT {
-        format!("{escaped}…")
-    } else {
-        escaped
-    }
-}
-
 #[tonic::async_trait]
 impl<S: Sealer> KeyManagementService for KmsService<S> {
     async fn status(
@@ -183,7 +182,7 @@ impl<S: Sealer> KeyManagementService for KmsService<S> {
     ) -> Result<Response<EncryptResponse>, Status> {
         let request = request.into_inner();
         let uid = printable(&request.uid);
-        let result = self.seal(request).await;
+        let result = self.seal(request).await.map_err(bounded);
         log_call("Encrypt", &uid, &result);
         result.map(Response::new)
     }
@@ -194,10 +193,28 @@ impl<S: Sealer> KeyManagementService for KmsService<S> {
     ) -> Result<Response<DecryptResponse>, Status> {
         let request = request.into_inner();
         let uid = printable(&request.uid);
-        let result = self.unseal(request).await;
+        let result = self.unseal(request).await.map_err(bounded);
         log_call("Decrypt", &uid, &result);
         result.map(Response::new)
     }
+}
+
+/// The longest status message sceau sends. Every message is built from
+/// sceau's own words and [`printable`] echoes, far below this; the cut is a
+/// second line, so that no path can send (or log) a message that grows with
+/// the request: gRPC carries the message in a trailer, and one too large
+/// for the client's header limit ends the call with no status at all.
+const MAX_STATUS_MESSAGE: usize = 512;
+
+fn bounded(status: Status) -> Status {
+    if status.message().len() <= MAX_STATUS_MESSAGE {
+        return status;
+    }
+    let mut cut = MAX_STATUS_MESSAGE;
+    while !status.message().is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Status::new(status.code(), format!("{}…", &status.message()[..cut]))
 }
 
 fn log_call<T>(method: &str, uid: &str, result: &Result<T, Status>) {

@@ -180,9 +180,9 @@ impl Worker {
     fn run(mut self, death_notice: oneshot::Sender<()>) {
         while let Some(job) = self.queue.blocking_recv() {
             self.serve(job);
-            if crate::hooks::enabled(crate::hooks::Protection::StackScrub) {
-                scrub_stack();
-            }
+            // tss-esapi moves TPM2B structures holding the DEK (Create's
+            // input, Unseal's output) through stack frames nothing wipes.
+            crate::secret::scrub_stack();
             if self.tpm.is_none() {
                 break;
             }
@@ -278,18 +278,6 @@ fn run_once(tpm: &mut Tpm, request: &Request) -> Result<Outcome, TpmError> {
         Request::UnsealImported(object) => tpm.unseal_imported(object).map(Outcome::Unsealed),
         Request::Probe => tpm.probe().map(|()| Outcome::Alive),
     }
-}
-
-/// tss-esapi moves TPM2B structures holding the DEK through stack frames
-/// (Create's input, Unseal's output) that nothing wipes. The TPM calls ran
-/// in frames below this one, so overwriting that much stack from here
-/// erases what they left.
-#[inline(never)]
-fn scrub_stack() {
-    const STACK_SCRUB: usize = 64 * 1024;
-    let mut area = [0u8; STACK_SCRUB];
-    zeroize::Zeroize::zeroize(&mut area[..]);
-    std::hint::black_box(&area);
 }
 
 fn log_reported(error: &TpmError, fault: Fault) {

@@ -116,6 +116,69 @@ fn inline_envelopes_refuse_annotations_and_unsorted_entries() {
     );
 }
 
+/// Bytes of an envelope with exactly these recipients, in this order,
+/// written without `encode`'s checks: what a splicing attacker can send.
+fn raw_inline(object_public: &[u8], recipients: &[Recipient]) -> Vec<u8> {
+    let mut bytes = vec![VERSION_CLUSTER, LAYOUT_INLINE];
+    bytes.extend_from_slice(&(object_public.len() as u16).to_be_bytes());
+    bytes.extend_from_slice(object_public);
+    bytes.extend_from_slice(&encode_recipients(recipients));
+    bytes
+}
+
+/// Issue 10, finding 9: the key_id must stand for the whole recipient set.
+/// A second recovery entry spliced into an envelope, or one Name given two
+/// roles, is refused; and the key_id changes with every (role, Name) pair.
+/// Before the fix, parse accepted both splices and the spliced envelope
+/// hashed to the original key_id (only the first recovery Name was hashed),
+/// so this test failed on its first assertion.
+#[test]
+fn splices_that_hide_a_recipient_from_the_key_id_are_refused() {
+    let members = parties(1);
+    let recoveries = parties(2);
+    let envelope = envelope_for(&members, recoveries.first(), &[5; 32]);
+    let mut spliced = envelope.recipients.clone();
+    let mut extra = spliced[1].clone();
+    extra.name = *recoveries[1].key.name();
+    spliced.push(extra);
+    spliced.sort_by_key(|r| (r.role, r.name));
+    assert_eq!(
+        ClusterEnvelope::parse(
+            &raw_inline(&envelope.object_public, &spliced),
+            &HashMap::new()
+        ),
+        Err(ClusterEnvelopeError::SecondRecovery)
+    );
+
+    let mut two_roles = envelope.recipients.clone();
+    two_roles[1].name = two_roles[0].name;
+    assert_eq!(
+        ClusterEnvelope::parse(
+            &raw_inline(&envelope.object_public, &two_roles),
+            &HashMap::new()
+        ),
+        Err(ClusterEnvelopeError::NameInTwoRoles)
+    );
+    let mut encode_too = envelope.clone();
+    encode_too.recipients = two_roles;
+    assert_eq!(
+        encode_too.encode(),
+        Err(ClusterEnvelopeError::NameInTwoRoles)
+    );
+
+    use crate::cluster::membership::cluster_key_id;
+    let (a, r) = (members[0].key.name(), recoveries[0].key.name());
+    let as_recovery = cluster_key_id([(Role::Member, a), (Role::Recovery, r)].into_iter());
+    let as_member = cluster_key_id([(Role::Member, a), (Role::Member, r)].into_iter());
+    let alone = cluster_key_id([(Role::Member, a)].into_iter());
+    assert_ne!(
+        as_recovery, as_member,
+        "a role change must change the key_id"
+    );
+    assert_ne!(as_recovery, alone);
+    assert_ne!(as_member, alone);
+}
+
 #[test]
 fn truncations_and_trailing_bytes_are_errors_not_panics() {
     let encoded = envelope_for(&parties(2), None, &[5; 32]).encode().unwrap();

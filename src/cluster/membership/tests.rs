@@ -143,3 +143,62 @@ fn refuses_member_keys_that_are_not_tcg_srks() {
         })
     ));
 }
+
+/// Issue 10, finding 2: membership is protected by who can write its files.
+/// A member file or directory others can write, a symbolic link, a file
+/// another user owns, and a directory below a world-writable (non-sticky)
+/// one are refused. Before the fix every one of these loaded (the first
+/// `is_err` assertion failed).
+#[test]
+fn refuses_member_files_others_can_write_own_or_link() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let chmod = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    let (_, a) = key();
+    let (_, b) = key();
+    let dir = members_dir(&[&a, &b]);
+    let load = || Membership::load(dir.path(), None, &a.to_tpm2b_public());
+    let untrusted = |result: Result<Membership, MembershipError>| match result {
+        Err(MembershipError::Untrusted(why)) => why.to_string(),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(load().is_ok());
+    let file = dir.path().join("node-1.pub");
+
+    chmod(&file, 0o666);
+    assert!(untrusted(load()).contains("chmod go-w"));
+    chmod(&file, 0o644);
+
+    chmod(dir.path(), 0o777);
+    assert!(untrusted(load()).contains("writable by group or others"));
+    chmod(dir.path(), 0o1777);
+    assert!(
+        load().is_err(),
+        "the members directory itself may not be sticky-shared"
+    );
+    chmod(dir.path(), 0o755);
+
+    let elsewhere = dir.path().join("node-1.copy");
+    std::fs::rename(&file, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+    assert!(untrusted(load()).contains("symbolic link"));
+    std::fs::remove_file(&file).unwrap();
+    std::fs::rename(&elsewhere, &file).unwrap();
+    assert!(load().is_ok());
+
+    // Ownership can only be given away by root (CI runs as root).
+    if std::os::unix::fs::chown(&file, Some(4242), None).is_ok() {
+        assert!(untrusted(load()).contains("owned by uid 4242"));
+        std::os::unix::fs::chown(&file, Some(0), None).unwrap();
+    }
+
+    // The same directory reached below a world-writable parent.
+    let shared = tempdir::Dir::new();
+    chmod(shared.path(), 0o777);
+    let below = shared.path().join("members");
+    std::fs::rename(dir.path(), &below).unwrap();
+    let result = Membership::load(&below, None, &a.to_tpm2b_public());
+    std::fs::rename(&below, dir.path()).unwrap();
+    assert!(untrusted(result).contains(&shared.path().display().to_string()));
+}

@@ -1,13 +1,16 @@
 //! Reads a live process's memory, as root, to look for secrets left behind.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
-/// One place a needle was found: the mapping's name (path, `[heap]`,
-/// `[stack]` or empty for anonymous memory) and the address.
+/// One place a needle was found: which secret, the mapping's name (path,
+/// `[heap]`, `[stack]` or empty for anonymous memory, thread stacks
+/// included) and the address.
 #[derive(Debug)]
 #[allow(dead_code)] // the fields are read through Debug, in failure messages
 pub struct Hit {
+    pub secret: String,
     pub mapping: String,
     pub address: u64,
     /// The 48 bytes before the hit, to tell whose buffer it is.
@@ -18,6 +21,12 @@ pub struct Hit {
 /// readable mappings of `pid`: a partial copy counts too (a freed heap chunk,
 /// say, whose first bytes the allocator reused for its own bookkeeping).
 pub fn find_in_process(pid: u32, secret: &[u8], window: usize) -> Vec<Hit> {
+    find_all_in_process(pid, &[("secret".to_string(), secret.to_vec())], window)
+}
+
+/// [`find_in_process`] for several labelled secrets, reading memory once.
+pub fn find_all_in_process(pid: u32, secrets: &[(String, Vec<u8>)], window: usize) -> Vec<Hit> {
+    let needles = Needles::new(secrets, window);
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("read maps");
     let mut mem = File::open(format!("/proc/{pid}/mem")).expect("open mem (needs root)");
     let mut hits = Vec::new();
@@ -28,9 +37,10 @@ pub fn find_in_process(pid: u32, secret: &[u8], window: usize) -> Vec<Hit> {
         let Some(bytes) = read_range(&mut mem, start, end) else {
             continue;
         };
-        for offset in positions(&bytes, secret, window) {
+        for (offset, label) in needles.positions(&bytes) {
             let context = &bytes[offset.saturating_sub(48)..offset];
             hits.push(Hit {
+                secret: label.to_string(),
                 mapping: name.to_string(),
                 address: start + offset as u64,
                 before: context.iter().map(|b| format!("{b:02x}")).collect(),
@@ -70,24 +80,49 @@ fn read_range(mem: &mut File, start: u64, end: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// Positions where some `window`-byte run of `secret` starts. Candidates are
-/// found by the run's first 8 bytes read as one integer, which keeps this
-/// fast enough for a debug build scanning tens of MiB.
-fn positions(haystack: &[u8], secret: &[u8], window: usize) -> Vec<usize> {
-    let runs: Vec<&[u8]> = secret.windows(window).collect();
-    let heads: std::collections::HashSet<u64> = runs.iter().map(|r| head(r)).collect();
-    let mut found = Vec::new();
-    let mut i = 0;
-    while i + window <= haystack.len() {
-        let candidate = &haystack[i..i + window];
-        if heads.contains(&head(candidate)) && runs.contains(&candidate) {
-            found.push(i);
-            i += window;
-        } else {
-            i += 1;
+/// Every `window`-byte run of every secret, indexed by its first 8 bytes
+/// read as one integer, which keeps one pass fast enough for a debug build
+/// scanning tens of MiB whatever the number of secrets.
+struct Needles<'a> {
+    window: usize,
+    by_head: HashMap<u64, Vec<(&'a [u8], &'a str)>>,
+}
+
+impl<'a> Needles<'a> {
+    fn new(secrets: &'a [(String, Vec<u8>)], window: usize) -> Self {
+        let mut by_head: HashMap<u64, Vec<(&[u8], &str)>> = HashMap::new();
+        for (label, secret) in secrets {
+            for run in secret.windows(window) {
+                by_head
+                    .entry(head(run))
+                    .or_default()
+                    .push((run, label.as_str()));
+            }
         }
+        Self { window, by_head }
     }
-    found
+
+    /// Positions where some run starts, with the secret it belongs to.
+    fn positions(&self, haystack: &[u8]) -> Vec<(usize, &'a str)> {
+        let mut found = Vec::new();
+        let mut i = 0;
+        while i + self.window <= haystack.len() {
+            let candidate = &haystack[i..i + self.window];
+            let matched = self.by_head.get(&head(candidate)).and_then(|runs| {
+                runs.iter()
+                    .find(|(run, _)| *run == candidate)
+                    .map(|(_, label)| *label)
+            });
+            match matched {
+                Some(label) => {
+                    found.push((i, label));
+                    i += self.window;
+                }
+                None => i += 1,
+            }
+        }
+        found
+    }
 }
 
 fn head(bytes: &[u8]) -> u64 {

@@ -1,0 +1,163 @@
+//! Reading the files that decide who receives every DEK: the member SRK
+//! publics of `--members` and the recovery public of `--recovery-key`.
+//!
+//! Nothing inside such a file can prove it belongs there: a software key
+//! can carry the TCG SRK's attribute bits, and its `name:` line is the
+//! writer's own. So what protects membership is who can write the files,
+//! and sceau checks it before it trusts them (issue 10, finding 2):
+//!
+//! - the file is opened with `O_NOFOLLOW` (a symbolic link is refused) and
+//!   checked with `fstat` on the open file, so the checked file is the one
+//!   read: a regular file, owned by root or by sceau's own user, writable by
+//!   neither group nor others;
+//! - its directory passes the same owner and mode checks;
+//! - every directory above it is owned by root or sceau's user and is not
+//!   writable by group or others, unless it has the sticky bit (like `/tmp`:
+//!   others can then add entries but not replace ours).
+#![forbid(unsafe_code)]
+
+use std::fs::Metadata;
+use std::io::Read as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+/// Member and recovery files are a few hundred bytes; this bounds a read.
+const MAX_FILE_LEN: u64 = 64 * 1024;
+const GROUP_OR_OTHER_WRITE: u32 = 0o022;
+const STICKY: u32 = 0o1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is a symbolic link: copy the file itself there (member and recovery files are never followed)"
+    )]
+    Symlink { path: PathBuf },
+    #[error("{path} is not a regular file")]
+    NotAFile { path: PathBuf },
+    #[error("{path} is larger than {MAX_FILE_LEN} bytes: not a sceau key file")]
+    TooLarge { path: PathBuf },
+    #[error(
+        "{path} is owned by uid {owner}: it decides who can open every Secret, so only root (or sceau's own user, uid {own}) may own it; run `chown root: {path}`"
+    )]
+    Owner { path: PathBuf, owner: u32, own: u32 },
+    #[error(
+        "{path} has mode {mode:04o}, writable by group or others: it decides who can open every Secret; run `chmod go-w {path}`"
+    )]
+    Writable { path: PathBuf, mode: u32 },
+}
+
+/// Reads a member or recovery file after the checks in the module doc.
+pub fn read_trusted(path: &Path) -> Result<String, TrustError> {
+    let io = |source| TrustError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    check_directory(parent)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => TrustError::Symlink {
+                path: path.to_path_buf(),
+            },
+            _ => io(e),
+        })?;
+    let metadata = file.metadata().map_err(io)?;
+    if !metadata.is_file() {
+        return Err(TrustError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    check_owner_and_mode(path, &metadata, false)?;
+    if metadata.len() > MAX_FILE_LEN {
+        return Err(TrustError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE_LEN)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    Ok(text)
+}
+
+/// The owner and mode checks for a directory sceau lists or reads from,
+/// and for every directory above it.
+pub fn check_directory(dir: &Path) -> Result<(), TrustError> {
+    let io = |source| TrustError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let real = dir.canonicalize().map_err(io)?;
+    let metadata = std::fs::metadata(&real).map_err(io)?;
+    if !metadata.is_dir() {
+        return Err(io(std::io::Error::from(std::io::ErrorKind::NotADirectory)));
+    }
+    check_owner_and_mode(&real, &metadata, false)?;
+    for ancestor in real.ancestors().skip(1) {
+        let metadata = std::fs::symlink_metadata(ancestor).map_err(|source| TrustError::Io {
+            path: ancestor.to_path_buf(),
+            source,
+        })?;
+        check_owner_and_mode(ancestor, &metadata, true)?;
+    }
+    Ok(())
+}
+
+fn check_owner_and_mode(
+    path: &Path,
+    metadata: &Metadata,
+    sticky_allowed: bool,
+) -> Result<(), TrustError> {
+    let own = effective_uid();
+    if metadata.uid() != 0 && Some(metadata.uid()) != own {
+        return Err(TrustError::Owner {
+            path: path.to_path_buf(),
+            owner: metadata.uid(),
+            own: own.unwrap_or(0),
+        });
+    }
+    let mode = metadata.permissions().mode() & 0o7777;
+    let sticky = sticky_allowed && mode & STICKY != 0;
+    if mode & GROUP_OR_OTHER_WRITE != 0 && !sticky {
+        return Err(TrustError::Writable {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// sceau's effective uid, from `/proc/self/status` (std has no geteuid, and
+/// this keeps the module free of `unsafe`). `None` if unreadable: then only
+/// root-owned files are trusted.
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    uids.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_effective_uid() {
+        let euid = effective_uid().expect("/proc/self/status");
+        let created = std::env::temp_dir().join(format!("sceau-euid-{}", std::process::id()));
+        std::fs::write(&created, "x").unwrap();
+        let owner = std::fs::metadata(&created).unwrap().uid();
+        std::fs::remove_file(&created).unwrap();
+        assert_eq!(euid, owner, "a new file belongs to the effective uid");
+    }
+}
