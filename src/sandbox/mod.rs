@@ -9,7 +9,11 @@
 //! 3. [`capabilities::drop_all`]: every set emptied, then checked empty.
 //! 4. [`no_new_privs`]: no execve can ever grant privileges again.
 //! 5. [`seccomp::install`]: a syscall allowlist on every thread (TSYNC), last,
-//!    so that the filter needs neither `landlock_*` nor `capset` nor `seccomp`.
+//!    so that the filter needs neither `landlock_*` nor `capset` nor `seccomp`
+//!    (and, before it, a filter answering `clone3` with ENOSYS).
+//!
+//! Before step 2, `serve` connects its sd_notify socket (`notify::connect`):
+//! after step 5 no unix socket can be created or connected.
 #![forbid(unsafe_code)]
 
 pub mod capabilities;
