@@ -203,8 +203,8 @@ Options:
       --allow-uid UID        Let this uid call the KMS API besides root (repeatable);
                              any other caller gets PERMISSION_DENIED
       --landlock MODE        require (default): refuse to start if the kernel enforces no
-                             Landlock; best-effort: apply what the kernel supports, warn if
-                             that is nothing; off
+                             Landlock; best-effort: apply what the kernel supports, and if
+                             that is nothing, warn and let seccomp refuse every file open; off
       --seccomp MODE         kill (default): a call outside the allowlist kills sceau;
                              log: it is only logged; off
       --members DIR          Cluster mode (docs/ha.md): every DEK is wrapped for each member

@@ -411,7 +411,7 @@ fn confine_and_serve(
         removable_socket_dir: socket_file.and_then(|f| f.path().parent()).map(Into::into),
     };
     pin_tcti_library(&options.tcti);
-    sandbox::confine(&policy, options.landlock)?;
+    let files = sandbox::confine(&policy, options.landlock)?;
 
     let key_id = match &membership {
         Some(membership) => membership.key_id().clone(),
@@ -426,7 +426,7 @@ fn confine_and_serve(
         .build()
         .context("building the async runtime")?;
     let allow_inet = matches!(tpm_access, Some(TpmAccess::Tcp { .. }));
-    sandbox::seccomp::install(allow_inet, options.seccomp)?;
+    sandbox::seccomp::install(allow_inet, files, options.seccomp)?;
 
     let worker = Arc::new(worker);
     let service = match membership {

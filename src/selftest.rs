@@ -184,9 +184,9 @@ fn apply(options: &SelfTestOptions, tpm: &Option<TpmAccess>) -> Result<(), sandb
         tpm: tpm.clone(),
         ..LandlockPolicy::default()
     };
-    sandbox::confine(&policy, options.landlock)?;
+    let files = sandbox::confine(&policy, options.landlock)?;
     let allow_inet = matches!(tpm, Some(TpmAccess::Tcp { .. }));
-    sandbox::seccomp::install(allow_inet, options.seccomp)
+    sandbox::seccomp::install(allow_inet, files, options.seccomp)
 }
 
 fn describe(status: std::process::ExitStatus) -> Result<String, String> {

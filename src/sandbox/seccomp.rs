@@ -1,7 +1,7 @@
 //! seccomp: the system calls sceau may make once it serves.
 //!
 //! Installed last, on every thread at once (TSYNC), after the runtime and
-//! the TPM thread exist. Two filters:
+//! the TPM thread exist. Two filters, three without Landlock:
 //!
 //! * [`clone3_filter`] makes `clone3` fail with ENOSYS. seccomp cannot read
 //!   `clone3`'s flags (they are behind a pointer), and glibc falls back to
@@ -28,12 +28,14 @@
 //!   but PR_SET_NAME/PR_GET_NAME.
 //!
 //! What it leaves to Landlock: `openat` (the TPM device may have to be
-//! reopened) and `unlink` (sceau's own socket at exit) reach only the paths
-//! Landlock grants, which is why Landlock is required by default. With a TCP
-//! TPM, `connect` is allowed on any fd: Landlock limits TCP to the swtpm
-//! ports, and the only unix socket it could re-point is the notify
-//! datagram socket, which can reach datagram sockets only (D-Bus is a
-//! stream socket).
+//! reopened) and `unlink`/`unlinkat` (sceau's own socket at exit) reach only
+//! the paths Landlock grants. Landlock is required by default; when it
+//! confines nothing (`--landlock=off`, or `--landlock=best-effort` on a
+//! kernel without it), a third filter, [`files_filter`], makes these three
+//! calls fail with EACCES. With a TCP TPM, `connect` is allowed on any fd:
+//! Landlock limits TCP to the swtpm ports (when enforced, ABI ≥ 4), and the
+//! only unix socket it could re-point is the notify datagram socket, which
+//! can reach datagram sockets only (D-Bus is a stream socket).
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -43,7 +45,7 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
-use super::{Enforcement, SandboxError};
+use super::{Enforcement, Files, SandboxError};
 
 /// Calls the runtime, gRPC, std and tpm2-tss (with OpenSSL) make while
 /// serving. Found by tracing the integration suite (see docs/hardening.md).
@@ -116,6 +118,11 @@ const ALWAYS_ALLOWED: &[i64] = &[
 /// to that answer (a kill there would take precedence over the errno).
 const ANSWERED_WITH_ENOSYS: i64 = libc::SYS_clone3;
 
+/// The file calls the allowlist leaves to Landlock. When Landlock confines
+/// nothing ([`Files::NotConfined`]), [`files_filter`] answers them with
+/// EACCES, as Landlock would for any path it does not grant.
+const LEFT_TO_LANDLOCK: [i64; 3] = [libc::SYS_openat, libc::SYS_unlink, libc::SYS_unlinkat];
+
 /// Every namespace flag `clone` takes. CLONE_NEWTIME is missing because
 /// `clone` cannot take it: its bit is part of the exit signal there.
 const CLONE_NAMESPACE_FLAGS: i64 = (libc::CLONE_NEWNS
@@ -154,6 +161,26 @@ pub fn clone3_filter() -> Result<BpfProgram, SandboxError> {
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
+        target_arch()?,
+    )
+    .and_then(BpfProgram::try_from)
+    .map_err(|e| SandboxError::Seccomp(e.to_string()))
+}
+
+/// Installed only when Landlock confines nothing: `openat`, `unlink` and
+/// `unlinkat` fail with EACCES. sceau then cannot reopen a lost TPM device
+/// (it exits, for systemd to restart it) nor remove its own socket file at
+/// exit (the next start replaces it), but it cannot open or delete any
+/// other file either.
+pub fn files_filter() -> Result<BpfProgram, SandboxError> {
+    let rules = LEFT_TO_LANDLOCK
+        .iter()
+        .map(|nr| (*nr, Vec::new()))
+        .collect::<BTreeMap<_, _>>();
+    SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
         target_arch()?,
     )
     .and_then(BpfProgram::try_from)
@@ -268,8 +295,13 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> 
     SeccompRule::new(conditions).map_err(|e| SandboxError::Seccomp(e.to_string()))
 }
 
-/// Installs the filter on every thread of the process.
-pub fn install(allow_inet: bool, enforcement: Enforcement) -> Result<(), SandboxError> {
+/// Installs the filters on every thread of the process. `files`: what
+/// [`super::confine`] found Landlock to do.
+pub fn install(
+    allow_inet: bool,
+    files: Files,
+    enforcement: Enforcement,
+) -> Result<(), SandboxError> {
     let on_violation = match enforcement {
         Enforcement::Off => {
             log::warn!("seccomp is off (--seccomp=off)");
@@ -280,11 +312,23 @@ pub fn install(allow_inet: bool, enforcement: Enforcement) -> Result<(), Sandbox
     };
     let counts = counts(allow_inet)?;
     let main = filter(allow_inet, on_violation)?;
-    // The clone3 filter first: once the main filter is in, `seccomp` itself
-    // is refused.
-    for program in [clone3_filter()?, main] {
-        seccompiler::apply_filter_all_threads(&program)
+    // The errno filters first: once the main filter is in, `seccomp` itself
+    // is refused. A call answered by an errno filter must stay in the main
+    // filter's allowlist, or its kill would win over the errno.
+    let mut programs = vec![clone3_filter()?];
+    if files == Files::NotConfined {
+        programs.push(files_filter()?);
+    }
+    programs.push(main);
+    for program in &programs {
+        seccompiler::apply_filter_all_threads(program)
             .map_err(|e| SandboxError::Seccomp(e.to_string()))?;
+    }
+    if files == Files::NotConfined {
+        log::warn!(
+            "seccomp: openat, unlink and unlinkat fail with EACCES, since Landlock confines no \
+             file; a lost TPM device cannot be reopened (sceau exits instead)"
+        );
     }
     let others = match enforcement {
         Enforcement::Require => "kill the process",

@@ -138,30 +138,54 @@ fn selftest_reports_every_forbidden_action_refused() {
 fn selftest_takes_the_daemons_sandbox_flags() {
     let tmp = TempDir::new("selftest-weak");
     let tpm = Swtpm::start(&tmp.subdir("tpm"));
-    let finished = selftest(&tmp, &tpm, &["--landlock=off", "--seccomp=log"]);
-    assert!(!finished.status.success(), "{}", finished.all_output());
+    let line = |finished: &Finished, probe: &str| {
+        finished
+            .stdout
+            .lines()
+            .find(|l| l.get(5..).is_some_and(|rest| rest.starts_with(probe)))
+            .unwrap_or_else(|| panic!("no line for {probe}:\n{}", finished.all_output()))
+            .to_string()
+    };
+
+    // No sandbox but the capability drop: every other probe gets through.
+    let none = selftest(&tmp, &tpm, &["--landlock=off", "--seccomp=off"]);
+    assert!(!none.status.success(), "{}", none.all_output());
+    for probe in PROBES.iter().filter(|p| !p.starts_with("hold or gain")) {
+        assert!(
+            line(&none, probe).starts_with("FAIL "),
+            "{probe}:\n{}",
+            none.all_output()
+        );
+    }
+
+    // seccomp only logs: what its allowlist alone refuses gets through,
+    // while its errno answers (clone3; file calls without Landlock) stand.
+    let logged = selftest(&tmp, &tpm, &["--landlock=off", "--seccomp=log"]);
+    assert!(!logged.status.success(), "{}", logged.all_output());
     for probe in [
-        "create a file outside the sandbox (in a temporary directory)",
         "connect to a listening unix socket (as to D-Bus)",
         "create a user namespace (clone with CLONE_NEWUSER)",
         "make a system call outside the allowlist (unshare)",
     ] {
-        assert!(
-            finished
-                .stdout
-                .contains(&format!("FAIL {probe}: the action succeeded")),
-            "{probe}:\n{}",
-            finished.all_output()
+        assert_eq!(
+            line(&logged, probe),
+            format!("FAIL {probe}: the action succeeded"),
+            "{}",
+            logged.all_output()
         );
     }
-    // clone3's ENOSYS does not depend on the violation action.
-    assert!(
-        finished
-            .stdout
-            .contains("PASS reach clone3, whose flags seccomp cannot check: refused"),
-        "{}",
-        finished.all_output()
-    );
+    for probe in [
+        "open /etc/passwd for reading",
+        "create a file outside the sandbox (in a temporary directory)",
+        "reach clone3, whose flags seccomp cannot check",
+    ] {
+        assert_eq!(
+            line(&logged, probe),
+            format!("PASS {probe}: refused"),
+            "{}",
+            logged.all_output()
+        );
+    }
 }
 
 /// On a kernel without Landlock (simulated: the Landlock system calls get
@@ -379,6 +403,43 @@ async fn watchdog_pings_stop_when_the_tpm_stops() {
         0,
         "pings went on with the TPM frozen:\n{}",
         sceau.stderr_text()
+    );
+}
+
+/// With `--landlock=best-effort` on a kernel without Landlock (simulated as
+/// above), seccomp makes `openat` and `unlink` fail instead, so no file can
+/// be read or created even then; the rest of the sandbox is unchanged.
+///
+/// Without `seccomp::files_filter`, this fails with "FAIL open /etc/passwd
+/// for reading: the action succeeded".
+#[test]
+fn without_landlock_seccomp_refuses_files() {
+    let tmp = TempDir::new("selftest-no-landlock");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let mut cmd = Command::new(BIN);
+    cmd.args(["selftest", "--sandbox", "--tcti", &tpm.tcti()])
+        .arg("--landlock=best-effort")
+        .env("TMPDIR", tmp.path());
+    deny_landlock(&mut cmd);
+    let finished = run_with_timeout(&mut cmd, tmp.path(), Duration::from_secs(30));
+    // Landlock's TCP rule is gone too: the TCP probe may get through.
+    let expected_fail = "FAIL connect TCP to 127.0.0.1:9";
+    for probe in PROBES.iter().filter(|p| !expected_fail.contains(*p)) {
+        assert!(
+            finished
+                .stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("PASS {probe}: "))),
+            "no PASS for {probe}:\n{}",
+            finished.all_output()
+        );
+    }
+    assert!(
+        finished
+            .stderr
+            .contains("openat, unlink and unlinkat fail with EACCES"),
+        "{}",
+        finished.all_output()
     );
 }
 
