@@ -9,33 +9,42 @@
 //! * [`filter`], the allowlist: anything else kills the process (`--seccomp
 //!   kill`, the default) or is logged (`--seccomp log`).
 //!
-//! What it refuses, each checked by `sceau selftest --sandbox` (probes in
-//! `selftest.rs`, run by `tests/integration/hardening.rs`):
+//! What it refuses (the probes named are those of `sceau selftest --sandbox`,
+//! in `selftest.rs`, run by
+//! `hardening::selftest_reports_every_forbidden_action_refused`; its control
+//! `hardening::selftest_takes_the_daemons_sandbox_flags` shows them getting
+//! through with `--seccomp=off` or `log`):
 //!
 //! * every call outside the allowlist: `execve`, `ptrace`, `mount`,
 //!   `unshare`, `setns`, `bpf`, `landlock_*`, `capset`, `seccomp`, module
-//!   and credential calls, `socketpair`, `memfd_create`…;
+//!   and credential calls, `socketpair`, `memfd_create`… (probe: `unshare`);
 //! * `clone` with any `CLONE_NEW*` flag, so no new namespace (user, mount,
-//!   network, pid, ipc, uts, cgroup) can be created; `clone3` gets ENOSYS;
+//!   network, pid, ipc, uts, cgroup) can be created; `clone3` gets ENOSYS
+//!   (probes: a user namespace, clone3);
 //! * `socket` for AF_UNIX, and `connect`, unless the TPM is reached over TCP
 //!   (then `socket` is AF_INET/AF_INET6 streams only). Accepted connections
 //!   come from `accept4`, and sd_notify uses a socket connected before the
 //!   sandbox (`notify::connect`), so no new unix socket can reach D-Bus or
 //!   any other local service. `sendmsg` is not allowed and `sendto` only
 //!   without a destination address, so the sockets sceau has cannot be
-//!   pointed elsewhere either (but see `connect` with a TCP TPM, below);
+//!   pointed elsewhere either (but see `connect` with a TCP TPM, below).
+//!   Probe: connect to a listening unix socket; the `sendto`/`sendmsg`
+//!   rules have none;
 //! * `mmap`/`mprotect` with PROT_EXEC, `ioctl` but FIONBIO/FIOCLEX, `prctl`
-//!   but PR_SET_NAME/PR_GET_NAME.
+//!   but PR_SET_NAME/PR_GET_NAME (probe: make the process dumpable again).
 //!
 //! What it leaves to Landlock: `openat` (the TPM device may have to be
 //! reopened) and `unlink`/`unlinkat` (sceau's own socket at exit) reach only
 //! the paths Landlock grants. Landlock is required by default; when it
 //! confines nothing (`--landlock=off`, or `--landlock=best-effort` on a
 //! kernel without it), a third filter, [`files_filter`], makes these three
-//! calls fail with EACCES. With a TCP TPM, `connect` is allowed on any fd:
-//! Landlock limits TCP to the swtpm ports (when enforced, ABI ≥ 4), and the
-//! only unix socket it could re-point is the notify datagram socket, which
-//! can reach datagram sockets only (D-Bus is a stream socket).
+//! calls fail with EACCES (`hardening::without_landlock_seccomp_refuses_files`,
+//! probes: read /etc/passwd, create a file).
+//!
+//! With a TCP TPM, `connect` is allowed on any fd: Landlock limits TCP to the
+//! swtpm ports (when enforced, ABI ≥ 4), and the only unix socket it could
+//! re-point is the notify datagram socket, which can reach datagram sockets
+//! only (D-Bus is a stream socket).
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
