@@ -10,6 +10,11 @@ use crate::tpm::worker::DEFAULT_DEADLINE;
 
 pub const DEFAULT_SOCKET: &str = "/run/sceau/kms.sock";
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
+/// Landlock is required by default: seccomp allows `openat` (the TPM may
+/// have to be reopened), so without Landlock any file could be opened.
+/// `--landlock=best-effort` is the explicit, logged way to run without it.
+pub const DEFAULT_LANDLOCK: Enforcement = Enforcement::Require;
+pub const DEFAULT_SECCOMP: Enforcement = Enforcement::Require;
 pub const TCTI_ENV: &str = "SCEAU_TCTI";
 const MIN_DEADLINE: Duration = Duration::from_millis(100);
 const MAX_DEADLINE: Duration = Duration::from_secs(60);
@@ -108,6 +113,10 @@ pub struct RecoverOptions {
 pub struct SelfTestOptions {
     /// The TCTI whose access the sandbox keeps, as for `serve`.
     pub tcti: String,
+    /// The same modes, with the same defaults, as `serve`'s: the selftest
+    /// proves the sandbox the daemon would run in.
+    pub landlock: Enforcement,
+    pub seccomp: Enforcement,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +167,7 @@ Options of `sceau serve`:
       --srk-handle HANDLE    Use this persistent key as the SRK, if it is the template's key
       --request-deadline DUR Longest a request may wait for the TPM [default: 2.5s]
       --allow-uid UID        Let this uid call besides root (repeatable)
-      --landlock MODE        require, best-effort (default) or off
+      --landlock MODE        require (default), best-effort or off
       --seccomp MODE         kill (default), log or off
       --members DIR          Cluster mode: wrap every DEK for each member SRK in DIR/*.pub
       --recovery-key FILE    Also wrap every DEK for this offline recovery key (a backup)
@@ -193,8 +202,9 @@ Options:
                              [default: 2.5s; the apiserver gives up after 3s]
       --allow-uid UID        Let this uid call the KMS API besides root (repeatable);
                              any other caller gets PERMISSION_DENIED
-      --landlock MODE        require: refuse to start without Landlock; best-effort
-                             (default): apply what the kernel supports; off
+      --landlock MODE        require (default): refuse to start if the kernel enforces no
+                             Landlock; best-effort: apply what the kernel supports, and if
+                             that is nothing, warn and let seccomp refuse every file open; off
       --seccomp MODE         kill (default): a call outside the allowlist kills sceau;
                              log: it is only logged; off
       --members DIR          Cluster mode (docs/ha.md): every DEK is wrapped for each member
@@ -214,13 +224,17 @@ Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
 pub const SELFTEST_HELP: &str = "\
 Put a child process in sceau's sandbox and try what it forbids; one PASS/FAIL line each
 
-Usage: sceau selftest --sandbox [--tcti TCTI]
+Usage: sceau selftest --sandbox [--tcti TCTI] [--landlock MODE] [--seccomp MODE]
 
 Options:
-      --sandbox    Test the sandbox: open a file, connect TCP, a disallowed system call,
-                   gain a capability. Exits 0 only if every action is refused
-      --tcti TCTI  The TPM connection whose access the sandbox keeps [default: device:/dev/tpmrm0]
-  -h, --help       Print help
+      --sandbox        Test the sandbox: read and create files, connect TCP and to a unix
+                       socket, a disallowed system call, clone3, a user namespace, make the
+                       process dumpable, gain a capability. Exits 0 only if all are refused
+      --tcti TCTI      The TPM connection whose access the sandbox keeps
+                       [default: device:/dev/tpmrm0, or $SCEAU_TCTI]
+      --landlock MODE  As for `serve`: require (default), best-effort or off
+      --seccomp MODE   As for `serve`: kill (default), log or off
+  -h, --help           Print help
 ";
 
 pub const SRK_PUBLIC_HELP: &str = "\
@@ -323,8 +337,8 @@ fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usage
         srk_handle: None,
         request_deadline: DEFAULT_DEADLINE,
         allowed_uids: Vec::new(),
-        landlock: Enforcement::BestEffort,
-        seccomp: Enforcement::Require,
+        landlock: DEFAULT_LANDLOCK,
+        seccomp: DEFAULT_SECCOMP,
         members: None,
         recovery_key: None,
     };
@@ -354,6 +368,8 @@ fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usage
 fn parse_selftest(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
     let mut options = SelfTestOptions {
         tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
+        landlock: DEFAULT_LANDLOCK,
+        seccomp: DEFAULT_SECCOMP,
     };
     let mut sandbox_requested = false;
     let mut flags = Flags::new(args, "selftest");
@@ -362,6 +378,8 @@ fn parse_selftest(args: &[String], env_tcti: Option<&str>) -> Result<Command, Us
             "-h" | "--help" => return Ok(Command::Help(SELFTEST_HELP)),
             "--sandbox" => sandbox_requested = true,
             "--tcti" => options.tcti = flags.value(&flag)?,
+            "--landlock" => options.landlock = parse_landlock(&flags.value(&flag)?)?,
+            "--seccomp" => options.seccomp = parse_seccomp(&flags.value(&flag)?)?,
             _ => return Err(UsageError::UnknownOption(flag, "selftest")),
         }
     }
@@ -711,8 +729,36 @@ mod tests {
         let defaults = serve("serve", None);
         assert_eq!(
             (defaults.landlock, defaults.seccomp),
-            (Enforcement::BestEffort, Enforcement::Require)
+            (Enforcement::Require, Enforcement::Require)
         );
+        assert_eq!(
+            serve("serve --landlock=best-effort", None).landlock,
+            Enforcement::BestEffort
+        );
+    }
+
+    /// The selftest takes the daemon's sandbox flags, with the same defaults.
+    #[test]
+    fn selftest_sandbox_flags_default_to_the_daemons() {
+        let Ok(Command::SelfTest(defaults)) = parse(&args("selftest --sandbox"), None) else {
+            panic!("selftest --sandbox");
+        };
+        let daemon = serve("serve", None);
+        assert_eq!(
+            (defaults.landlock, defaults.seccomp),
+            (daemon.landlock, daemon.seccomp)
+        );
+        let Ok(Command::SelfTest(options)) = parse(
+            &args("selftest --sandbox --landlock=best-effort --seccomp log"),
+            None,
+        ) else {
+            panic!("selftest with flags");
+        };
+        assert_eq!(
+            (options.landlock, options.seccomp),
+            (Enforcement::BestEffort, Enforcement::BestEffort)
+        );
+        assert!(parse(&args("selftest --sandbox --landlock maybe"), None).is_err());
     }
 
     #[test]

@@ -76,7 +76,7 @@ fn run() -> anyhow::Result<()> {
         Command::Serve(options) => serve(options)?,
         Command::Check(options) => check(options)?,
         Command::SelfTest(options) => {
-            if !sceau::selftest::run(&options.tcti) {
+            if !sceau::selftest::run(&options).context("preparing the selftest's targets")? {
                 bail!("the sandbox let a forbidden action through");
             }
         }
@@ -101,6 +101,9 @@ fn serve(options: ServeOptions) -> anyhow::Result<()> {
     #[allow(unsafe_code)]
     let passed = unsafe { sceau::sys::take_passed_fds() }.context("reading LISTEN_FDS")?;
     let activated = activation::select_listener(passed)?;
+    // The only socket sd_notify will use: after the sandbox no unix socket
+    // can be created or connected (see sandbox::seccomp).
+    notify::connect();
     let config = TpmConfig {
         tcti: TctiNameConf::from_str(&options.tcti)
             .with_context(|| format!("invalid --tcti {:?}", options.tcti))?,
@@ -415,10 +418,9 @@ fn confine_and_serve(
     let policy = LandlockPolicy {
         tpm: tpm_access.clone(),
         removable_socket_dir: socket_file.and_then(|f| f.path().parent()).map(Into::into),
-        notify_socket_dir: notify_socket_dir(),
     };
     pin_tcti_library(&options.tcti);
-    sandbox::confine(&policy, options.landlock)?;
+    let files = sandbox::confine(&policy, options.landlock)?;
 
     let key_id = match &membership {
         Some(membership) => membership.key_id().clone(),
@@ -433,7 +435,7 @@ fn confine_and_serve(
         .build()
         .context("building the async runtime")?;
     let allow_inet = matches!(tpm_access, Some(TpmAccess::Tcp { .. }));
-    sandbox::seccomp::install(allow_inet, options.seccomp)?;
+    sandbox::seccomp::install(allow_inet, files, options.seccomp)?;
 
     let worker = Arc::new(worker);
     let service = match membership {
@@ -525,16 +527,6 @@ async fn feed_watchdog(worker: Arc<TpmWorker>, interval: Duration) {
             Err(fault) => log::warn!("TPM unhealthy ({fault}); withholding the watchdog ping"),
         }
     }
-}
-
-/// The directory of a pathname NOTIFY_SOCKET, which Landlock (ABI ≥ 9) must
-/// let sd_notify connect beneath.
-fn notify_socket_dir() -> Option<std::path::PathBuf> {
-    let socket = std::path::PathBuf::from(std::env::var_os("NOTIFY_SOCKET")?);
-    socket
-        .is_absolute()
-        .then(|| socket.parent().map(Into::into))
-        .flatten()
 }
 
 /// The kernel's /dev/tpmrm* and tpm2-abrmd give each client its own view of

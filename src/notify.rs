@@ -3,8 +3,18 @@
 //! Every message is a no-op when `NOTIFY_SOCKET` is unset, so the same code
 //! runs under systemd and by hand. A failed send is logged, never fatal: the
 //! service manager's timeouts already cover a daemon that cannot report.
+//!
+//! The socket is connected once, by [`connect`], before the sandbox; every
+//! message goes through it. After the sandbox seccomp refuses `socket(AF_UNIX)`
+//! and `connect`, which sd-notify's own `notify` would need for every message
+//! (it opens a new socket each time), and Landlock ABI ≥ 9 would need a rule
+//! for the socket's directory. A pathname (`/run/systemd/notify`) and an
+//! abstract (`@name`) address both work. systemd keeps the same socket across
+//! `daemon-reexec`, so the connection stays valid.
 #![forbid(unsafe_code)]
 
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use sd_notify::NotifyState;
@@ -20,9 +30,60 @@ const EXTENSION_RENEWAL: Duration = Duration::from_secs(10);
 /// then is not going to, and systemd's own timeout should end the attempt.
 const MAX_START_TIME: Duration = Duration::from_secs(300);
 
+/// The connected notify socket; `None` when `NOTIFY_SOCKET` is unset or the
+/// connect failed (logged once, by [`connect`]).
+static SOCKET: OnceLock<Option<UnixDatagram>> = OnceLock::new();
+
+/// Connects to `$NOTIFY_SOCKET`, once. `serve` calls it first thing, before
+/// the sandbox; a later call reuses the result.
+pub fn connect() {
+    SOCKET.get_or_init(|| {
+        let address = std::env::var_os("NOTIFY_SOCKET")?;
+        match connect_to(&address) {
+            Ok(socket) => Some(socket),
+            Err(e) => {
+                log::warn!(
+                    "cannot connect to NOTIFY_SOCKET {}: {e}; systemd will get no status",
+                    address.to_string_lossy()
+                );
+                None
+            }
+        }
+    });
+}
+
+/// sd_notify(3): an absolute path, or `@` and an abstract name.
+fn connect_to(address: &std::ffi::OsStr) -> std::io::Result<UnixDatagram> {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let bytes = address.as_bytes();
+    let address = match bytes.split_first() {
+        Some((b'@', name)) => SocketAddr::from_abstract_name(name)?,
+        Some((b'/', _)) => SocketAddr::from_pathname(address)?,
+        _ => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "expected an absolute path or @abstract-name",
+            ));
+        }
+    };
+    let socket = UnixDatagram::unbound()?;
+    socket.connect_addr(&address)?;
+    Ok(socket)
+}
+
+/// Sends nothing unless [`connect`] ran: connecting here, after the
+/// sandbox, would be a `socket` call seccomp kills the process for.
 fn send(states: &[NotifyState]) {
-    if let Err(e) = sd_notify::notify(states) {
-        log::warn!("sd_notify failed: {e}");
+    let Some(Some(socket)) = SOCKET.get() else {
+        return;
+    };
+    // sd-notify's own message format: one KEY=VALUE line per state.
+    let message: String = states.iter().map(|state| format!("{state}\n")).collect();
+    match socket.send(message.as_bytes()) {
+        Ok(sent) if sent == message.len() => {}
+        Ok(_) => log::warn!("sd_notify: the message was cut short"),
+        Err(e) => log::warn!("sd_notify failed: {e}"),
     }
 }
 

@@ -1,18 +1,28 @@
 //! `sceau selftest --sandbox`: proves the sandbox on this machine.
 //!
-//! For each forbidden action, a forked child puts itself in exactly the
-//! sandbox `sceau serve` uses (with the seccomp filter in kill mode), then
-//! tries the action. The parent reports PASS when the action was refused or
-//! the child was killed for it, and FAIL when it went through.
+//! For each forbidden action, a forked child puts itself in the sandbox
+//! `sceau serve` would use, with the same `--landlock` and `--seccomp` modes
+//! and the same defaults, then tries the action. The parent reports PASS when
+//! the action was refused or the child was killed for it, and FAIL when it
+//! went through. So `--seccomp=log` or `--landlock=off` show, as FAIL lines,
+//! what the weaker sandbox lets through.
+//!
+//! Some probes need something to aim at that exists whatever the machine
+//! runs: the parent makes a private directory with a listening unix socket in
+//! it before any sandbox, and removes both at the end.
 //!
 //! The fork is `sys::in_child`, which checks its own precondition (a single
 //! thread) at run time, so this module needs no `unsafe`.
 #![forbid(unsafe_code)]
 
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 
+use crate::cli::SelfTestOptions;
 use crate::sandbox::landlock::LandlockPolicy;
-use crate::sandbox::{self, Enforcement, TpmAccess};
+use crate::sandbox::{self, TpmAccess};
 use crate::sys;
 
 /// Child exit codes.
@@ -20,36 +30,69 @@ const REFUSED: i32 = 0;
 const ALLOWED: i32 = 1;
 const SANDBOX_FAILED: i32 = 2;
 
+/// Targets made before the sandbox, outside anything it grants.
+struct Targets {
+    /// A private directory (mode 0700) under `$TMPDIR` or /tmp.
+    dir: PathBuf,
+    /// A unix socket listening in `dir`: stands for D-Bus, or any local
+    /// service, without depending on one being there.
+    listening: PathBuf,
+}
+
 struct Probe {
     name: &'static str,
-    attempt: fn() -> bool,
+    attempt: fn(&Targets) -> bool,
 }
 
 /// Each attempt returns whether the action succeeded.
-const PROBES: [Probe; 5] = [
+const PROBES: [Probe; 9] = [
     Probe {
         name: "open /etc/passwd for reading",
-        attempt: || std::fs::File::open("/etc/passwd").is_ok(),
+        attempt: |_| std::fs::File::open("/etc/passwd").is_ok(),
+    },
+    Probe {
+        name: "create a file outside the sandbox (in a temporary directory)",
+        attempt: |targets| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(targets.dir.join("created-inside-the-sandbox"))
+                .is_ok()
+        },
     },
     Probe {
         name: "connect TCP to 127.0.0.1:9",
-        attempt: || {
+        attempt: |_| {
             let error = std::net::TcpStream::connect(("127.0.0.1", 9)).err();
             // Refused by the peer means the connect itself was allowed.
             error.is_none_or(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
         },
     },
     Probe {
+        name: "connect to a listening unix socket (as to D-Bus)",
+        attempt: |targets| UnixStream::connect(&targets.listening).is_ok(),
+    },
+    Probe {
         name: "make a system call outside the allowlist (unshare)",
-        attempt: || sys::unshare_nothing().is_ok(),
+        attempt: |_| sys::unshare_nothing().is_ok(),
+    },
+    Probe {
+        name: "create a user namespace (clone with CLONE_NEWUSER)",
+        attempt: |_| sys::clone_into_new_user_namespace().is_ok(),
+    },
+    Probe {
+        name: "reach clone3, whose flags seccomp cannot check",
+        // ENOSYS is the filter's answer (glibc then falls back to clone);
+        // any other answer came from the kernel.
+        attempt: |_| sys::clone3_without_arguments().raw_os_error() != Some(libc::ENOSYS),
     },
     Probe {
         name: "make the process dumpable again",
-        attempt: || sys::set_dumpable().is_ok(),
+        attempt: |_| sys::set_dumpable().is_ok(),
     },
     Probe {
         name: "hold or gain a capability",
-        attempt: || {
+        attempt: |_| {
             // Reading is allowed (capget), so a capability the drop missed
             // shows here; raising one needs capset, which seccomp refuses.
             let held = [
@@ -69,13 +112,29 @@ const PROBES: [Probe; 5] = [
     },
 ];
 
-/// Runs every probe; returns whether all were refused.
-pub fn run(tcti: &str) -> bool {
-    let tpm = TpmAccess::for_tcti(tcti);
+/// Runs every probe; returns whether all were refused. Fails only when the
+/// targets cannot be made.
+pub fn run(options: &SelfTestOptions) -> std::io::Result<bool> {
+    let dir = private_directory()?;
+    let outcome = UnixListener::bind(dir.join("listening.sock")).map(|listener| {
+        let targets = Targets {
+            listening: dir.join("listening.sock"),
+            dir: dir.clone(),
+        };
+        let all_refused = run_probes(options, &targets);
+        drop(listener);
+        all_refused
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
+fn run_probes(options: &SelfTestOptions, targets: &Targets) -> bool {
+    let tpm = TpmAccess::for_tcti(&options.tcti);
     let mut all_refused = true;
     for probe in &PROBES {
         // `sceau selftest` never starts a thread, so in_child may fork.
-        let outcome = match sys::in_child(|| probe_in_sandbox(&tpm, probe)) {
+        let outcome = match sys::in_child(|| probe_in_sandbox(options, &tpm, targets, probe)) {
             Ok(status) => describe(status),
             Err(e) => Err(format!("could not fork: {e}")),
         };
@@ -90,24 +149,44 @@ pub fn run(tcti: &str) -> bool {
     all_refused
 }
 
-fn probe_in_sandbox(tpm: &Option<TpmAccess>, probe: &Probe) -> i32 {
-    if let Err(e) = apply(tpm) {
+/// A new directory only this run uses; `create` (not `create_dir_all`)
+/// fails on anything already there, a planted symlink included.
+fn private_directory() -> std::io::Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!("sceau-selftest-{}-{nanos}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
+}
+
+fn probe_in_sandbox(
+    options: &SelfTestOptions,
+    tpm: &Option<TpmAccess>,
+    targets: &Targets,
+    probe: &Probe,
+) -> i32 {
+    if let Err(e) = apply(options, tpm) {
         eprintln!("sandbox: {e}");
         return SANDBOX_FAILED;
     }
-    if (probe.attempt)() { ALLOWED } else { REFUSED }
+    if (probe.attempt)(targets) {
+        ALLOWED
+    } else {
+        REFUSED
+    }
 }
 
-/// The daemon's sandbox, step for step (see `sandbox`), Landlock required.
-fn apply(tpm: &Option<TpmAccess>) -> Result<(), sandbox::SandboxError> {
+/// The daemon's sandbox, step for step (see `sandbox`), in the modes given.
+fn apply(options: &SelfTestOptions, tpm: &Option<TpmAccess>) -> Result<(), sandbox::SandboxError> {
     sandbox::forbid_core_dumps().map_err(sandbox::SandboxError::CoreDumps)?;
     let policy = LandlockPolicy {
         tpm: tpm.clone(),
         ..LandlockPolicy::default()
     };
-    sandbox::confine(&policy, Enforcement::Require)?;
+    let files = sandbox::confine(&policy, options.landlock)?;
     let allow_inet = matches!(tpm, Some(TpmAccess::Tcp { .. }));
-    sandbox::seccomp::install(allow_inet, Enforcement::Require)
+    sandbox::seccomp::install(allow_inet, files, options.seccomp)
 }
 
 fn describe(status: std::process::ExitStatus) -> Result<String, String> {
@@ -118,5 +197,20 @@ fn describe(status: std::process::ExitStatus) -> Result<String, String> {
         (Some(SANDBOX_FAILED), _) => Err("the sandbox could not be applied".into()),
         (Some(sys::PROBE_PANICKED), _) => Err("the probe panicked".into()),
         _ => Err(format!("the probe ended unexpectedly ({status})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn the_private_directory_is_new_and_0700() {
+        let dir = private_directory().unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -296,6 +296,39 @@ pub fn unshare_nothing() -> std::io::Result<()> {
     }
 }
 
+/// `clone(CLONE_NEWUSER | SIGCHLD)`: the selftest's probe of namespace
+/// creation. The new process, if the call is allowed, is in a new user
+/// namespace and exits at once; it is not waited for (the probe's own
+/// process exits right after, and `wait4` is outside the seccomp allowlist).
+pub fn clone_into_new_user_namespace() -> std::io::Result<()> {
+    let flags = (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong;
+    // SAFETY: without CLONE_VM and with no new stack (0), clone works as
+    // fork does: the child runs on its own copy of the address space. It
+    // runs nothing but _exit below, so no lock or allocator state is touched,
+    // whatever other threads the parent has. No pointer arguments are passed.
+    match unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            // SAFETY: _exit(2) takes an integer, touches no memory and does
+            // not return; the child runs none of the parent's code.
+            unsafe { libc::_exit(0) }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `clone3(NULL, 0)`: the selftest's probe of `clone3`. A kernel that sees
+/// the call answers EINVAL (the size is below the smallest `clone_args`);
+/// sceau's seccomp filter answers ENOSYS before the kernel does.
+pub fn clone3_without_arguments() -> std::io::Error {
+    // SAFETY: a NULL pointer with size 0: the kernel rejects the size before
+    // it would read anything, and no process is created.
+    match unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) } {
+        -1 => std::io::Error::last_os_error(),
+        other => std::io::Error::other(format!("clone3(NULL, 0) returned {other}")),
+    }
+}
+
 /// One page of memory for key material: locked into RAM (never swapped),
 /// excluded from core dumps, and wiped before it is unmapped.
 pub struct LockedPage {

@@ -63,10 +63,16 @@ fn check_command(command: &Command, args: &[String], env: Option<&str>) {
             serve_args(options)
         }
         Command::Check(options) => vec!["check".into(), "--socket".into(), path(&options.socket)],
-        Command::SelfTest(options) => {
-            let tcti = options.tcti.clone();
-            vec!["selftest".into(), "--sandbox".into(), "--tcti".into(), tcti]
-        }
+        Command::SelfTest(options) => vec![
+            "selftest".into(),
+            "--sandbox".into(),
+            "--tcti".into(),
+            options.tcti.clone(),
+            "--landlock".into(),
+            enforcement(options.landlock, ["require", "best-effort", "off"]),
+            "--seccomp".into(),
+            enforcement(options.seccomp, ["kill", "log", "off"]),
+        ],
         Command::SrkPublic(options) => {
             check_tpm(options, args, env);
             [vec!["srk-public".into()], tpm_args(options)].concat()

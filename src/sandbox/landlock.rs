@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
-    RestrictionStatus, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort,
+    PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope,
 };
 
 use super::{Enforcement, SandboxError, TpmAccess};
@@ -24,30 +25,61 @@ pub struct LandlockPolicy {
     /// A directory where sceau may delete its own socket at exit (only when
     /// it bound the socket itself).
     pub removable_socket_dir: Option<PathBuf>,
-    /// The directory of `$NOTIFY_SOCKET`: from ABI 9 on, connecting to a
-    /// pathname unix socket needs a right, and sd_notify connects per message.
-    pub notify_socket_dir: Option<PathBuf>,
+    // No right for `$NOTIFY_SOCKET`: sceau connects to it before the sandbox
+    // (`notify::connect`), so no pathname unix socket is ever resolved after.
 }
 
 /// Applies the policy to the calling thread and the threads it creates later.
+///
+/// Anything short of full enforcement is logged as a warning. With
+/// [`Enforcement::Require`] (the default) a kernel that enforces no Landlock
+/// rule at all is an error: seccomp allows `openat` (the TPM may have to be
+/// reopened), so without Landlock the daemon could open any file.
 pub fn restrict(
     policy: &LandlockPolicy,
     enforcement: Enforcement,
 ) -> Result<Option<RestrictionStatus>, SandboxError> {
     if enforcement == Enforcement::Off {
-        log::warn!("landlock is off (--landlock=off)");
+        log::warn!(
+            "landlock is off (--landlock=off): no filesystem or network confinement beyond seccomp"
+        );
         return Ok(None);
     }
     let status = build(policy)
         .and_then(|ruleset| ruleset.restrict_self().map_err(|e| e.to_string()))
         .map_err(SandboxError::Landlock)?;
-    log::info!("landlock: {:?}, {:?}", status.ruleset, status.landlock);
+    let words = describe(&status);
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => log::info!("landlock: {words}"),
+        RulesetStatus::PartiallyEnforced | RulesetStatus::NotEnforced => {
+            log::warn!("landlock: {words}")
+        }
+    }
     if enforcement == Enforcement::Require && status.ruleset == RulesetStatus::NotEnforced {
-        return Err(SandboxError::Landlock(
-            "the kernel enforces no Landlock rules and --landlock=require was given".into(),
-        ));
+        return Err(SandboxError::Landlock(format!(
+            "{words}, and sceau does not serve without it; to start anyway, with no \
+             filesystem confinement, pass --landlock=best-effort"
+        )));
     }
     Ok(Some(status))
+}
+
+/// What the kernel did with the ruleset, in words for the log.
+fn describe(status: &RestrictionStatus) -> String {
+    let kernel = match status.landlock {
+        LandlockStatus::NotImplemented => "this kernel has no Landlock".to_string(),
+        LandlockStatus::NotEnabled => "Landlock is disabled on this kernel".to_string(),
+        LandlockStatus::Available { effective_abi, .. } => {
+            format!("kernel Landlock ABI {effective_abi}, sceau asks for up to {ABI_REQUESTED}")
+        }
+    };
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => format!("fully enforced ({kernel})"),
+        RulesetStatus::PartiallyEnforced => format!(
+            "partially enforced ({kernel}; rights newer than the kernel's ABI are not restricted)"
+        ),
+        RulesetStatus::NotEnforced => format!("not enforced ({kernel})"),
+    }
 }
 
 fn build(policy: &LandlockPolicy) -> Result<landlock::RulesetCreated, String> {
@@ -73,9 +105,6 @@ fn build(policy: &LandlockPolicy) -> Result<landlock::RulesetCreated, String> {
     }
     if let Some(dir) = &policy.removable_socket_dir {
         ruleset = with_path(ruleset, dir, AccessFs::RemoveFile.into())?;
-    }
-    if let Some(dir) = &policy.notify_socket_dir {
-        ruleset = with_path(ruleset, dir, AccessFs::ResolveUnix.into())?;
     }
     Ok(ruleset)
 }

@@ -9,7 +9,11 @@
 //! 3. [`capabilities::drop_all`]: every set emptied, then checked empty.
 //! 4. [`no_new_privs`]: no execve can ever grant privileges again.
 //! 5. [`seccomp::install`]: a syscall allowlist on every thread (TSYNC), last,
-//!    so that the filter needs neither `landlock_*` nor `capset` nor `seccomp`.
+//!    so that the filter needs neither `landlock_*` nor `capset` nor `seccomp`
+//!    (and, before it, a filter answering `clone3` with ENOSYS).
+//!
+//! Before step 2, `serve` connects its sd_notify socket (`notify::connect`):
+//! after step 5 no unix socket can be created or connected.
 #![forbid(unsafe_code)]
 
 pub mod capabilities;
@@ -83,15 +87,32 @@ pub fn no_new_privs() -> Result<(), SandboxError> {
     crate::sys::set_no_new_privs().map_err(SandboxError::NoNewPrivs)
 }
 
+/// Whether Landlock confines file access, as [`confine`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Files {
+    /// Landlock is (fully or partially) enforced: files are its business.
+    ConfinedByLandlock,
+    /// `--landlock=off`, or best-effort on a kernel that enforces none:
+    /// seccomp then refuses the file calls it would leave to Landlock.
+    NotConfined,
+}
+
 /// Steps 2 to 4, which must run while the process has one thread. `serve`
-/// and `selftest` both call exactly this.
+/// and `selftest` both call exactly this, and pass the result to
+/// [`seccomp::install`].
 pub fn confine(
     policy: &landlock::LandlockPolicy,
     enforcement: Enforcement,
-) -> Result<(), SandboxError> {
-    landlock::restrict(policy, enforcement)?;
+) -> Result<Files, SandboxError> {
+    let status = landlock::restrict(policy, enforcement)?;
     capabilities::drop_all()?;
-    no_new_privs()
+    no_new_privs()?;
+    Ok(match status {
+        Some(status) if status.ruleset != ::landlock::RulesetStatus::NotEnforced => {
+            Files::ConfinedByLandlock
+        }
+        _ => Files::NotConfined,
+    })
 }
 
 #[cfg(test)]

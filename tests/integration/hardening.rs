@@ -5,8 +5,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::harness::no_landlock::deny_landlock;
 use crate::harness::notify::NotifyReceiver;
-use crate::harness::process::{kill_and_reap, run_with_timeout, send_signal, wait_timeout};
+use crate::harness::process::{
+    Finished, kill_and_reap, run_with_timeout, send_signal, wait_timeout,
+};
 use crate::harness::sceau::{BIN, serve_args};
 use crate::harness::{Fixture, Sceau, Swtpm, TempDir, rpc};
 
@@ -38,10 +41,11 @@ async fn the_serving_daemon_holds_no_privileges() {
     }
     assert_eq!(status_field(pid, "NoNewPrivs"), "1");
     // Landlock leaves no trace in /proc; the daemon logs what the kernel
-    // enforced (this kernel: ABI 7, so "partially" of the rights requested).
+    // enforced, in words (ABI 7 here: "partially", as a warning).
     let log = fx.sceau.stderr_text();
     assert!(
-        log.contains("landlock: PartiallyEnforced") || log.contains("landlock: FullyEnforced"),
+        log.contains("WARN  landlock: partially enforced (kernel Landlock ABI")
+            || log.contains("INFO  landlock: fully enforced (kernel Landlock ABI"),
         "{log}"
     );
     assert_eq!(status_field(pid, "Seccomp"), "2");
@@ -61,26 +65,180 @@ async fn the_serving_daemon_holds_no_privileges() {
     assert_eq!(status_field(unfiltered.sceau.pid(), "Seccomp"), "0");
 }
 
-/// `sceau selftest --sandbox` tries five forbidden actions in the sandbox.
+/// The probes `sceau selftest --sandbox` runs, one PASS line each.
+const PROBES: [&str; 9] = [
+    "open /etc/passwd for reading",
+    "create a file outside the sandbox (in a temporary directory)",
+    "connect TCP to 127.0.0.1:9",
+    "connect to a listening unix socket (as to D-Bus)",
+    "make a system call outside the allowlist (unshare)",
+    "create a user namespace (clone with CLONE_NEWUSER)",
+    "reach clone3, whose flags seccomp cannot check",
+    "make the process dumpable again",
+    "hold or gain a capability",
+];
+
+fn selftest(tmp: &TempDir, tpm: &Swtpm, extra: &[&str]) -> Finished {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["selftest", "--sandbox", "--tcti", &tpm.tcti()])
+        .args(extra)
+        .env("TMPDIR", tmp.path());
+    run_with_timeout(&mut cmd, tmp.path(), Duration::from_secs(30))
+}
+
+/// `sceau selftest --sandbox` tries nine forbidden actions in the daemon's
+/// default sandbox, and every one is refused.
+///
+/// Without the fixes of issue 10 (with the old allowlist: `clone` with any
+/// flags, `clone3` and `socket(AF_UNIX)` allowed, restored in
+/// src/sandbox/seccomp.rs for one run), this fails with three FAIL lines:
+/// "FAIL connect to a listening unix socket (as to D-Bus): the action
+/// succeeded", the same for "create a user namespace" and "reach clone3".
 #[test]
 fn selftest_reports_every_forbidden_action_refused() {
     let tmp = TempDir::new("selftest");
     let tpm = Swtpm::start(&tmp.subdir("tpm"));
-    let mut cmd = Command::new(BIN);
-    cmd.args(["selftest", "--sandbox", "--tcti", &tpm.tcti()]);
-    let finished = run_with_timeout(&mut cmd, tmp.path(), Duration::from_secs(30));
-    let passes = finished
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("PASS "))
-        .count();
+    let finished = selftest(&tmp, &tpm, &[]);
+    for probe in PROBES {
+        assert!(
+            finished
+                .stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("PASS {probe}: "))),
+            "no PASS for {probe}:\n{}",
+            finished.all_output()
+        );
+    }
     assert!(
-        finished.status.success() && passes == 5,
+        finished.status.success() && !finished.stdout.contains("FAIL"),
         "selftest: {}\n{}",
         finished.status,
         finished.all_output()
     );
-    assert!(!finished.stdout.contains("FAIL"));
+    // The probes' private directory is gone again.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("sceau-selftest-")
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// The selftest runs the sandbox of the flags it is given, so a weaker
+/// sandbox shows as FAIL lines: this is also the control showing that the
+/// probes can see an action go through.
+///
+/// Without `--landlock`/`--seccomp` in selftest (it always applied the
+/// strictest modes), this fails with "unknown option \"--landlock\"".
+#[test]
+fn selftest_takes_the_daemons_sandbox_flags() {
+    let tmp = TempDir::new("selftest-weak");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let line = |finished: &Finished, probe: &str| {
+        finished
+            .stdout
+            .lines()
+            .find(|l| l.get(5..).is_some_and(|rest| rest.starts_with(probe)))
+            .unwrap_or_else(|| panic!("no line for {probe}:\n{}", finished.all_output()))
+            .to_string()
+    };
+
+    // No sandbox but the capability drop: every other probe gets through.
+    let none = selftest(&tmp, &tpm, &["--landlock=off", "--seccomp=off"]);
+    assert!(!none.status.success(), "{}", none.all_output());
+    for probe in PROBES.iter().filter(|p| !p.starts_with("hold or gain")) {
+        assert!(
+            line(&none, probe).starts_with("FAIL "),
+            "{probe}:\n{}",
+            none.all_output()
+        );
+    }
+
+    // seccomp only logs: what its allowlist alone refuses gets through,
+    // while its errno answers (clone3; file calls without Landlock) stand.
+    let logged = selftest(&tmp, &tpm, &["--landlock=off", "--seccomp=log"]);
+    assert!(!logged.status.success(), "{}", logged.all_output());
+    for probe in [
+        "connect to a listening unix socket (as to D-Bus)",
+        "create a user namespace (clone with CLONE_NEWUSER)",
+        "make a system call outside the allowlist (unshare)",
+    ] {
+        assert_eq!(
+            line(&logged, probe),
+            format!("FAIL {probe}: the action succeeded"),
+            "{}",
+            logged.all_output()
+        );
+    }
+    for probe in [
+        "open /etc/passwd for reading",
+        "create a file outside the sandbox (in a temporary directory)",
+        "reach clone3, whose flags seccomp cannot check",
+    ] {
+        assert_eq!(
+            line(&logged, probe),
+            format!("PASS {probe}: refused"),
+            "{}",
+            logged.all_output()
+        );
+    }
+}
+
+/// On a kernel without Landlock (simulated: the Landlock system calls get
+/// ENOSYS from a seccomp filter the test installs before exec), sceau
+/// refuses to start by default, with one error line naming the way out;
+/// with `--landlock=best-effort` it starts and says, as a warning, that
+/// Landlock is not enforced.
+///
+/// Without the fix (best-effort was the default, NotEnforced logged at
+/// INFO), this fails with "sceau served without Landlock by default".
+#[test]
+fn landlock_missing_is_refused_by_default_and_warned_with_best_effort() {
+    let tmp = TempDir::new("no-landlock");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let socket = tmp.join("sceau.sock");
+
+    let mut refused = Sceau::spawn_with(
+        &tmp,
+        &socket,
+        serve_args(&socket, Some(&tpm.tcti()), &[]),
+        &[],
+        deny_landlock,
+    );
+    let exit = refused.wait_exit(Duration::from_secs(30));
+    let log = refused.stderr_text();
+    assert!(
+        exit.is_some_and(|s| !s.success()),
+        "sceau served without Landlock by default: {exit:?}\n{log}"
+    );
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "{log}");
+    assert!(
+        errors[0].contains("landlock: not enforced (this kernel has no Landlock)")
+            && errors[0].contains("pass --landlock=best-effort"),
+        "{log}"
+    );
+    assert!(!log.contains("serving key_id="), "{log}");
+
+    let mut allowed = Sceau::spawn_with(
+        &tmp,
+        &socket,
+        serve_args(&socket, Some(&tpm.tcti()), &["--landlock=best-effort"]),
+        &[],
+        deny_landlock,
+    );
+    allowed
+        .wait_serving()
+        .unwrap_or_else(|why| panic!("{why}\n{}", allowed.stderr_text()));
+    let log = allowed.stderr_text();
+    assert!(
+        log.contains("WARN  landlock: not enforced (this kernel has no Landlock)"),
+        "{log}"
+    );
 }
 
 /// Only root (and uids given with --allow-uid) may call, even when the
@@ -246,4 +404,94 @@ async fn watchdog_pings_stop_when_the_tpm_stops() {
         "pings went on with the TPM frozen:\n{}",
         sceau.stderr_text()
     );
+}
+
+/// With `--landlock=best-effort` on a kernel without Landlock (simulated as
+/// above), seccomp makes `openat` and `unlink` fail instead, so no file can
+/// be read or created even then; the rest of the sandbox is unchanged.
+///
+/// Without `seccomp::files_filter`, this fails with "FAIL open /etc/passwd
+/// for reading: the action succeeded".
+#[test]
+fn without_landlock_seccomp_refuses_files() {
+    let tmp = TempDir::new("selftest-no-landlock");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let mut cmd = Command::new(BIN);
+    cmd.args(["selftest", "--sandbox", "--tcti", &tpm.tcti()])
+        .arg("--landlock=best-effort")
+        .env("TMPDIR", tmp.path());
+    deny_landlock(&mut cmd);
+    let finished = run_with_timeout(&mut cmd, tmp.path(), Duration::from_secs(30));
+    // Landlock's TCP rule is gone too: the TCP probe may get through.
+    let expected_fail = "FAIL connect TCP to 127.0.0.1:9";
+    for probe in PROBES.iter().filter(|p| !expected_fail.contains(*p)) {
+        assert!(
+            finished
+                .stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("PASS {probe}: "))),
+            "no PASS for {probe}:\n{}",
+            finished.all_output()
+        );
+    }
+    assert!(
+        finished
+            .stderr
+            .contains("openat, unlink and unlinkat fail with EACCES"),
+        "{}",
+        finished.all_output()
+    );
+}
+
+/// sd_notify over an abstract socket (NOTIFY_SOCKET=@name), connected once
+/// before the sandbox: every kind of message sceau sends arrives, the ones
+/// sent after seccomp forbids new unix sockets included (READY, WATCHDOG,
+/// STOPPING).
+///
+/// Without `notify::connect` (sd-notify 0.5 connects per message and takes
+/// `@name` for a path), this fails with "no READY=1; got: " and nothing.
+#[test]
+fn every_notify_message_reaches_an_abstract_socket() {
+    let tmp = TempDir::new("notify-abstract");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let name = format!("sceau-test-notify-{}", std::process::id());
+    let mut notify = NotifyReceiver::bind_abstract(&name);
+    let socket = tmp.join("sceau.sock");
+    let address = format!("@{name}");
+    let env = [
+        ("NOTIFY_SOCKET", address.as_str()),
+        ("WATCHDOG_USEC", "1000000"),
+    ];
+    let mut sceau = Sceau::spawn(
+        &tmp,
+        &socket,
+        serve_args(&socket, Some(&tpm.tcti()), &[]),
+        &env,
+    );
+    assert!(
+        notify.wait_for("READY=1", Duration::from_secs(30)),
+        "no READY=1; got: {}\n{}",
+        notify.all_text(),
+        sceau.stderr_text()
+    );
+    assert!(
+        notify.wait_for("WATCHDOG=1", Duration::from_secs(3)),
+        "{}",
+        notify.all_text()
+    );
+    assert_eq!(sceau.terminate().code(), Some(0), "{}", sceau.stderr_text());
+    assert!(
+        notify.wait_for("STOPPING=1", Duration::from_secs(2)),
+        "{}",
+        notify.all_text()
+    );
+    let all = notify.all_text();
+    for message in [
+        "EXTEND_TIMEOUT_USEC=30000000",
+        "STATUS=opening the TPM",
+        "STATUS=serving key_id=sceau-",
+    ] {
+        assert!(all.contains(message), "no {message} in:\n{all}");
+    }
+    assert!(!sceau.stderr_text().contains("sd_notify failed"));
 }

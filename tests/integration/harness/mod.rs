@@ -4,6 +4,7 @@
 pub mod bus_proxy;
 pub mod envelope;
 pub mod memscan;
+pub mod no_landlock;
 pub mod notify;
 pub mod process;
 pub mod rpc;

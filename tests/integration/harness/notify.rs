@@ -25,6 +25,22 @@ impl NotifyReceiver {
         }
     }
 
+    /// Bound to the abstract name `name` (NOTIFY_SOCKET=@name, which systemd
+    /// may use); `path()` is then `@name`, ready for NOTIFY_SOCKET.
+    pub fn bind_abstract(name: &str) -> NotifyReceiver {
+        use std::os::linux::net::SocketAddrExt;
+        let address = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
+        let socket = UnixDatagram::bind_addr(&address).expect("bind the abstract notify socket");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        NotifyReceiver {
+            socket,
+            path: PathBuf::from(format!("@{name}")),
+            received: Vec::new(),
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -53,13 +53,26 @@ impl Sceau {
     /// `socket` is only where the helpers look for it. stdout and stderr go to a
     /// file so that a chatty daemon can never block on a full pipe.
     pub fn spawn(tmp: &TempDir, socket: &Path, args: Vec<OsString>, env: &[(&str, &str)]) -> Sceau {
+        Self::spawn_with(tmp, socket, args, env, |_| {})
+    }
+
+    /// As `spawn`, with `prepare` applied to the command last (e.g.
+    /// `no_landlock::deny_landlock`).
+    pub fn spawn_with(
+        tmp: &TempDir,
+        socket: &Path,
+        args: Vec<OsString>,
+        env: &[(&str, &str)],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Sceau {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let stderr_path = tmp.join(&format!(
             "sceau-{}.stderr",
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         let log = create_file(&stderr_path);
-        let child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .args(args)
             // A developer's own SCEAU_TCTI must not leak into the tests; a test
             // that wants one passes it in `env`, which is applied afterwards.
@@ -67,7 +80,9 @@ impl Sceau {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone sceau log handle"))
-            .stderr(log)
+            .stderr(log);
+        prepare(&mut command);
+        let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));
         Sceau {
