@@ -65,8 +65,8 @@ impl Connections {
     /// The connection wrapped for serving, or `None` if it was refused (and
     /// so closed, by dropping it).
     fn admit(&self, stream: UnixStream) -> Option<IdleClosingStream> {
-        let uid = match stream.peer_cred() {
-            Ok(cred) => cred.uid(),
+        let (uid, pid) = match stream.peer_cred() {
+            Ok(cred) => (cred.uid(), cred.pid()),
             Err(e) => {
                 if let Some(suppressed) = REFUSED_LOG.allow() {
                     log::warn!(
@@ -79,7 +79,8 @@ impl Connections {
         if !self.callers.allows(uid) {
             if let Some(suppressed) = REFUSED_LOG.allow() {
                 log::warn!(
-                    "refused a connection from uid {uid}; allowed uids: {}{suppressed}",
+                    "refused a connection from uid {uid} (pid {pid:?}); allowed uids: \
+                     {}{suppressed}",
                     self.callers
                 );
             }
