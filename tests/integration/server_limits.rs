@@ -331,3 +331,92 @@ async fn a_call_longer_than_the_idle_limit_gets_its_deadline() {
         "DEADLINE_EXCEEDED after {took:?}"
     );
 }
+
+/// HPACK (RFC 7541) for an Encrypt call's request headers, every field a
+/// literal without Huffman coding.
+fn encrypt_headers() -> Vec<u8> {
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http (static table)
+    let mut literal = |prefix: &[u8], value: &str| {
+        block.extend_from_slice(prefix);
+        block.push(u8::try_from(value.len()).unwrap());
+        block.extend_from_slice(value.as_bytes());
+    };
+    literal(&[0x04], "/v2.KeyManagementService/Encrypt"); // :path
+    literal(&[0x01], "localhost"); // :authority
+    literal(&[0x0f, 0x10], "application/grpc"); // content-type (index 31)
+    literal(&[0x00, 0x02, b't', b'e'], "trailers");
+    block
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut frame = vec![len[1], len[2], len[3], kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// Reads frames until one on `stream` carries END_STREAM (true), the
+/// connection closes, or `within` passes (false).
+fn stream_ended_within(conn: &mut UnixStream, stream: u32, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 4096];
+    conn.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    while Instant::now() < until {
+        match conn.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return false,
+        }
+        while pending.len() >= 9 {
+            let len = usize::from(pending[0]) << 16
+                | usize::from(pending[1]) << 8
+                | usize::from(pending[2]);
+            if pending.len() < 9 + len {
+                break;
+            }
+            let (kind, flags) = (pending[3], pending[4]);
+            let id =
+                u32::from_be_bytes([pending[5], pending[6], pending[7], pending[8]]) & 0x7fff_ffff;
+            // HEADERS or DATA with END_STREAM, or RST_STREAM.
+            if id == stream && (matches!(kind, 0x0 | 0x1) && flags & 0x1 != 0 || kind == 0x3) {
+                return true;
+            }
+            pending.drain(..9 + len);
+        }
+    }
+    false
+}
+
+/// A call whose request body never arrives in full is ended by the server
+/// shortly after the request deadline (2.5 s + 2 s), and, not having
+/// completed, it does not keep the connection past the idle limit.
+/// Without the per-call limit, this fails with "the call was not ended
+/// within 7 s" (the call stays open until the idle close).
+#[test]
+fn a_call_whose_request_never_completes_is_ended() {
+    let fx = Fixture::start("call-limit", &[]);
+    let mut conn = raw_connection(fx.sceau.socket());
+    let opened = Instant::now();
+    conn.write_all(CLIENT_PREFACE).unwrap();
+    // HEADERS (END_HEADERS) on stream 1, then DATA announcing a 34-byte
+    // message of which only 3 bytes ever come.
+    conn.write_all(&frame(0x1, 0x4, 1, &encrypt_headers()))
+        .unwrap();
+    conn.write_all(&frame(0x0, 0x0, 1, &[0, 0, 0, 0, 34, 0x0a, 0x20, 0x01]))
+        .unwrap();
+    assert!(
+        stream_ended_within(&mut conn, 1, Duration::from_secs(7)),
+        "the call was not ended within 7 s"
+    );
+    let ended = opened.elapsed();
+    assert!(ended >= Duration::from_secs(4), "ended after {ended:?}");
+    let remaining = (IDLE_LIMIT + Duration::from_secs(3)).saturating_sub(opened.elapsed());
+    assert!(
+        closed_within(&mut conn, remaining),
+        "the connection outlived the idle limit after a call that never completed"
+    );
+}
