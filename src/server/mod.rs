@@ -45,7 +45,8 @@ pub const MAX_REQUEST_BYTES: usize = MAX_CIPHERTEXT_LEN + MAX_RECIPIENTS * 256 +
 pub const MAX_CONCURRENT_STREAMS: u32 = 16;
 /// Connections served at once; more are closed at accept. The apiserver
 /// uses one per KMS provider, `sceau check` and probes one each; 64 leaves
-/// room for bursts of short-lived clients, at a few hundred KiB each.
+/// room for bursts of short-lived clients. What each may buffer is bounded
+/// by the windows and the header list size below.
 pub const MAX_CONNECTIONS: usize = 64;
 /// The HTTP/2 flow-control windows: how many request bytes a client may send
 /// ahead of sceau reading them, per stream and per connection. hyper's
