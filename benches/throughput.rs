@@ -331,6 +331,7 @@ impl ServerUnderTest {
             listener,
             service,
             callers,
+            DEFAULT_DEADLINE,
             async move {
                 let _ = stopped.await;
                 sceau::server::StopReason::Terminate

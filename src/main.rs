@@ -456,7 +456,7 @@ fn confine_and_serve(
             None => log::info!("serving key_id={key_id} on the socket systemd passed"),
         }
         notify::ready(&key_id);
-        anyhow::Ok(server::serve(listener, service, callers, stop).await?)
+        anyhow::Ok(server::serve(listener, service, callers, options.request_deadline, stop).await?)
     })?;
     drop(runtime);
     wait_for_worker(worker_thread);

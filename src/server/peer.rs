@@ -2,14 +2,18 @@
 //!
 //! The socket's mode already keeps others out; this check also holds when an
 //! operator widens the mode or group, or when a process inherits a connected
-//! fd it should not have.
+//! fd it should not have. It runs at accept (src/server/accept.rs), which
+//! closes a refused connection at once; the interceptor here repeats it for
+//! each call as a second line.
 #![forbid(unsafe_code)]
 
+use std::fmt;
 use std::sync::Arc;
 
 use tonic::service::Interceptor;
-use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Status};
+
+use super::idle::ConnectionInfo;
 
 /// Root, plus the uids given with `--allow-uid`.
 #[derive(Clone, Debug)]
@@ -22,8 +26,14 @@ impl AllowedCallers {
         Self(uids.into())
     }
 
-    fn allows(&self, uid: u32) -> bool {
+    pub fn allows(&self, uid: u32) -> bool {
         self.0.contains(&uid)
+    }
+}
+
+impl fmt::Display for AllowedCallers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
     }
 }
 
@@ -31,8 +41,8 @@ impl Interceptor for AllowedCallers {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         let credentials = request
             .extensions()
-            .get::<UdsConnectInfo>()
-            .and_then(|info| info.peer_cred);
+            .get::<ConnectionInfo>()
+            .and_then(|info| info.uds.peer_cred);
         match credentials {
             Some(cred) if self.allows(cred.uid()) => Ok(request),
             Some(cred) => {

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
@@ -24,6 +24,8 @@ pub enum SocketError {
     NotASocket(PathBuf),
     #[error("another process is serving on {0}")]
     InUse(PathBuf),
+    #[error("{0} was replaced while sceau was binding it; check who else can write its directory")]
+    Replaced(PathBuf),
     #[error("unknown group {0:?}")]
     UnknownGroup(String),
     #[error("{action} {path}: {source}")]
@@ -66,6 +68,15 @@ pub fn preflight(options: &SocketOptions) -> Result<(), SocketError> {
 /// file or a socket someone is still serving on. The listener goes to the
 /// server, which closes it when it stops accepting; the file is removed later.
 pub fn bind(options: &SocketOptions) -> Result<(UnixListener, SocketFile), SocketError> {
+    bind_with(options, |_| {})
+}
+
+/// [`bind`], with `before_ownership` run between creating the socket file
+/// and setting its group: tests use it to swap the path for a symlink.
+fn bind_with(
+    options: &SocketOptions,
+    before_ownership: impl FnOnce(&Path),
+) -> Result<(UnixListener, SocketFile), SocketError> {
     let path = options.path.clone();
     let io_error = |action, source| SocketError::Io {
         action,
@@ -78,19 +89,29 @@ pub fn bind(options: &SocketOptions) -> Result<(UnixListener, SocketFile), Socke
     }
     let gid = options.group.as_deref().map(resolve_group).transpose()?;
     let listener = {
-        // Created 0600 so that no one can connect before the mode is set.
-        let _umask = UmaskGuard::set(0o177);
+        // Created with its final mode, so that nothing has to chmod the path
+        // afterwards: chmod by path follows a symlink that someone able to
+        // write the directory swaps in for the socket.
+        let _umask = UmaskGuard::set(!options.mode & 0o777);
         UnixListener::bind(&path).map_err(|e| io_error("binding", e))?
     };
+    before_ownership(&path);
     if let Some(gid) = gid {
-        std::os::unix::fs::chown(&path, None, Some(gid)).map_err(|e| io_error("chgrp", e))?;
+        // lchown changes a symlink itself, never its target. Until it runs,
+        // the socket's group is sceau's own; the uid check at accept is what
+        // keeps callers out either way.
+        std::os::unix::fs::lchown(&path, None, Some(gid)).map_err(|e| io_error("chgrp", e))?;
     }
-    fs::set_permissions(&path, fs::Permissions::from_mode(options.mode))
-        .map_err(|e| io_error("chmod", e))?;
+    let metadata = fs::symlink_metadata(&path).map_err(|e| io_error("inspecting", e))?;
+    let intact = metadata.file_type().is_socket()
+        && metadata.mode() & 0o777 == options.mode & 0o777
+        && gid.is_none_or(|gid| metadata.gid() == gid);
+    if !intact {
+        return Err(SocketError::Replaced(path));
+    }
     listener
         .set_nonblocking(true)
         .map_err(|e| io_error("configuring", e))?;
-    let metadata = fs::symlink_metadata(&path).map_err(|e| io_error("inspecting", e))?;
     let file = SocketFile {
         path,
         inode: (metadata.dev(), metadata.ino()),
@@ -136,6 +157,8 @@ fn resolve_group(group: &str) -> Result<u32, SocketError> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {
@@ -203,6 +226,46 @@ mod tests {
             (0o660, own_gid)
         );
         file.remove();
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Someone who can write the socket's directory swaps the new socket for
+    /// a symlink before its group and mode are set: the symlink's target
+    /// keeps its mode and group, and bind fails.
+    /// Without no-follow calls, this fails with the target's mode changed
+    /// from 0644 to 0660 (chmod followed the symlink).
+    #[test]
+    fn never_follows_a_symlink_swapped_in_for_the_socket() {
+        let dir = scratch("symlink");
+        let path = dir.join("kms.sock");
+        let target = dir.join("precious");
+        fs::write(&target, b"keep me").unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        let own_gid = fs::metadata(&dir).unwrap().gid();
+        let before = fs::metadata(&target).unwrap();
+        let result = bind_with(
+            &SocketOptions {
+                path: path.clone(),
+                mode: 0o660,
+                group: Some(own_gid.to_string()),
+            },
+            |path| {
+                fs::remove_file(path).unwrap();
+                std::os::unix::fs::symlink(&target, path).unwrap();
+            },
+        );
+        let after = fs::metadata(&target).unwrap();
+        assert_eq!(
+            after.permissions().mode() & 0o7777,
+            0o644,
+            "the symlink's target was chmodded"
+        );
+        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+        assert!(
+            matches!(result, Err(SocketError::Replaced(_))),
+            "bind must notice the swap: {:?}",
+            result.err()
+        );
         fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -323,7 +323,9 @@ fn sigterm_during_startup_leaves_no_socket() {
 /// Calls already received when SIGTERM arrives are completed, not dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_finishes_in_flight_calls() {
-    const IN_FLIGHT: usize = 64;
+    // As many as sceau lets one connection have open at once: further calls
+    // would wait in the client, unsent, and GOAWAY fails those.
+    const IN_FLIGHT: usize = ::sceau::server::MAX_CONCURRENT_STREAMS as usize;
     let mut fx = Fixture::start("in-flight", &[]);
     let (client, key_id) = fx.client().await;
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();

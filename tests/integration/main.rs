@@ -19,5 +19,6 @@ mod malformed;
 mod memory_scan;
 mod restart;
 mod round_trip;
+mod server_limits;
 mod tools_cross_check;
 mod tpm_faults;
