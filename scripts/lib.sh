@@ -2,8 +2,9 @@
 
 # Debian 12 packages sceau builds and tests against.
 # systemd brings systemd-analyze and systemd-socket-activate; util-linux brings
-# setpriv (the non-root caller test).
-SCEAU_PACKAGES=(libtss2-dev pkg-config gcc swtpm swtpm-tools tpm2-tools systemd util-linux)
+# setpriv and prlimit (the non-root caller and fd-exhaustion tests); python3 runs
+# the refused-uid client of server_limits.rs.
+SCEAU_PACKAGES=(libtss2-dev pkg-config gcc swtpm swtpm-tools tpm2-tools systemd util-linux python3)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).
 install_packages() {
