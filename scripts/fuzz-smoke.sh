@@ -45,6 +45,19 @@ else
     trap 'rm -rf "$work"' EXIT
 fi
 
+# libFuzzer's default -max_len is the largest seed (4 KiB to 8 KiB here), too
+# small to build the inputs that hurt the recovery readers: overlapping bbolt
+# elements need a database of many pages to cost gigabytes, and a JSON object
+# must have tens of thousands of members before a quadratic check shows.
+# audit/fuzzing.md ("Input size") says why these lengths.
+max_len_for() {
+    case $1 in
+    recovery_input) echo 2097152 ;;
+    key_files) echo 65536 ;;
+    *) echo "" ;;
+    esac
+}
+
 # Runs one target; prints its summary line and returns libFuzzer's status.
 run_target() {
     local target=$1 log="$work/$1.log" rc=0 cpu
@@ -53,11 +66,16 @@ run_target() {
     local seeds
     seeds=$(find "$work/$target" -type f | wc -l)
     local TIMEFORMAT='%U %S'
+    local size=() max_len
+    max_len=$(max_len_for "$target")
+    if [ -n "$max_len" ]; then
+        size=(-max_len="$max_len")
+    fi
     # -timeout: an input taking over 10 s is a hang; -rss_limit_mb is
     # libFuzzer's default, stated so the limit is visible here.
     cpu=$({ time cargo fuzz run "$target" "$work/$target" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 >"$log" 2>&1; } 2>&1) || rc=$?
+        "${size[@]}" -print_final_stats=1 >"$log" 2>&1; } 2>&1) || rc=$?
     cpu=$(echo "$cpu" | tail -n 1 | awk '{ printf "%.1f", $1 + $2 }')
     local execs cov
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")

@@ -84,7 +84,8 @@ pub struct SrkPublicOptions {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryKeygenOptions {
-    /// Where the private identity goes (created 0600, never overwritten).
+    /// Where the private identity goes (created 0600, never overwritten; not
+    /// created at all when the public file exists).
     pub identity: PathBuf,
     /// Where the public half goes, for `serve --recovery-key`.
     pub public: PathBuf,
@@ -260,7 +261,8 @@ Options:
       --identity FILE  The private half: created with mode 0600; an existing file is refused.
                        Keep it offline: it opens every envelope made while its public half
                        was configured
-      --public FILE    The public half, for `serve --recovery-key`
+      --public FILE    The public half, for `serve --recovery-key`. If either file exists,
+                       nothing is written
   -h, --help           Print help
 ";
 
@@ -277,7 +279,8 @@ Input (one; default: --envelope -):
       --etcd-snapshot FILE  An `etcdctl snapshot save` file: prints every Secret in plaintext
       --etcd-json FILE      `etcdctl get --prefix /registry/secrets -w json` output: as above
 Options:
-      --identity FILE       The file `sceau recovery-keygen --identity` wrote
+      --identity FILE       The file `sceau recovery-keygen --identity` wrote; refused if group
+                            or others can access it (`chmod 600 FILE`)
       --force               Write plaintext even when standard output is a terminal
   -h, --help                Print help
 ";

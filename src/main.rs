@@ -312,15 +312,42 @@ fn write_new(path: &std::path::Path, mode: u32, bytes: &[u8]) -> anyhow::Result<
         .with_context(|| format!("creating {}", path.display()))
 }
 
-/// Writes the two halves of a new recovery key; never overwrites a file.
+/// Writes the two halves of a new recovery key; never overwrites a file, and
+/// never leaves one half without the other: an identity whose public file
+/// was not written would be a private key nobody knows to keep.
 fn recovery_keygen(options: &RecoveryKeygenOptions) -> anyhow::Result<()> {
+    if options.identity == options.public {
+        bail!("--identity and --public name the same file; give two different paths");
+    }
+    // Checked before anything is written; O_EXCL below still settles a race.
+    for path in [&options.identity, &options.public] {
+        if path.symlink_metadata().is_ok() {
+            bail!(
+                "{} already exists; recovery-keygen never overwrites a key: move it away or choose another path",
+                path.display()
+            );
+        }
+    }
     let identity = RecoveryIdentity::generate();
     write_new(
         &options.identity,
         0o600,
         identity.identity_file().as_bytes(),
     )?;
-    write_new(&options.public, 0o644, identity.public_file().as_bytes())?;
+    if let Err(error) = write_new(&options.public, 0o644, identity.public_file().as_bytes()) {
+        // The identity was created by this run (O_EXCL), so it is ours to
+        // remove; a failure to do so is reported with the first error.
+        return Err(match std::fs::remove_file(&options.identity) {
+            Ok(()) => error.context(format!(
+                "no key written ({} removed again)",
+                options.identity.display()
+            )),
+            Err(removal) => error.context(format!(
+                "{} was written but could not be removed ({removal}): delete it by hand",
+                options.identity.display()
+            )),
+        });
+    }
     eprintln!(
         "recovery key {} written: identity {} (keep offline), public {}",
         sceau::tpm::srk::hex(identity.public().name()),
@@ -336,11 +363,7 @@ fn recover(options: &RecoverOptions) -> anyhow::Result<()> {
     if std::io::stdout().is_terminal() && !options.force {
         bail!("refusing to write plaintext to a terminal; redirect the output or pass --force");
     }
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(&options.identity)
-            .with_context(|| format!("reading {}", options.identity.display()))?,
-    );
-    let identity = RecoveryIdentity::parse(&text)?;
+    let identity = RecoveryIdentity::parse(&read_identity(&options.identity)?)?;
     let read_input = |path: &std::path::Path| -> anyhow::Result<Vec<u8>> {
         let mut bytes = Vec::new();
         if path == std::path::Path::new("-") {
@@ -367,6 +390,33 @@ fn recover(options: &RecoverOptions) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Reads the recovery identity, refusing a file that group or others can
+/// access: it holds the key that opens every envelope, and a loose mode is
+/// how a copy of it leaks. The mode is taken from the opened file, not the
+/// path, so it is the mode of the bytes read.
+fn read_identity(path: &std::path::Path) -> anyhow::Result<zeroize::Zeroizing<String>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mode = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        bail!(
+            "{path} holds the recovery private key but has mode {mode:04o} (group or others have access): run `chmod 600 {path}` and check who may have copied it",
+            path = path.display(),
+            mode = mode & 0o7777,
+        );
+    }
+    let mut text = zeroize::Zeroizing::new(String::new());
+    file.read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(text)
 }
 
 /// A raw ciphertext, or a whole stored etcd value (`k8s:enc:kms:v2:…`), which

@@ -865,5 +865,40 @@ fn recovery_input_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 ),
             ),
         ),
+        (
+            "review-overlapping-elements",
+            recovery_input(RecoveryMode::Snapshot, &overlapping_snapshot(&db)),
+        ),
+        (
+            "review-many-members",
+            recovery_input(RecoveryMode::EtcdctlJson, many_members().as_bytes()),
+        ),
     ]
+}
+
+/// The small snapshot with its first key-bucket leaf's second element
+/// pointed at the first one's bytes: the shape of the issue 10 snapshot
+/// that handed the same value out thousands of times. Refused.
+fn overlapping_snapshot(db: &[u8]) -> Vec<u8> {
+    let mut file = db.to_vec();
+    let leaf = 5 * bolt::PAGE;
+    let pos = |file: &[u8], i: usize| {
+        let at = leaf + 16 + 16 * i + 4;
+        u32::from_le_bytes(file[at..at + 4].try_into().expect("4 bytes"))
+    };
+    let first = pos(&file, 0) - 16;
+    file[leaf + 36..leaf + 40].copy_from_slice(&first.to_le_bytes());
+    let error = values_from_snapshot(&file).expect_err("overlapping elements are refused");
+    assert!(error.to_string().contains("overlaps"), "{error}");
+    file
+}
+
+/// An etcdctl response with one member more than the JSON reader takes
+/// (issue 10: its repeated-name check was quadratic). Refused.
+fn many_members() -> String {
+    let members: Vec<String> = (0..1024).map(|i| format!("\"m{i}\":0")).collect();
+    let text = format!("{{\"kvs\":[],{}}}", members.join(","));
+    let error = values_from_etcdctl_json(&text).expect_err("1025 members are refused");
+    assert!(error.to_string().contains("too many members"), "{error}");
+    text
 }

@@ -24,17 +24,38 @@ pub const IDENTITY_LABEL: &str = "SCEAU RECOVERY IDENTITY";
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryKeyError {
     #[error("identity file: {0}")]
-    Armor(#[from] ArmorError),
+    Armor(ArmorError),
     #[error("identity file: not a P-256 private key")]
     NotAKey,
     #[error("identity file: the name line does not match the key")]
     PinMismatch,
     #[error("malformed envelope: {0}")]
-    Envelope(#[from] ClusterEnvelopeError),
+    Envelope(ClusterEnvelopeError),
     #[error("this recovery key is not a recipient of the envelope (key_id {0})")]
     NotARecipient(KeyId),
     #[error("the recovery entry does not open: {0}")]
-    Import(#[from] ImportError),
+    Import(ImportError),
+}
+
+// The inner errors are part of each message and deliberately not `source`s
+// (no `#[from]`): `sceau recover` prints the whole chain, so a source would
+// be printed twice.
+impl From<ArmorError> for RecoveryKeyError {
+    fn from(error: ArmorError) -> Self {
+        Self::Armor(error)
+    }
+}
+
+impl From<ClusterEnvelopeError> for RecoveryKeyError {
+    fn from(error: ClusterEnvelopeError) -> Self {
+        Self::Envelope(error)
+    }
+}
+
+impl From<ImportError> for RecoveryKeyError {
+    fn from(error: ImportError) -> Self {
+        Self::Import(error)
+    }
 }
 
 /// The private half, held only by the recovery tool.
@@ -139,6 +160,35 @@ impl RecoveryIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `sceau recover` prints for an error: its message, then each
+    /// source's (anyhow's `{:#}`).
+    fn as_printed(error: &RecoveryKeyError) -> String {
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(inner) = source {
+            text.push_str(&format!(": {inner}"));
+            source = inner.source();
+        }
+        text
+    }
+
+    /// A bad identity file or envelope is named in one clear line. Without
+    /// this, this fails with "identity file: no '-----BEGIN SCEAU RECOVERY
+    /// IDENTITY-----' line: no '-----BEGIN ...' line" (and an envelope's
+    /// cause came three times).
+    #[test]
+    fn errors_name_their_cause_once() {
+        let identity = RecoveryIdentity::generate();
+        let errors = [
+            RecoveryIdentity::parse("no armor here").err().unwrap(),
+            identity.open(&[], &HashMap::new()).err().unwrap(),
+        ];
+        for error in errors {
+            let printed = as_printed(&error);
+            assert_eq!(printed, error.to_string(), "{printed}");
+        }
+    }
 
     #[test]
     fn identity_file_round_trips_and_is_pinned() {

@@ -26,6 +26,14 @@
 //! tree depth is bounded, so a corrupt or hostile file yields an error, never
 //! a panic or an endless walk. The freelist is not read: only pages reachable
 //! from the current meta page are, which is exactly the committed state.
+//!
+//! A walk also never hands out a byte of the file twice, because callers copy
+//! what it yields: bbolt writes a leaf's keys and values one after the other
+//! behind its element array, so elements whose bytes overlap are refused, and
+//! so is a page reached inside another page's overflow. Hostile files built
+//! of overlapping elements otherwise made a 1 MB snapshot cost gigabytes. As
+//! a second bound, the bytes one walk yields are counted and may not exceed
+//! the file's (or the inline page's) length; `for_each` returns the count.
 #![forbid(unsafe_code)]
 
 use std::collections::HashSet;
@@ -55,8 +63,14 @@ pub enum BoltError {
     BadPageType { pgid: u64, flags: u16 },
     #[error("element {index} of page {pgid} points outside the page")]
     ElementOutOfRange { pgid: u64, index: usize },
-    #[error("page {0} is reached twice: the tree is corrupt")]
+    #[error(
+        "page {0} is reached twice (directly or inside another page's overflow): the tree is corrupt"
+    )]
     PageCycle(u64),
+    #[error("element {index} of page {pgid} overlaps another element's bytes: the page is corrupt")]
+    OverlappingElements { pgid: u64, index: usize },
+    #[error("the walk yields more bytes than the file holds: the tree is corrupt")]
+    TooManyBytes,
     #[error("the B+tree is deeper than {MAX_DEPTH} levels")]
     TooDeep,
     #[error("bucket {0:?} has a malformed header")]
@@ -201,17 +215,25 @@ impl<'a> Db<'a> {
         found.map(|value| bucket_root(name, value)).transpose()
     }
 
-    /// Calls `visit` for every leaf element of the bucket, in key order.
+    /// Calls `visit` for every leaf element of the bucket, in key order, and
+    /// returns how many key and value bytes it handed out (at most the
+    /// length of the file, or of the inline bucket's page).
     pub fn for_each(
         &self,
         bucket: BucketRoot<'a>,
         visit: &mut dyn FnMut(Entry<'a>),
-    ) -> Result<(), BoltError> {
+    ) -> Result<usize, BoltError> {
         let mut seen = HashSet::new();
+        let limit = match bucket {
+            BucketRoot::Page(_) => self.file.len(),
+            BucketRoot::Inline(page) => page.len(),
+        };
+        let mut budget = limit;
         match bucket {
-            BucketRoot::Page(pgid) => self.walk(pgid, 0, &mut seen, visit),
-            BucketRoot::Inline(page) => leaf_entries(page, 0, visit),
+            BucketRoot::Page(pgid) => self.walk(pgid, 0, &mut seen, &mut budget, visit)?,
+            BucketRoot::Inline(page) => leaf_entries(page, 0, &mut budget, visit)?,
         }
+        Ok(limit - budget)
     }
 
     fn walk(
@@ -219,20 +241,26 @@ impl<'a> Db<'a> {
         pgid: u64,
         depth: usize,
         seen: &mut HashSet<u64>,
+        budget: &mut usize,
         visit: &mut dyn FnMut(Entry<'a>),
     ) -> Result<(), BoltError> {
         if depth > MAX_DEPTH {
             return Err(BoltError::TooDeep);
         }
-        if !seen.insert(pgid) {
-            return Err(BoltError::PageCycle(pgid));
-        }
         let page = self.page(pgid)?;
+        // The page and each of its overflow pages: none may be reached again,
+        // on its own or inside another page's span.
+        let span = (page.len() / self.page_size) as u64;
+        for id in pgid..pgid + span {
+            if !seen.insert(id) {
+                return Err(BoltError::PageCycle(id));
+            }
+        }
         match u16_at(page, 8) {
-            LEAF_PAGE => leaf_entries(page, pgid, visit),
+            LEAF_PAGE => leaf_entries(page, pgid, budget, visit),
             BRANCH_PAGE => {
                 for child in branch_children(page, pgid)? {
-                    self.walk(child, depth + 1, seen, visit)?;
+                    self.walk(child, depth + 1, seen, budget, visit)?;
                 }
                 Ok(())
             }
@@ -283,23 +311,45 @@ fn element_headers(page: &[u8], pgid: u64) -> Result<usize, BoltError> {
     Ok(count)
 }
 
+/// Visits a leaf page's elements after checking that no two share a byte
+/// and that none reaches into the element array, then takes their length
+/// from `budget`.
 fn leaf_entries<'a>(
     page: &'a [u8],
     pgid: u64,
+    budget: &mut usize,
     visit: &mut dyn FnMut(Entry<'a>),
 ) -> Result<(), BoltError> {
-    for index in 0..element_headers(page, pgid)? {
+    let count = element_headers(page, pgid)?;
+    let mut entries = Vec::with_capacity(count);
+    // (start, end, index) of each element's key and value within the page.
+    let mut spans = Vec::with_capacity(count);
+    for index in 0..count {
         let e = PAGE_HEADER + index * ELEMENT;
         let (flags, pos) = (u32_at(page, e), u32_at(page, e + 4));
         let (ksize, vsize) = (u32_at(page, e + 8) as usize, u32_at(page, e + 12) as usize);
         let both = element_range(page, pgid, index, pos, ksize.saturating_add(vsize))?;
+        // element_range checked that this sum is inside the page.
+        let start = e + pos as usize;
+        spans.push((start, start + both.len(), index));
         let (key, value) = both.split_at(ksize);
-        visit(Entry {
+        entries.push(Entry {
             key,
             value,
             is_bucket: flags & BUCKET_LEAF != 0,
         });
     }
+    spans.sort_unstable();
+    let mut free_from = PAGE_HEADER + count * ELEMENT;
+    for &(start, end, index) in &spans {
+        if start < free_from && start < end {
+            return Err(BoltError::OverlappingElements { pgid, index });
+        }
+        free_from = free_from.max(end);
+    }
+    let total: usize = spans.iter().map(|(start, end, _)| end - start).sum();
+    *budget = budget.checked_sub(total).ok_or(BoltError::TooManyBytes)?;
+    entries.into_iter().for_each(visit);
     Ok(())
 }
 
@@ -432,6 +482,154 @@ mod tests {
         file[3 * PS + 12..3 * PS + 16].copy_from_slice(&u32::MAX.to_le_bytes()); // overflow
         let db = Db::open(&file).unwrap();
         assert_eq!(entries(&db, b"b").err(), Some(BoltError::PageOutOfRange(3)));
+    }
+
+    /// A file of `pages` pages: metas, then a root leaf at page 2 holding
+    /// bucket `name` with its root at page 3, which the caller fills in.
+    fn db_with_bucket(name: &[u8], pages: usize) -> Vec<u8> {
+        let mut file = vec![0u8; pages * PS];
+        meta(&mut file[..PS], 0, 2, pages as u64, 6);
+        meta(&mut file[PS..2 * PS], 1, 2, pages as u64, 5);
+        let mut b = vec![0u8; 16];
+        b[..8].copy_from_slice(&3u64.to_le_bytes());
+        leaf(&mut file[2 * PS..3 * PS], 2, &[(1, name, &b)]);
+        file
+    }
+
+    /// Page 3 as a leaf of `count` elements that all point at the same key
+    /// (`key`) and value (the rest of the page).
+    fn overlapping_leaf(file: &mut [u8], count: usize, key: &[u8], value: &[u8]) {
+        let page = &mut file[3 * PS..4 * PS];
+        header(page, 3, LEAF_PAGE, count as u16, 0);
+        let data = PAGE_HEADER + count * ELEMENT;
+        page[data..data + key.len()].copy_from_slice(key);
+        page[data + key.len()..data + key.len() + value.len()].copy_from_slice(value);
+        for i in 0..count {
+            let e = PAGE_HEADER + i * ELEMENT;
+            page[e + 4..e + 8].copy_from_slice(&((data - e) as u32).to_le_bytes());
+            page[e + 8..e + 12].copy_from_slice(&(key.len() as u32).to_le_bytes());
+            page[e + 12..e + 16].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        }
+    }
+
+    /// Many elements pointing at one value would hand the same bytes out
+    /// again and again (the caller copies each): refused at the second.
+    /// Without the overlap check and the byte budget, this fails with
+    /// `left: Ok(176000)`: eleven times the file, from one 4 KiB page.
+    #[test]
+    fn refuses_overlapping_elements() {
+        let mut file = db_with_bucket(b"b", 4);
+        overlapping_leaf(&mut file, 200, b"k", &[b'v'; 879]);
+        let db = Db::open(&file).unwrap();
+        let bucket = db.bucket(db.root(), b"b").unwrap().unwrap();
+        assert_eq!(
+            db.for_each(bucket, &mut |_| {}),
+            Err(BoltError::OverlappingElements { pgid: 3, index: 1 })
+        );
+        // Two elements sharing only their last and first byte overlap too.
+        let mut file = small_db();
+        let page = &mut file[3 * PS..];
+        leaf(page, 3, &[(0, b"k1", b"v1"), (0, b"k2", b"v2")]);
+        let pos1 = u32_at(page, PAGE_HEADER + ELEMENT + 4);
+        page[PAGE_HEADER + ELEMENT + 4..PAGE_HEADER + ELEMENT + 8]
+            .copy_from_slice(&(pos1 - 1).to_le_bytes());
+        let db = Db::open(&file).unwrap();
+        assert_eq!(
+            entries(&db, b"b").err(),
+            Some(BoltError::OverlappingElements { pgid: 3, index: 1 })
+        );
+    }
+
+    /// The same through `sceau recover --etcd-snapshot`'s reader: a `key`
+    /// bucket whose 200 elements are one valid revision and KeyValue.
+    /// Without the overlap check, this fails with `left: Ok([StoredValue ..`
+    /// (the copies were made, then merged as one key).
+    #[test]
+    fn a_snapshot_of_overlapping_values_is_refused() {
+        let mut revision = [0u8; 17];
+        revision[7] = 2;
+        revision[8] = b'_';
+        let mut kv = vec![0x0a, 2, b'/', b'k', 0x18, 2, 0x2a, 0x80, 0x06];
+        kv.extend_from_slice(&[b'x'; 0x300]);
+        let mut file = db_with_bucket(b"key", 4);
+        overlapping_leaf(&mut file, 200, &revision, &kv[..]);
+        assert_eq!(
+            crate::recovery::etcd::values_from_snapshot(&file),
+            Err(crate::recovery::etcd::EtcdError::Bolt(
+                BoltError::OverlappingElements { pgid: 3, index: 1 }
+            ))
+        );
+    }
+
+    /// A leaf whose overflow covers page 5, and page 5 reached again from
+    /// the branch: the same bytes would be read twice. Without marking
+    /// overflow pages as seen, this fails with `left: Ok(8)`.
+    #[test]
+    fn refuses_a_page_inside_another_pages_overflow() {
+        let mut file = db_with_bucket(b"b", 6);
+        let page = &mut file[3 * PS..4 * PS];
+        header(page, 3, BRANCH_PAGE, 2, 0);
+        for (i, child) in [4u64, 5].into_iter().enumerate() {
+            let e = PAGE_HEADER + i * ELEMENT;
+            page[e..e + 4].copy_from_slice(&((2 * ELEMENT - i * ELEMENT) as u32).to_le_bytes());
+            page[e + 8..e + 16].copy_from_slice(&child.to_le_bytes());
+        }
+        leaf(&mut file[4 * PS..6 * PS], 4, &[(0, b"k1", b"v1")]);
+        file[4 * PS + 12..4 * PS + 16].copy_from_slice(&1u32.to_le_bytes()); // overflow
+        leaf(&mut file[5 * PS..], 5, &[(0, b"k2", b"v2")]);
+        let db = Db::open(&file).unwrap();
+        let bucket = db.bucket(db.root(), b"b").unwrap().unwrap();
+        assert_eq!(
+            db.for_each(bucket, &mut |_| {}),
+            Err(BoltError::PageCycle(5))
+        );
+    }
+
+    /// The second bound: a walk that would hand out more bytes than its
+    /// budget stops with an error before visiting anything. Without the
+    /// budget, this fails with `left: Ok(())`, `right: Err(TooManyBytes)`.
+    #[test]
+    fn the_byte_budget_bounds_a_walk() {
+        let file = small_db();
+        let page = &file[3 * PS..];
+        let mut visited = 0;
+        let mut budget = 3;
+        assert_eq!(
+            leaf_entries(page, 3, &mut budget, &mut |_| visited += 1),
+            Err(BoltError::TooManyBytes)
+        );
+        assert_eq!(visited, 0);
+        let mut budget = 4;
+        leaf_entries(page, 3, &mut budget, &mut |_| visited += 1).unwrap();
+        assert_eq!((visited, budget), (1, 0));
+    }
+
+    /// Over a real etcd database with bytes flipped all over it, no walk
+    /// hands out more bytes than the file holds.
+    #[test]
+    fn walks_of_corrupt_databases_hand_out_at_most_the_file() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/recovery/snapshot.db"
+        );
+        let file = std::fs::read(path).unwrap();
+        let bare = &file[..file.len() - 32];
+        let walk = |bytes: &[u8]| -> Result<usize, BoltError> {
+            let db = Db::open(bytes)?;
+            match db.bucket(db.root(), b"key")? {
+                Some(bucket) => db.for_each(bucket, &mut |_| {}),
+                None => Ok(0),
+            }
+        };
+        let whole = walk(bare).unwrap();
+        assert!(whole > 0 && whole <= bare.len());
+        for at in (0..bare.len()).step_by(31) {
+            let mut corrupt = bare.to_vec();
+            corrupt[at] ^= 0xff;
+            if let Ok(n) = walk(&corrupt) {
+                assert!(n <= corrupt.len(), "{n} bytes from {}", corrupt.len());
+            }
+        }
     }
 
     #[test]

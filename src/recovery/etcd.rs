@@ -65,23 +65,38 @@ pub enum EtcdError {
     )]
     ChecksumMismatch,
     #[error("etcd database: {0}")]
-    Bolt(#[from] BoltError),
+    Bolt(BoltError),
     #[error("the database has no `key` bucket: not an etcd v3 database")]
     NoKeyBucket,
     #[error("malformed revision {0:02x?} in the key bucket")]
     BadRevision(Vec<u8>),
-    #[error("value at revision {main}.{sub}: {source}")]
+    #[error("value at revision {main}.{sub}: {error}")]
     KeyValue {
         main: i64,
         sub: i64,
-        source: WireError,
+        error: WireError,
     },
     #[error("value at revision {main} claims mod_revision {claimed}")]
     RevisionMismatch { main: i64, claimed: i64 },
     #[error("etcdctl JSON: {0}")]
-    Json(#[from] JsonError),
+    Json(JsonError),
     #[error("etcdctl JSON: {0}")]
     JsonShape(String),
+}
+
+// The inner errors are part of each message and deliberately not `source`s
+// (no `#[from]`, no field named `source`): `sceau` prints the whole chain, so
+// a source would be printed twice.
+impl From<BoltError> for EtcdError {
+    fn from(error: BoltError) -> Self {
+        Self::Bolt(error)
+    }
+}
+
+impl From<JsonError> for EtcdError {
+    fn from(error: JsonError) -> Self {
+        Self::Json(error)
+    }
 }
 
 /// The live values of an etcd snapshot (or `member/snap/db`), sorted by key.
@@ -172,7 +187,7 @@ impl Latest {
             .ok_or_else(|| EtcdError::BadRevision(bucket_key.to_vec()))?;
         let (main, sub) = revision;
         let kv =
-            parse_key_value(value).map_err(|source| EtcdError::KeyValue { main, sub, source })?;
+            parse_key_value(value).map_err(|error| EtcdError::KeyValue { main, sub, error })?;
         if !tombstone && kv.mod_revision != main {
             return Err(EtcdError::RevisionMismatch {
                 main,
@@ -436,6 +451,36 @@ mod tests {
             values_from_etcdctl_json("{"),
             Err(EtcdError::Json(_))
         ));
+    }
+
+    /// What `sceau` prints for an error: its message, then each source's
+    /// (anyhow's `{:#}`).
+    fn as_printed(error: &EtcdError) -> String {
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(inner) = source {
+            text.push_str(&format!(": {inner}"));
+            source = inner.source();
+        }
+        text
+    }
+
+    /// A bad snapshot or JSON file is named in one clear line: the inner
+    /// error is part of the message, not also its source. Without this,
+    /// this fails with "etcd database: not a bbolt database (no valid meta
+    /// page): not a bbolt database (no valid meta page)".
+    #[test]
+    fn errors_name_their_cause_once() {
+        let revision = [&2u64.to_be_bytes()[..], b"_", &0u64.to_be_bytes()].concat();
+        let errors = [
+            values_from_snapshot(&[0u8; 8192]).unwrap_err(),
+            values_from_etcdctl_json("{").unwrap_err(),
+            Latest::default().add(&revision, &[0x0a, 9]).unwrap_err(),
+        ];
+        for error in errors {
+            let printed = as_printed(&error);
+            assert_eq!(printed, error.to_string(), "{printed}");
+        }
     }
 
     #[test]

@@ -4,11 +4,20 @@
 //! Numbers are kept as their text so that 64-bit integers (etcd's cluster and
 //! member ids are full `uint64`s) are never rounded through a float. Objects
 //! with a repeated name are refused: no reader can agree on which one counts.
+//! An object holds at most [`MAX_MEMBERS`] members and repeats are found with
+//! a set, so no input makes the reader slower than linear in its length.
 #![forbid(unsafe_code)]
+
+use std::collections::HashSet;
 
 /// Nesting deeper than this is refused, so that hostile input cannot exhaust
 /// the stack; etcdctl output nests four levels.
 const MAX_DEPTH: usize = 64;
+
+/// Objects with more members than this are refused: etcdctl's objects have
+/// at most seven (a `KeyValue` six), and a bound keeps a hostile file from
+/// growing one object without limit. Lists of keys are arrays, not bounded.
+const MAX_MEMBERS: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid JSON at byte {offset}: {what}")]
@@ -151,6 +160,9 @@ impl Parser<'_> {
     fn object(&mut self, depth: usize) -> Result<Json, JsonError> {
         self.pos += 1;
         let mut members: Vec<(String, Json)> = Vec::new();
+        // Names seen so far, so that a repeat is found in constant time: a
+        // scan of `members` made a large object quadratic.
+        let mut names = HashSet::new();
         self.skip_whitespace();
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -161,8 +173,11 @@ impl Parser<'_> {
             if self.peek() != Some(b'"') {
                 return self.fail("expected a member name");
             }
+            if members.len() == MAX_MEMBERS {
+                return self.fail("too many members");
+            }
             let name = self.string()?;
-            if members.iter().any(|(n, _)| *n == name) {
+            if !names.insert(name.clone()) {
                 return self.fail("repeated member name");
             }
             self.expect(b':', "expected ':'")?;
@@ -410,6 +425,38 @@ mod tests {
             assert!(parse(bad).is_err(), "accepted {bad:?}");
         }
         assert!(parse(&"[".repeat(MAX_DEPTH + 2)).is_err());
+    }
+
+    /// An object of many members is refused at a fixed count, and repeated
+    /// names are still found at that size. Without the cap, this fails with
+    /// "accepted an object of 1025 members" (and the old name check was
+    /// quadratic: 40 000 members took seconds).
+    #[test]
+    fn refuses_objects_with_too_many_members() {
+        let object = |count: usize, last: &str| {
+            let mut text = String::from("{");
+            for i in 0..count - 1 {
+                text.push_str(&format!("\"m{i}\":{i},"));
+            }
+            text.push_str(&format!("\"{last}\":0}}"));
+            text
+        };
+        let full = parse(&object(MAX_MEMBERS, "last")).unwrap();
+        assert!(matches!(full, Json::Object(ref m) if m.len() == MAX_MEMBERS));
+        assert_eq!(
+            parse(&object(MAX_MEMBERS, "m0")).err().map(|e| e.what),
+            Some("repeated member name")
+        );
+        let over = parse(&object(MAX_MEMBERS + 1, "last"));
+        assert!(
+            over.is_err(),
+            "accepted an object of {} members",
+            MAX_MEMBERS + 1
+        );
+        assert_eq!(over.err().map(|e| e.what), Some("too many members"));
+        // Arrays stay unbounded: an etcdctl response lists every key.
+        let items = vec!["0"; 4 * MAX_MEMBERS].join(",");
+        assert!(parse(&format!("[{items}]")).is_ok());
     }
 
     #[test]

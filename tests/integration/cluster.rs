@@ -138,6 +138,103 @@ fn recovery_keygen_writes_an_owner_only_identity_and_never_overwrites() {
     assert_eq!(std::fs::read(&key.identity).unwrap(), before);
 }
 
+/// recovery-keygen checks both paths before writing anything, so a public
+/// file that already exists (or cannot be written) leaves no orphan
+/// identity behind. Without the check, this fails with "an identity was
+/// written although the public file already existed".
+#[test]
+fn recovery_keygen_with_an_existing_or_unwritable_public_file_writes_no_identity() {
+    let tmp = TempDir::new("keygen-public-exists");
+    let key = RecoveryKey {
+        identity: tmp.join("recovery.identity"),
+        public: tmp.join("recovery.public"),
+    };
+    std::fs::write(&key.public, "an earlier public file\n").unwrap();
+    let run = |key: &RecoveryKey| {
+        run_with_timeout(
+            Command::new(BIN).args(keygen_args(key)),
+            tmp.path(),
+            TOOL_TIMEOUT,
+        )
+    };
+    let refused = run(&key);
+    assert!(!refused.status.success(), "{}", refused.all_output());
+    assert!(
+        !key.identity.exists(),
+        "an identity was written although the public file already existed"
+    );
+    assert!(
+        refused.stderr.contains("already exists") && refused.stderr.contains("recovery.public"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&key.public).unwrap(),
+        "an earlier public file\n"
+    );
+
+    // The public file cannot be created (its directory is missing): the
+    // identity written just before it is removed again.
+    let unwritable = RecoveryKey {
+        identity: tmp.join("second.identity"),
+        public: tmp.join("missing-dir/second.public"),
+    };
+    let failed = run(&unwritable);
+    assert!(!failed.status.success(), "{}", failed.all_output());
+    assert!(failed.stderr.contains("second.public"), "{}", failed.stderr);
+    assert!(
+        !unwritable.identity.exists(),
+        "an identity was left behind without its public file"
+    );
+}
+
+/// The identity holds the recovery private key: `recover` refuses one that
+/// group or others can access, and names the `chmod` that fixes it. Without
+/// the check, this fails with "a mode 0640 identity was used".
+#[test]
+fn recover_refuses_an_identity_that_others_can_access() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = TempDir::new("recover-identity-mode");
+    let key = recovery_key(&tmp);
+    let recover = || {
+        run_with_timeout(
+            Command::new(BIN).args([
+                "recover",
+                "--identity",
+                key.identity.to_str().unwrap(),
+                "--envelope",
+                "/dev/null",
+            ]),
+            tmp.path(),
+            TOOL_TIMEOUT,
+        )
+    };
+    let fix = format!("chmod 600 {}", key.identity.display());
+    for mode in [0o640, 0o604, 0o620, 0o644] {
+        std::fs::set_permissions(&key.identity, std::fs::Permissions::from_mode(mode)).unwrap();
+        let refused = recover();
+        assert!(!refused.status.success());
+        assert!(
+            refused.stderr.contains(&fix),
+            "a mode {mode:04o} identity was used: {}",
+            refused.stderr
+        );
+        assert_eq!(
+            refused.stderr.trim_end().lines().count(),
+            1,
+            "{}",
+            refused.stderr
+        );
+    }
+    // Owner-only modes pass the check (and the empty envelope then fails).
+    for mode in [0o600, 0o400] {
+        std::fs::set_permissions(&key.identity, std::fs::Permissions::from_mode(mode)).unwrap();
+        let output = recover();
+        assert!(!output.status.success());
+        assert!(!output.stderr.contains("chmod"), "{}", output.stderr);
+    }
+}
+
 /// `sceau recover --envelope` on one ciphertext, as an offline operator runs it.
 fn recover_envelope(tmp: &TempDir, key: &RecoveryKey, ciphertext: &[u8]) -> Vec<u8> {
     let path = tmp.join("envelope.bin");
