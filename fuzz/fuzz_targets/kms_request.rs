@@ -44,8 +44,7 @@ struct Harness {
 fn cluster_membership() -> Membership {
     let key = || RecoveryIdentity::generate().public().clone();
     let own = key();
-    Membership::from_keys(own.clone(), vec![own, key()], Some(key()))
-        .expect("a valid membership")
+    Membership::from_keys(own.clone(), vec![own, key()], Some(key())).expect("a valid membership")
 }
 
 fn harness() -> &'static Harness {
@@ -150,7 +149,9 @@ fn check_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fault>) {
 /// error.
 fn check_cluster_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fault>) {
     h.sealer.inject(fault);
-    let result = h.runtime.block_on(h.clustered.encrypt(Request::new(request)));
+    let result = h
+        .runtime
+        .block_on(h.clustered.encrypt(Request::new(request)));
     let Ok(response) = result else {
         return check_cluster_call(h, async { result }, fault, &[]);
     };
@@ -163,7 +164,12 @@ fn check_cluster_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fau
         annotations: response.annotations,
     };
     let echoes = client_text(&round_trip);
-    check_cluster_call(h, h.clustered.decrypt(Request::new(round_trip)), None, &echoes);
+    check_cluster_call(
+        h,
+        h.clustered.decrypt(Request::new(round_trip)),
+        None,
+        &echoes,
+    );
 }
 
 /// The request's own text as sceau may echo it (cut and escaped), which a
@@ -205,9 +211,9 @@ fn check_cluster_call<T: std::fmt::Debug>(
     let message = status.message();
     assert!(message.len() <= 520, "a {}-byte message", message.len());
     assert!(!message.chars().any(char::is_control), "{message:?}");
-    let mut own_words = echoes
-        .iter()
-        .fold(message.to_string(), |text, echo| text.replace(echo.as_str(), ""));
+    let mut own_words = echoes.iter().fold(message.to_string(), |text, echo| {
+        text.replace(echo.as_str(), "")
+    });
     // A message cut at its bound may end inside an echo.
     if let Some(cut) = own_words.strip_suffix('…') {
         let tail = echoes
