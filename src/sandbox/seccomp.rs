@@ -165,15 +165,7 @@ pub fn filter(allow_inet: bool, on_violation: SeccompAction) -> Result<BpfProgra
 /// The filter installed first: `clone3` fails with ENOSYS, everything else
 /// goes on to [`filter`].
 pub fn clone3_filter() -> Result<BpfProgram, SandboxError> {
-    let rules = BTreeMap::from([(ANSWERED_WITH_ENOSYS, Vec::new())]);
-    SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        target_arch()?,
-    )
-    .and_then(BpfProgram::try_from)
-    .map_err(|e| SandboxError::Seccomp(e.to_string()))
+    errno_filter(&[ANSWERED_WITH_ENOSYS], libc::ENOSYS)
 }
 
 /// Installed only when Landlock confines nothing: `openat`, `unlink` and
@@ -182,14 +174,17 @@ pub fn clone3_filter() -> Result<BpfProgram, SandboxError> {
 /// exit (the next start replaces it), but it cannot open or delete any
 /// other file either.
 pub fn files_filter() -> Result<BpfProgram, SandboxError> {
-    let rules = LEFT_TO_LANDLOCK
-        .iter()
-        .map(|nr| (*nr, Vec::new()))
-        .collect::<BTreeMap<_, _>>();
+    errno_filter(&LEFT_TO_LANDLOCK, libc::EACCES)
+}
+
+/// A filter that answers `calls` with `errno` and lets every other call
+/// through to the next filter.
+fn errno_filter(calls: &[i64], errno: i32) -> Result<BpfProgram, SandboxError> {
+    let rules = calls.iter().map(|nr| (*nr, Vec::new())).collect();
     SeccompFilter::new(
         rules,
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::EACCES as u32),
+        SeccompAction::Errno(errno as u32),
         target_arch()?,
     )
     .and_then(BpfProgram::try_from)

@@ -458,8 +458,8 @@ async fn tampered_envelopes_are_refused_and_change_nothing() {
     let status = expect_invalid_argument(decrypt(&mut client, &forged).await, "long key");
     assert_clean_message(&status, "long annotation key");
     assert!(status.message().len() < 300, "{}", status.message());
-    let longest_log_line = node.sceau.as_ref().unwrap().stderr_text();
-    let longest_log_line = longest_log_line.lines().map(str::len).max().unwrap_or(0);
+    let log = node.sceau.as_ref().unwrap().stderr_text();
+    let longest_log_line = log.lines().map(str::len).max().unwrap_or(0);
     assert!(
         longest_log_line < 1000,
         "a log line of {longest_log_line} bytes"
