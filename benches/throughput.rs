@@ -17,6 +17,9 @@
 static ALLOCATOR: sceau::alloc::WipeOnFree = sceau::alloc::WipeOnFree;
 
 #[allow(dead_code, unused_imports)]
+// Until the test kit is a crate of its own: the harness signals and
+// sandboxes child processes through libc and seccompiler.
+#[allow(unsafe_code)]
 #[path = "../tests/integration/harness/mod.rs"]
 mod harness;
 
@@ -26,15 +29,15 @@ use std::time::{Duration, Instant};
 
 use harness::{Swtpm, TempDir};
 use sceau::client::{KmsClient, connect};
-use sceau::cluster::membership::{Membership, member_file};
-use sceau::cluster::recovery_key::RecoveryIdentity;
-use sceau::cluster::storage_key::StorageKey;
 use sceau::kms::KmsService;
 use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
 use sceau::secret::Dek;
 use sceau::tpm::sealed::LoadableObject;
 use sceau::tpm::worker::{DEFAULT_DEADLINE, TpmWorker};
 use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
+use sceau_format::members::{Membership, member_file};
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::storage_key::StorageKey;
 use tss_esapi::tcti_ldr::TctiNameConf;
 
 /// Rounds alternate the paths, so that load from other tenants of the
@@ -290,7 +293,7 @@ fn bench_membership(tmp: &TempDir, config: &TpmConfig) -> Arc<Membership> {
     }
     let recovery = tmp.join("bench-recovery.pub");
     std::fs::write(&recovery, RecoveryIdentity::generate().public_file()).unwrap();
-    Arc::new(Membership::load(&dir, Some(&recovery), &srk_public).unwrap())
+    Arc::new(sceau::cluster::load::load(&dir, Some(&recovery), &srk_public).unwrap())
 }
 
 /// The service, the TPM worker and the gRPC server, as in the daemon.

@@ -8,7 +8,7 @@
 # and a kube-apiserver whose EncryptionConfiguration names its own sceau. The
 # members directory holds the `sceau srk-public` output of every node, and
 # every sceau also wraps for an offline recovery key from
-# `sceau recovery-keygen`. Then:
+# `sceau-recover recovery-keygen`. Then:
 #
 #   1. the three sceau report one key_id, the one each logged for its
 #      membership; the Secret written through a is stored in etcd under
@@ -21,9 +21,9 @@
 #      written through c reads back through a and b;
 #   3. `etcdctl snapshot save` (etcdctl v3.7.0, built from the module), every
 #      process stopped and every swtpm's state deleted, then
-#      `sceau recover --identity ID --etcd-snapshot SNAP > FILE` prints both
+#      `sceau-recover recover --identity ID --etcd-snapshot SNAP > FILE` prints both
 #      Secrets with their values; the same for `etcdctl get --prefix
-#      /registry/secrets -w json` and `sceau recover --etcd-json`.
+#      /registry/secrets -w json` and `sceau-recover recover --etcd-json`.
 #
 # Prints PASS name / FAIL name: why per check and "N passed, M failed" last;
 # exits 1 if a check failed. Needs root (sceau serves uid 0 only by default).
@@ -44,7 +44,7 @@ mkdir "$members"
 for i in "${nodes[@]}"; do
     target/debug/sceau srk-public --tcti "$(tcti "$i")" >"$members/${node_names[i]}.pub"
 done
-target/debug/sceau recovery-keygen --identity "$tmp/recovery.identity" --public "$tmp/recovery.pub" 2>"$tmp/recovery-keygen.log"
+target/debug/sceau-recover recovery-keygen --identity "$tmp/recovery.identity" --public "$tmp/recovery.pub" 2>"$tmp/recovery-keygen.log"
 echo "== members: $(cd "$members" && echo *.pub); $(cat "$tmp/recovery-keygen.log")"
 sceau_serve_args=(--members "$members" --recovery-key "$tmp/recovery.pub")
 start_sceaus
@@ -167,13 +167,13 @@ for i in "${nodes[@]}"; do
     rm -rf "$(node_file "$i" tpm)"
 done
 
-# check_recover NAME FLAG FILE: `sceau recover --identity ... FLAG FILE > OUT`
+# check_recover NAME FLAG FILE: `sceau-recover recover --identity ... FLAG FILE > OUT`
 # succeeds and OUT names both Secrets and holds both values (as written or in
 # base64).
 check_recover() {
     local out="$tmp/recovered-$1" err="$tmp/recovered-$1.err" missing=() secret value plaintext found=""
-    if ! target/debug/sceau recover --identity "$tmp/recovery.identity" "$2" "$3" >"$out" 2>"$err"; then
-        fail "$1" "sceau recover $2 exited non-zero: $(head -c 300 "$err" | tr '\n' ' ')"
+    if ! target/debug/sceau-recover recover --identity "$tmp/recovery.identity" "$2" "$3" >"$out" 2>"$err"; then
+        fail "$1" "sceau-recover recover $2 exited non-zero: $(head -c 300 "$err" | tr '\n' ' ')"
         return
     fi
     for secret in "$secret_a:$plaintext_a" "$secret_c:$plaintext_c"; do

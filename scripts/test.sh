@@ -9,4 +9,4 @@ install_packages
 require_cargo
 # insecure-test-hooks lets the bus-capture control case turn parameter
 # encryption off in-process; the sceau binary has no way to reach it.
-cargo test --locked --features insecure-test-hooks "$@"
+cargo test --locked --workspace --features sceau/insecure-test-hooks "$@"

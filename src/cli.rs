@@ -26,8 +26,6 @@ pub enum Command {
     Check(CheckOptions),
     SelfTest(SelfTestOptions),
     SrkPublic(SrkPublicOptions),
-    RecoveryKeygen(RecoveryKeygenOptions),
-    Recover(RecoverOptions),
     Enroll(EnrollStep),
     Help(&'static str),
     Version,
@@ -51,28 +49,16 @@ pub struct ServeOptions {
     pub recovery_key: Option<PathBuf>,
 }
 
-/// The four steps of `sceau enroll` (docs/ha.md, "Enrolling a member").
+/// The member's two steps of enrollment; the verifier's are in
+/// `sceau-recover enroll` (docs/ha.md, "Enrolling a member").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnrollStep {
     /// Member: print the SRK and EK publics and the EK certificate.
     Request(SrkPublicOptions),
-    /// Verifier: make the challenge and keep the expected answer.
-    Challenge {
-        request: PathBuf,
-        challenge_out: PathBuf,
-        expected_out: PathBuf,
-    },
     /// Member: answer with TPM2_ActivateCredential.
     Respond {
         tpm: SrkPublicOptions,
         challenge: PathBuf,
-    },
-    /// Verifier: compare, then write the member file.
-    Verify {
-        request: PathBuf,
-        expected: PathBuf,
-        response: PathBuf,
-        member_out: PathBuf,
     },
 }
 
@@ -80,34 +66,6 @@ pub enum EnrollStep {
 pub struct SrkPublicOptions {
     pub tcti: String,
     pub srk_handle: Option<u32>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecoveryKeygenOptions {
-    /// Where the private identity goes (created 0600, never overwritten; not
-    /// created at all when the public file exists).
-    pub identity: PathBuf,
-    /// Where the public half goes, for `serve --recovery-key`.
-    pub public: PathBuf,
-}
-
-/// What `sceau recover` reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecoverInput {
-    /// One raw ciphertext (a version 2 envelope), from a file or `-` (stdin).
-    Envelope(PathBuf),
-    /// An `etcdctl snapshot save` file.
-    EtcdSnapshot(PathBuf),
-    /// The output of `etcdctl get --prefix /registry/secrets -w json`.
-    EtcdJson(PathBuf),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecoverOptions {
-    pub identity: PathBuf,
-    pub input: RecoverInput,
-    /// Write plaintext even when standard output is a terminal.
-    pub force: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +101,10 @@ pub enum UsageError {
     NotUtf8,
     #[error("{0}")]
     Conflict(&'static str),
+    #[error(
+        "`{0}` is a command of `sceau-recover` (the offline tool, which needs no TPM); run `sceau-recover {0}`"
+    )]
+    Moved(String),
 }
 
 pub const MAIN_HELP: &str = "\
@@ -156,9 +118,10 @@ Commands:
   selftest --sandbox
           Try forbidden actions inside sceau's sandbox and report PASS/FAIL for each
   srk-public       Print this node's SRK public as a member file for `serve --members`
-  recovery-keygen  Create the offline recovery key pair (run offline)
-  recover          Open envelopes or an etcd snapshot with the recovery identity, no TPM
   enroll           Prove a member's SRK is in a real TPM (credential activation against its EK)
+
+The offline tools (recovery-keygen, recover, and the verifier's side of enroll) are in
+`sceau-recover`, which needs no TPM.
 
 Options of `sceau serve`:
       --socket PATH          Unix socket to listen on [default: /run/sceau/kms.sock]
@@ -252,49 +215,16 @@ Copy the output into the --members directory of every control-plane node as
 <node>.pub, after comparing its name: line with the one printed on the node.
 ";
 
-pub const RECOVERY_KEYGEN_HELP: &str = "\
-Create the offline recovery key pair (P-256); run it on an offline machine
-
-Usage: sceau recovery-keygen --identity FILE --public FILE
-
-Options:
-      --identity FILE  The private half: created with mode 0600; an existing file is refused.
-                       Keep it offline: it opens every envelope made while its public half
-                       was configured
-      --public FILE    The public half, for `serve --recovery-key`. If either file exists,
-                       nothing is written
-  -h, --help           Print help
-";
-
-pub const RECOVER_HELP: &str = "\
-Open envelopes and etcd contents with the recovery identity, without any TPM
-
-Usage: sceau recover --identity FILE [INPUT] [--force]
-
-Input (one; default: --envelope -):
-      --envelope FILE       A raw ciphertext (version 2 envelope), or a whole stored etcd value
-                            (k8s:enc:kms:v2:…, needed for envelopes whose recipients are in
-                            an annotation); `-` reads standard input.
-                            Prints the DEK seed the apiserver gave Encrypt
-      --etcd-snapshot FILE  An `etcdctl snapshot save` file: prints every Secret in plaintext
-      --etcd-json FILE      `etcdctl get --prefix /registry/secrets -w json` output: as above
-Options:
-      --identity FILE       The file `sceau recovery-keygen --identity` wrote; refused if group
-                            or others can access it (`chmod 600 FILE`)
-      --force               Write plaintext even when standard output is a terminal
-  -h, --help                Print help
-";
-
 pub const ENROLL_HELP: &str = "\
 Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)
 
 Usage:
   sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
-  sceau enroll challenge --request node.request --challenge-out node.challenge \\
-                         --expected-out node.expected                         (verifier, offline)
+  sceau-recover enroll challenge --request node.request \\
+      --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
   sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
-  sceau enroll verify --request node.request --expected node.expected \\
-                      --response node.response --member-out members/node.pub (verifier)
+  sceau-recover enroll verify --request node.request --expected node.expected \\
+      --response node.response --member-out members/node.pub                  (verifier)
 
 The request carries the SRK public, the EK public (TCG default ECC template) and the EK
 certificate when the TPM has one; `challenge` checks that the certificate names the EK and
@@ -324,8 +254,7 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
         "check" => parse_check(rest),
         "selftest" => parse_selftest(rest, env_tcti),
         "srk-public" => parse_srk_public(rest, env_tcti),
-        "recovery-keygen" => parse_recovery_keygen(rest),
-        "recover" => parse_recover(rest),
+        "recovery-keygen" | "recover" => Err(UsageError::Moved(command.clone())),
         "enroll" => parse_enroll(rest, env_tcti),
         other => Err(UsageError::UnknownCommand(other.into())),
     }
@@ -409,73 +338,13 @@ fn parse_srk_public(args: &[String], env_tcti: Option<&str>) -> Result<Command, 
     Ok(Command::SrkPublic(options))
 }
 
-fn parse_recovery_keygen(args: &[String]) -> Result<Command, UsageError> {
-    let (mut identity, mut public) = (None, None);
-    let mut flags = Flags::new(args, "recovery-keygen");
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(RECOVERY_KEYGEN_HELP)),
-            "--identity" => identity = Some(flags.value(&flag)?.into()),
-            "--public" => public = Some(flags.value(&flag)?.into()),
-            _ => return Err(UsageError::UnknownOption(flag, "recovery-keygen")),
-        }
-    }
-    match (identity, public) {
-        (Some(identity), Some(public)) => Ok(Command::RecoveryKeygen(RecoveryKeygenOptions {
-            identity,
-            public,
-        })),
-        _ => Err(UsageError::MissingValue(
-            "recovery-keygen needs --identity FILE and --public FILE".into(),
-        )),
-    }
-}
-
-fn parse_recover(args: &[String]) -> Result<Command, UsageError> {
-    let (mut identity, mut input, mut force) = (None, None, false);
-    let mut flags = Flags::new(args, "recover");
-    let set_input = |new: RecoverInput, input: &mut Option<RecoverInput>| match input {
-        Some(_) => Err(UsageError::Conflict(
-            "give one of --envelope, --etcd-snapshot, --etcd-json",
-        )),
-        None => {
-            *input = Some(new);
-            Ok(())
-        }
-    };
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(RECOVER_HELP)),
-            "--identity" => identity = Some(flags.value(&flag)?.into()),
-            "--envelope" => set_input(
-                RecoverInput::Envelope(flags.value(&flag)?.into()),
-                &mut input,
-            )?,
-            "--etcd-snapshot" => set_input(
-                RecoverInput::EtcdSnapshot(flags.value(&flag)?.into()),
-                &mut input,
-            )?,
-            "--etcd-json" => set_input(
-                RecoverInput::EtcdJson(flags.value(&flag)?.into()),
-                &mut input,
-            )?,
-            "--force" => force = true,
-            _ => return Err(UsageError::UnknownOption(flag, "recover")),
-        }
-    }
-    let identity =
-        identity.ok_or_else(|| UsageError::MissingValue("recover needs --identity FILE".into()))?;
-    Ok(Command::Recover(RecoverOptions {
-        identity,
-        input: input.unwrap_or(RecoverInput::Envelope("-".into())),
-        force,
-    }))
-}
-
 fn parse_enroll(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
     let Some((step, rest)) = args.split_first() else {
         return Ok(Command::Help(ENROLL_HELP));
     };
+    if matches!(step.as_str(), "challenge" | "verify") {
+        return Err(UsageError::Moved(format!("enroll {step}")));
+    }
     let mut tpm = SrkPublicOptions {
         tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
         srk_handle: None,
@@ -488,8 +357,7 @@ fn parse_enroll(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usag
             "-h" | "--help" => return Ok(Command::Help(ENROLL_HELP)),
             "--tcti" => tpm.tcti = flags.value(&flag)?,
             "--srk-handle" => tpm.srk_handle = Some(parse_handle(&flags.value(&flag)?)?),
-            "--request" | "--challenge-out" | "--expected-out" | "--challenge" | "--expected"
-            | "--response" | "--member-out" => {
+            "--challenge" => {
                 let value = flags.value(&flag)?;
                 paths.insert(flag, value.into());
             }
@@ -504,20 +372,9 @@ fn parse_enroll(args: &[String], env_tcti: Option<&str>) -> Result<Command, Usag
     let step = match step.as_str() {
         "-h" | "--help" => return Ok(Command::Help(ENROLL_HELP)),
         "request" => EnrollStep::Request(tpm),
-        "challenge" => EnrollStep::Challenge {
-            request: take("--request")?,
-            challenge_out: take("--challenge-out")?,
-            expected_out: take("--expected-out")?,
-        },
         "respond" => EnrollStep::Respond {
             challenge: take("--challenge")?,
             tpm,
-        },
-        "verify" => EnrollStep::Verify {
-            request: take("--request")?,
-            expected: take("--expected")?,
-            response: take("--response")?,
-            member_out: take("--member-out")?,
         },
         other => return Err(UsageError::UnknownCommand(format!("enroll {other}"))),
     };
@@ -818,12 +675,14 @@ mod tests {
     /// HashMap's random order, so the same arguments gave different errors.
     #[test]
     fn enroll_names_the_same_extra_flag_every_time() {
-        let line = args("enroll request --response r --expected e --request q --member-out m");
-        for _ in 0..32 {
-            assert_eq!(
-                parse(&line, None),
-                Err(UsageError::UnknownOption("--expected".into(), "enroll"))
-            );
-        }
+        let line = args("enroll request --challenge c");
+        assert_eq!(
+            parse(&line, None),
+            Err(UsageError::UnknownOption("--challenge".into(), "enroll"))
+        );
+        assert_eq!(
+            parse(&args("enroll verify --request q"), None),
+            Err(UsageError::Moved("enroll verify".into()))
+        );
     }
 }

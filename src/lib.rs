@@ -28,13 +28,11 @@ pub mod hooks;
 pub mod kms;
 pub mod logging;
 pub mod notify;
-pub mod recovery;
 pub mod sandbox;
 pub mod secret;
 pub mod selftest;
 pub mod server;
 pub mod sys;
-pub mod text;
 pub mod tpm;
 
 /// Code generated from `proto/kms/v2/api.proto` (package `v2`).

@@ -13,16 +13,16 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use prost::Message;
-use sceau::cluster::enrollment::{Request, challenge_files, request_file};
-use sceau::cluster::envelope::{ClusterEnvelope, Encoded, RECIPIENTS_ANNOTATION, Role};
-use sceau::cluster::membership::{Membership, member_file};
-use sceau::cluster::recovery_key::RecoveryIdentity;
-use sceau::cluster::storage_key::StorageKey;
+use sceau_format::enrollment::{Request, challenge_files, request_file};
+use sceau_format::wrapped::{ClusterEnvelope, Encoded, RECIPIENTS_ANNOTATION, Role};
+use sceau_format::members::member_file;
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::storage_key::StorageKey;
 use sceau::kms::Sealer;
 use sceau::pb::{DecryptRequest, EncryptRequest};
-use sceau::recovery::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
-use sceau::recovery::json::{self, Json};
-use sceau::tpm::envelope::SealedBlobs;
+use sceau_recover::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
+use sceau_recover::json::{self, Json};
+use sceau_format::sealed::SealedBlobs;
 use sceau::tpm::sealed::{blobs_from_created, sealed_attributes};
 use sceau::tpm::{Fault, KeyId};
 use sceau_fuzz::codec::{
@@ -316,7 +316,7 @@ fn pin(dir: &Path) -> std::io::Result<()> {
         for (i, key) in members[..count].iter().enumerate() {
             std::fs::write(members_dir.join(format!("node-{i}.pub")), member_text(key))?;
         }
-        let membership = Membership::load(
+        let membership = sceau::cluster::load::load(
             &members_dir,
             Some(&recovery_path),
             &members[0].to_tpm2b_public(),
@@ -440,7 +440,7 @@ fn key_files_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let public_file = pinned::identity().public_file();
     let verify = [pinned::EXPECTED, "\0", &pinned::response()].concat();
     // Finding 2: a control character in the challenge's srk_name line.
-    let pin = format!("srk_name: {}", sceau::tpm::srk::hex(srk.name()));
+    let pin = format!("srk_name: {}", sceau_format::key_id::hex(srk.name()));
     let hostile_challenge = pinned::CHALLENGE.replace(&pin, "srk_name: \x1b]0;x\x07");
     assert_ne!(hostile_challenge, pinned::CHALLENGE);
     vec![
@@ -752,7 +752,7 @@ fn small_snapshot(vectors: &[Vector]) -> (Vec<u8>, Vec<StoredValue>) {
 
 /// SHA-256, from the one place the fuzz crate can reach it.
 fn sha256(bytes: &[u8]) -> Vec<u8> {
-    sceau::cluster::wire::sha256_name(bytes)[2..].to_vec()
+    sceau_format::wire::sha256_name(bytes)[2..].to_vec()
 }
 
 /// A v1 ConfigMap as the apiserver's protobuf codec writes it: not a Secret.

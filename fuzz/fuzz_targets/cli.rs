@@ -16,14 +16,13 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sceau::cli::{
-    CHECK_HELP, Command, DEFAULT_TCTI, ENROLL_HELP, EnrollStep, MAIN_HELP, RECOVER_HELP,
-    RECOVERY_KEYGEN_HELP, RecoverInput, RecoverOptions, SELFTEST_HELP, SERVE_HELP, SRK_PUBLIC_HELP,
-    ServeOptions, SrkPublicOptions, parse, utf8_args,
+    CHECK_HELP, Command, DEFAULT_TCTI, ENROLL_HELP, EnrollStep, MAIN_HELP, SELFTEST_HELP,
+    SERVE_HELP, SRK_PUBLIC_HELP, ServeOptions, SrkPublicOptions, parse, utf8_args,
 };
 use sceau::sandbox::Enforcement;
 
@@ -77,14 +76,6 @@ fn check_command(command: &Command, args: &[String], env: Option<&str>) {
             check_tpm(options, args, env);
             [vec!["srk-public".into()], tpm_args(options)].concat()
         }
-        Command::RecoveryKeygen(options) => vec![
-            "recovery-keygen".into(),
-            "--identity".into(),
-            path(&options.identity),
-            "--public".into(),
-            path(&options.public),
-        ],
-        Command::Recover(options) => recover_args(options),
         Command::Enroll(step) => enroll_args(step, args, env),
         Command::Help(text) => {
             let texts = [
@@ -93,8 +84,6 @@ fn check_command(command: &Command, args: &[String], env: Option<&str>) {
                 CHECK_HELP,
                 SELFTEST_HELP,
                 SRK_PUBLIC_HELP,
-                RECOVERY_KEYGEN_HELP,
-                RECOVER_HELP,
                 ENROLL_HELP,
             ];
             assert!(texts.contains(text));
@@ -130,27 +119,8 @@ fn tpm_args(options: &SrkPublicOptions) -> Vec<String> {
     args
 }
 
-fn recover_args(options: &RecoverOptions) -> Vec<String> {
-    let (flag, file) = match &options.input {
-        RecoverInput::Envelope(file) => ("--envelope", file),
-        RecoverInput::EtcdSnapshot(file) => ("--etcd-snapshot", file),
-        RecoverInput::EtcdJson(file) => ("--etcd-json", file),
-    };
-    let mut args = vec![
-        "recover".into(),
-        "--identity".into(),
-        path(&options.identity),
-        flag.into(),
-        path(file),
-    ];
-    if options.force {
-        args.push("--force".into());
-    }
-    args
-}
-
 fn enroll_args(step: &EnrollStep, args: &[String], env: Option<&str>) -> Vec<String> {
-    let flags = |step: &str, pairs: &[(&str, &PathBuf)]| -> Vec<String> {
+    let flags = |step: &str, pairs: &[(&str, &Path)]| -> Vec<String> {
         let mut out = vec!["enroll".to_string(), step.into()];
         for (flag, file) in pairs {
             out.extend([flag.to_string(), path(file)]);
@@ -162,18 +132,6 @@ fn enroll_args(step: &EnrollStep, args: &[String], env: Option<&str>) -> Vec<Str
             check_tpm(tpm, args, env);
             [flags("request", &[]), tpm_args(tpm)].concat()
         }
-        EnrollStep::Challenge {
-            request,
-            challenge_out,
-            expected_out,
-        } => flags(
-            "challenge",
-            &[
-                ("--request", request),
-                ("--challenge-out", challenge_out),
-                ("--expected-out", expected_out),
-            ],
-        ),
         EnrollStep::Respond { tpm, challenge } => {
             check_tpm(tpm, args, env);
             [
@@ -182,20 +140,6 @@ fn enroll_args(step: &EnrollStep, args: &[String], env: Option<&str>) -> Vec<Str
             ]
             .concat()
         }
-        EnrollStep::Verify {
-            request,
-            expected,
-            response,
-            member_out,
-        } => flags(
-            "verify",
-            &[
-                ("--request", request),
-                ("--expected", expected),
-                ("--response", response),
-                ("--member-out", member_out),
-            ],
-        ),
     }
 }
 

@@ -32,14 +32,14 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use sceau::cluster::duplicate::{ImportBlob, ImportError, check_sealed_public};
-use sceau::cluster::envelope::{
+use sceau_format::duplicate::{ImportBlob, ImportError, check_sealed_public};
+use sceau_format::wrapped::{
     ClusterEnvelope, ClusterEnvelopeError, Encoded, MAX_CIPHERTEXT_LEN, MAX_RECIPIENTS,
     RECIPIENTS_ANNOTATION, Recipient, Role, VERSION_CLUSTER,
 };
-use sceau::cluster::membership::envelope_key_id;
-use sceau::cluster::recovery_key::{RecoveryIdentity, RecoveryKeyError};
-use sceau::cluster::wire::{NAME_LEN, WireError, sha256_name};
+use sceau_format::members::envelope_key_id;
+use sceau_format::recovery_key::{RecoveryIdentity, RecoveryKeyError};
+use sceau_format::wire::{NAME_LEN, WireError, sha256_name};
 use sceau_fuzz::codec::{ClusterInput, Cursor, FIX_DIGEST, RAW_ENTRY};
 use sceau_fuzz::pinned::{self, KnownEntry};
 
@@ -171,9 +171,9 @@ fn check_rejected(
             // escaped (issue 10, finding 6), never longer than that.
             let key = annotations
                 .keys()
-                .find(|key| sceau::text::printable(key) == *shown)
+                .find(|key| sceau_format::text::printable(key) == *shown)
                 .expect("the refused key is one of the annotations");
-            assert!(shown.len() <= sceau::text::SHOWN_CHARS * 10 + 3);
+            assert!(shown.len() <= sceau_format::text::SHOWN_CHARS * 10 + 3);
             assert!(key != RECIPIENTS_ANNOTATION || layout == Some(0));
         }
         ClusterEnvelopeError::MissingAnnotation => {

@@ -14,7 +14,7 @@
 #![forbid(unsafe_code)]
 
 use libfuzzer_sys::fuzz_target;
-use sceau::tpm::envelope::{
+use sceau_format::sealed::{
     Envelope, EnvelopeError, MAX_ENVELOPE_LEN, SealedBlobs, VERSION_SEALED,
 };
 use sceau::tpm::sealed::{LoadableObject, blobs_from_created};

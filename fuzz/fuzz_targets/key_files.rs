@@ -1,6 +1,6 @@
 //! Cluster mode's key files: the armor (`src/cluster/armor.rs`), storage
 //! key publics (`StorageKey::from_tpm2b_public`, `src/cluster/storage_key.rs`),
-//! what `membership::read_pinned` does with a member file, the enrollment
+//! what `members::parse_pinned` does with a member file, the enrollment
 //! files (`Request::parse`, `parse_challenge`, `verify`,
 //! `src/cluster/enrollment.rs`) and the recovery identity file
 //! (`RecoveryIdentity::parse`, `src/cluster/recovery_key.rs`).
@@ -34,18 +34,18 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use sceau::cluster::armor::{self, ArmorError};
-use sceau::cluster::credential::CREDENTIAL_LEN;
-use sceau::cluster::enrollment::{
+use sceau_format::armor::{self, ArmorError};
+use sceau_format::credential::CREDENTIAL_LEN;
+use sceau_format::enrollment::{
     CHALLENGE_LABEL, EK_CERTIFICATE_LABEL, EK_LABEL, EXPECTED_LABEL, EnrollmentError,
     RESPONSE_LABEL, Request, parse_challenge, request_file, verify,
 };
-use sceau::cluster::membership::{MEMBER_LABEL, RECOVERY_PUBLIC_LABEL};
-use sceau::cluster::recovery_key::{IDENTITY_LABEL, RecoveryIdentity};
-use sceau::cluster::storage_key::{SRK_ATTRIBUTES, StorageKey, coordinates};
-use sceau::cluster::wire::{Reader, Writer, sha256_name};
-use sceau::tpm::KeyId;
-use sceau::tpm::srk::hex;
+use sceau_format::members::{MEMBER_LABEL, RECOVERY_PUBLIC_LABEL};
+use sceau_format::recovery_key::{IDENTITY_LABEL, RecoveryIdentity};
+use sceau_format::storage_key::{SRK_ATTRIBUTES, StorageKey, coordinates};
+use sceau_format::wire::{Reader, Writer, sha256_name};
+use sceau_format::key_id::KeyId;
+use sceau_format::key_id::hex;
 use sceau_fuzz::codec::{KEY_FILE_LABELS, KeyFileMode, key_file_mode};
 use sceau_fuzz::pinned;
 
@@ -109,7 +109,7 @@ fn decode(text: &str, label: &'static str) -> Result<armor::Armored, ArmorError>
     decoded
 }
 
-/// What `membership::read_pinned` does with a file's text.
+/// What `members::parse_pinned` does with a file's text.
 fn armored_key(text: &str, label: &'static str) {
     let Ok(armored) = decode(text, label) else {
         return;

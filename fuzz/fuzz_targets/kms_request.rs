@@ -18,14 +18,14 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use sceau::cluster::membership::Membership;
-use sceau::cluster::recovery_key::RecoveryIdentity;
+use sceau_format::members::Membership;
+use sceau_format::recovery_key::RecoveryIdentity;
 use sceau::kms::{KmsService, Sealer};
 use sceau::pb::key_management_service_server::KeyManagementService;
 use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
 use sceau::secret::MAX_DEK_LEN;
 use sceau::tpm::Fault;
-use sceau::tpm::envelope::{Envelope, MAX_ENVELOPE_LEN};
+use sceau_format::sealed::{Envelope, MAX_ENVELOPE_LEN};
 use sceau::tpm::sealed::{BlobError, LoadableObject, blobs_from_created};
 use sceau_fuzz::{Call, FakeSealer, decode_header};
 use tokio::runtime::Runtime;
@@ -179,7 +179,7 @@ fn client_text(request: &DecryptRequest) -> Vec<String> {
         .annotations
         .keys()
         .chain([&request.key_id, &request.uid])
-        .map(|text| sceau::text::printable(text))
+        .map(|text| sceau_format::text::printable(text))
         .collect();
     // Longest first, so that a shorter echo inside a longer one goes last.
     echoes.sort_by_key(|e| std::cmp::Reverse(e.len()));

@@ -35,15 +35,15 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use sceau::cluster::recovery_key::RecoveryIdentity;
-use sceau::cluster::wire::sha256_name;
-use sceau::recovery::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
-use sceau::recovery::json::{self, Json};
-use sceau::recovery::kubernetes::{
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::wire::sha256_name;
+use sceau_recover::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
+use sceau_recover::json::{self, Json};
+use sceau_recover::kubernetes::{
     DekSourceType, KMS_V2_PREFIX, KmsV2Object, KubeObject, KubernetesError, PROTOBUF_MAGIC, Secret,
     decode_object, decrypt_data, describe_secret, parse_stored_value,
 };
-use sceau::recovery::report::recover_secrets;
+use sceau_recover::report::recover_secrets;
 use sceau_fuzz::codec::{self, Cursor, RecoveryMode, recovery_mode};
 use sceau_fuzz::pinned;
 

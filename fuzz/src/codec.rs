@@ -7,13 +7,13 @@
 
 use std::collections::HashMap;
 
-use sceau::cluster::enrollment::{
+use sceau_format::enrollment::{
     CHALLENGE_LABEL, EK_CERTIFICATE_LABEL, EK_LABEL, EXPECTED_LABEL, RESPONSE_LABEL,
 };
-use sceau::cluster::membership::{MEMBER_LABEL, RECOVERY_PUBLIC_LABEL};
-use sceau::cluster::recovery_key::IDENTITY_LABEL;
-use sceau::recovery::etcd::StoredValue;
-use sceau::recovery::kubernetes::{DekSourceType, KMS_V2_PREFIX, KmsV2Object};
+use sceau_format::members::{MEMBER_LABEL, RECOVERY_PUBLIC_LABEL};
+use sceau_format::recovery_key::IDENTITY_LABEL;
+use sceau_recover::etcd::StoredValue;
+use sceau_recover::kubernetes::{DekSourceType, KMS_V2_PREFIX, KmsV2Object};
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -327,7 +327,7 @@ pub const KEY_FILE_LABELS: [&str; 8] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyFileMode {
     /// `armor::decode` with `KEY_FILE_LABELS[i]`, then what
-    /// `membership::read_pinned` does with the block.
+    /// `members::parse_pinned` does with the block.
     Armored(usize),
     /// `StorageKey::from_tpm2b_public` of the raw bytes.
     RawKey,

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use sceau::kms::Sealer;
 use sceau::secret::{Dek, MAX_DEK_LEN};
-use sceau::tpm::envelope::SealedBlobs;
+use sceau_format::sealed::SealedBlobs;
 use sceau::tpm::sealed::{LoadableObject, blobs_from_created, sealed_template};
 use sceau::tpm::{Fault, KeyId};
 use tss_esapi::structures::Private;

@@ -22,13 +22,13 @@
 
 use std::collections::HashMap;
 
-use sceau::cluster::armor;
-use sceau::cluster::duplicate::ImportBlob;
-use sceau::cluster::enrollment::{EXPECTED_LABEL, Request, response_file};
-use sceau::cluster::envelope::{ClusterEnvelope, RECIPIENTS_ANNOTATION, Role};
-use sceau::cluster::membership::MEMBER_LABEL;
-use sceau::cluster::recovery_key::RecoveryIdentity;
-use sceau::cluster::storage_key::{StorageKey, coordinates};
+use sceau_format::armor;
+use sceau_format::duplicate::ImportBlob;
+use sceau_format::enrollment::{EXPECTED_LABEL, Request, response_file};
+use sceau_format::wrapped::{ClusterEnvelope, RECIPIENTS_ANNOTATION, Role};
+use sceau_format::members::MEMBER_LABEL;
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::storage_key::{StorageKey, coordinates};
 
 /// The DEK sources (base64) the kube-apiserver used for the values in
 /// `tests/fixtures/recovery/vectors.json` (its `seed` and `aes_gcm_key`).
@@ -144,9 +144,9 @@ pub fn response() -> String {
 
 #[cfg(test)]
 mod tests {
-    use sceau::cluster::duplicate::check_sealed_public;
-    use sceau::cluster::enrollment::{parse_challenge, verify};
-    use sceau::cluster::membership::envelope_key_id;
+    use sceau_format::duplicate::check_sealed_public;
+    use sceau_format::enrollment::{parse_challenge, verify};
+    use sceau_format::members::envelope_key_id;
 
     use super::*;
 

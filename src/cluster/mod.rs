@@ -1,17 +1,9 @@
-//! Cluster mode (`serve --members DIR`): every DEK is wrapped in software, as
-//! a TPM2_Import blob, for each member TPM's SRK and for the offline recovery
-//! key, so any member (and only a member) can open any member's envelope.
-//! Nothing here touches a TPM; `tpm::import` runs the member's side.
+//! Cluster mode (`serve --members DIR`, or `--recovery-key` alone): reading
+//! the member and recovery key files the operator placed, with ownership
+//! checks. The wrapping itself is pure and lives in `sceau_format`
+//! (`members`, `wrapped`, `duplicate`); opening a wrapped DEK is
+//! TPM2_Import and TPM2_Unseal on the TPM thread (`tpm::device`).
 #![forbid(unsafe_code)]
 
-pub mod armor;
-pub mod credential;
-pub mod duplicate;
-pub mod enrollment;
-pub mod envelope;
-pub mod kdf;
-pub mod membership;
-pub mod recovery_key;
-pub mod storage_key;
+pub mod load;
 pub mod trusted_files;
-pub mod wire;

@@ -7,13 +7,13 @@ use tonic::Status;
 
 use super::service::malformed;
 use super::wrapping::{WrapError, WrappingThread};
-use crate::cluster::duplicate::check_sealed_public;
-use crate::cluster::envelope::{ClusterEnvelope, Role};
-use crate::cluster::membership::{Membership, envelope_key_id};
 use crate::pb::{DecryptRequest, EncryptResponse};
 use crate::secret::Dek;
 use crate::tpm::sealed::ImportableObject;
 use crate::tpm::srk::hex;
+use sceau_format::duplicate::check_sealed_public;
+use sceau_format::members::{Membership, envelope_key_id};
+use sceau_format::wrapped::{ClusterEnvelope, Role};
 
 /// Encrypt in cluster mode: wrapped on the wrapping thread, no TPM.
 pub async fn seal(

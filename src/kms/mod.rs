@@ -13,10 +13,10 @@ pub use coalesce::Coalescer;
 pub use service::KmsService;
 
 use crate::secret::Dek;
-use crate::tpm::envelope::SealedBlobs;
 use crate::tpm::sealed::{ImportableObject, LoadableObject};
 use crate::tpm::worker::TpmWorker;
 use crate::tpm::{Fault, KeyId};
+use sceau_format::sealed::SealedBlobs;
 
 /// What the service needs from a TPM. The real one is [`TpmWorker`]; unit
 /// tests and fuzzers put a fake behind it.

@@ -8,17 +8,17 @@ use tonic::{Code, Request, Response, Status};
 
 use super::wrapping::WrappingThread;
 use super::{Coalescer, Sealer, cluster};
-use crate::cluster::envelope::VERSION_CLUSTER;
-use crate::cluster::membership::Membership;
 use crate::pb::key_management_service_server::KeyManagementService;
 use crate::pb::{
     DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse,
 };
 use crate::secret::Dek;
-pub(super) use crate::text::printable;
 use crate::tpm::Fault;
-use crate::tpm::envelope::Envelope;
 use crate::tpm::sealed::LoadableObject;
+use sceau_format::members::Membership;
+use sceau_format::sealed::Envelope;
+pub(super) use sceau_format::text::printable;
+use sceau_format::wrapped::VERSION_CLUSTER;
 
 /// The KMS API version sceau speaks; it never changes during a process's life.
 const API_VERSION: &str = "v2";

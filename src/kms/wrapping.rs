@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cluster::envelope::{ClusterEnvelopeError, Encoded};
-use crate::cluster::membership::Membership;
 use crate::secret::Dek;
+use sceau_format::members::Membership;
+use sceau_format::wrapped::{ClusterEnvelopeError, Encoded};
 
 /// Encrypts waiting to be wrapped. One envelope takes about a millisecond,
 /// so a full queue drains well within any request deadline.

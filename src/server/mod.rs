@@ -23,10 +23,10 @@ use tokio::sync::oneshot;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 
-use crate::cluster::envelope::{MAX_CIPHERTEXT_LEN, MAX_RECIPIENTS};
 use crate::kms::{KmsService, Sealer};
 use crate::pb::key_management_service_server::KeyManagementServiceServer;
 use crate::tpm::worker::WorkerDeath;
+use sceau_format::wrapped::{MAX_CIPHERTEXT_LEN, MAX_RECIPIENTS};
 
 /// The largest request message sceau decodes; tonic refuses a longer one
 /// with OUT_OF_RANGE on its length prefix, before reading its body.

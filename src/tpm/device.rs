@@ -13,13 +13,13 @@ use tss_esapi::structures::{
 };
 use tss_esapi::tcti_ldr::TctiNameConf;
 
-use super::envelope::SealedBlobs;
 use super::fault::TpmError;
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
 use super::srk::{Srk, SrkError};
 use crate::hooks::{self, Protection};
 use crate::secret::Dek;
+use sceau_format::sealed::SealedBlobs;
 
 /// Everything needed to (re)open the TPM.
 #[derive(Debug, Clone)]

@@ -4,7 +4,6 @@
 
 pub mod device;
 pub mod enroll;
-pub mod envelope;
 pub mod fault;
 pub mod health;
 pub mod sealed;

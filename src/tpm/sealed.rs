@@ -9,7 +9,7 @@ use tss_esapi::structures::{
 };
 use tss_esapi::traits::{Marshall, UnMarshall};
 
-use super::envelope::SealedBlobs;
+use sceau_format::sealed::SealedBlobs;
 
 /// fixedTPM|fixedParent|userWithAuth|noDA. sensitiveDataOrigin stays clear
 /// because sceau supplies the data; sign and decrypt stay clear because a

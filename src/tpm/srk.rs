@@ -2,7 +2,6 @@
 //! that the same TPM always yields the same key and the same key_id.
 #![forbid(unsafe_code)]
 
-use sha2::{Digest as _, Sha256};
 use tss_esapi::Context;
 use tss_esapi::attributes::{ObjectAttributes, ObjectAttributesBuilder};
 use tss_esapi::handles::{KeyHandle, ObjectHandle, PersistentTpmHandle, TpmHandle};
@@ -19,6 +18,7 @@ use tss_esapi::structures::{
 use tss_esapi::traits::Marshall as _;
 
 use super::fault::{Recovery, TpmError};
+pub use sceau_format::key_id::{KeyId, hex};
 
 /// TestParms answers RETRY or TESTING while the TPM self-tests after power-on.
 const TEST_PARMS_ATTEMPTS: u32 = 6;
@@ -59,38 +59,6 @@ pub enum SrkError {
         found: String,
         expected: String,
     },
-}
-
-/// The key_id reported to the apiserver: `sceau-` and the first 8 bytes of
-/// SHA-256 over the SRK's Name (nameAlg ‖ digest of its TPMT_PUBLIC), in hex.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct KeyId(String);
-
-impl KeyId {
-    pub fn from_srk_name(name: &[u8]) -> Self {
-        let digest = Sha256::digest(name);
-        Self(format!("sceau-{}", hex(&digest[..8])))
-    }
-
-    /// A cluster key_id: `sceau-` and the first 16 bytes of the digest over
-    /// the membership (see `cluster::membership::cluster_key_id`).
-    pub fn from_cluster_digest(digest: &[u8]) -> Self {
-        Self(format!("sceau-{}", hex(&digest[..16])))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for KeyId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Srk {
@@ -257,13 +225,5 @@ mod tests {
         // null scheme, P-256, null KDF, empty x and y.
         let expected = "0023000b000304720000000600800043001000030010000000000";
         assert!(hex(&bytes).starts_with(&expected[..48]), "{}", hex(&bytes));
-    }
-
-    #[test]
-    fn key_id_is_prefix_and_16_hex_digits() {
-        let id = KeyId::from_srk_name(&[0x00, 0x0b, 1, 2, 3]);
-        assert!(id.as_str().starts_with("sceau-"));
-        assert_eq!(id.as_str().len(), "sceau-".len() + 16);
-        assert_eq!(id, KeyId::from_srk_name(&[0x00, 0x0b, 1, 2, 3]));
     }
 }

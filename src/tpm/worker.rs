@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::device::{Tpm, TpmConfig};
-use super::envelope::SealedBlobs;
 use super::fault::{Fault, Recovery, TpmError};
 use super::health::HealthRecord;
 use super::sealed::{ImportableObject, LoadableObject};
 use super::srk::KeyId;
 use crate::secret::Dek;
+use sceau_format::sealed::SealedBlobs;
 
 /// The apiserver's default KMS call timeout is 3 s; answering within 2.5 s
 /// leaves it room to receive the answer.

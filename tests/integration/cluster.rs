@@ -12,7 +12,7 @@ use sceau::pb::DecryptRequest;
 
 use crate::harness::process::run_with_timeout;
 use crate::harness::rpc::{self, Client, assert_clean_message, expect_invalid_argument};
-use crate::harness::sceau::BIN;
+use crate::harness::sceau::{BIN, recover_bin};
 use crate::harness::{Sceau, Swtpm, TempDir, random_bytes};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -74,10 +74,19 @@ fn header(text: &str, field: &str) -> String {
 
 /// Runs the sceau binary (not the daemon) and returns its standard output.
 fn sceau_tool(tmp: &TempDir, args: &[&str]) -> String {
-    let finished = run_with_timeout(Command::new(BIN).args(args), tmp.path(), TOOL_TIMEOUT);
+    run_tool(tmp, Command::new(BIN).args(args))
+}
+
+/// Runs `sceau-recover` (recovery-keygen, recover).
+fn recover_tool(tmp: &TempDir, args: &[&str]) -> String {
+    run_tool(tmp, Command::new(recover_bin()).args(args))
+}
+
+fn run_tool(tmp: &TempDir, command: &mut Command) -> String {
+    let finished = run_with_timeout(command, tmp.path(), TOOL_TIMEOUT);
     assert!(
         finished.status.success(),
-        "sceau {args:?}: {}",
+        "{command:?}: {}",
         finished.all_output()
     );
     finished.stdout.clone()
@@ -101,7 +110,7 @@ fn recovery_key(tmp: &TempDir) -> RecoveryKey {
         identity: tmp.join("recovery.identity"),
         public: tmp.join("recovery.public"),
     };
-    sceau_tool(tmp, &keygen_args(&key));
+    recover_tool(tmp, &keygen_args(&key));
     key
 }
 
@@ -127,7 +136,7 @@ fn recovery_keygen_writes_an_owner_only_identity_and_never_overwrites() {
     assert_eq!(mode(&key.public), 0o644);
     let before = std::fs::read(&key.identity).unwrap();
     let again = run_with_timeout(
-        Command::new(BIN).args(keygen_args(&key)),
+        Command::new(recover_bin()).args(keygen_args(&key)),
         tmp.path(),
         TOOL_TIMEOUT,
     );
@@ -152,7 +161,7 @@ fn recovery_keygen_with_an_existing_or_unwritable_public_file_writes_no_identity
     std::fs::write(&key.public, "an earlier public file\n").unwrap();
     let run = |key: &RecoveryKey| {
         run_with_timeout(
-            Command::new(BIN).args(keygen_args(key)),
+            Command::new(recover_bin()).args(keygen_args(key)),
             tmp.path(),
             TOOL_TIMEOUT,
         )
@@ -198,7 +207,7 @@ fn recover_refuses_an_identity_that_others_can_access() {
     let key = recovery_key(&tmp);
     let recover = || {
         run_with_timeout(
-            Command::new(BIN).args([
+            Command::new(recover_bin()).args([
                 "recover",
                 "--identity",
                 key.identity.to_str().unwrap(),
@@ -239,7 +248,7 @@ fn recover_refuses_an_identity_that_others_can_access() {
 fn recover_envelope(tmp: &TempDir, key: &RecoveryKey, ciphertext: &[u8]) -> Vec<u8> {
     let path = tmp.join("envelope.bin");
     std::fs::write(&path, ciphertext).unwrap();
-    let output = Command::new(BIN)
+    let output = Command::new(recover_bin())
         .args([
             "recover",
             "--identity",
@@ -508,7 +517,7 @@ struct StoredObject {
 /// entry are refused as bad input, and the daemon stays healthy.
 #[tokio::test(flavor = "multi_thread")]
 async fn copied_or_flipped_entries_fail_the_tpms_integrity_check() {
-    use sceau::cluster::envelope::ClusterEnvelope;
+    use sceau_format::wrapped::ClusterEnvelope;
     let tmp = TempDir::new("cluster-splice");
     let mut node = Node::new(&tmp, "a");
     let other = Node::new(&tmp, "b");
@@ -641,7 +650,7 @@ async fn without_heap_wiping_the_cluster_scan_finds_the_dek() {
 async fn cluster_memory_scan(label: &str, disabled: &str) -> Vec<crate::harness::memscan::Hit> {
     use crate::harness::memscan::find_all_in_process;
     use crate::harness::sceau::serve_args;
-    use sceau::cluster::recovery_key::RecoveryIdentity;
+    use sceau_format::recovery_key::RecoveryIdentity;
     const MARKER_DEK: &[u8; 32] = b"Qz!k9#ZpL0vX@7mN2^wR5&tY8*eU1(oI";
     const WINDOW: usize = 16;
     let tmp = TempDir::new(label);
@@ -767,7 +776,8 @@ fn recover_refuses_a_terminal_without_force() {
     let tmp = TempDir::new("recover-tty");
     let key = recovery_key(&tmp);
     let command = format!(
-        "{BIN} recover --identity {} --envelope /dev/null",
+        "{} recover --identity {} --envelope /dev/null",
+        recover_bin().display(),
         key.identity.display()
     );
     let output = Command::new("script")

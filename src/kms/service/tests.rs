@@ -10,8 +10,8 @@ use tss_esapi::structures::Private;
 
 use super::*;
 use crate::tpm::KeyId;
-use crate::tpm::envelope::SealedBlobs;
 use crate::tpm::sealed::{blobs_from_created, sealed_template};
+use sceau_format::sealed::SealedBlobs;
 
 /// Keeps DEKs in a table; the "private blob" is the table index.
 struct FakeTpm {

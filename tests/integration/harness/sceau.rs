@@ -16,6 +16,19 @@ use super::tempdir::TempDir;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sceau");
 
+/// `sceau-recover`, the offline tools' binary. Cargo names only the tested
+/// package's own binaries, so it is found beside `sceau`; scripts/test.sh
+/// builds the whole workspace first.
+pub fn recover_bin() -> std::path::PathBuf {
+    let path = std::path::Path::new(BIN).with_file_name("sceau-recover");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p sceau-recover` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
 /// Generous: the first start in a debug build also creates the primary key.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a SIGTERM'd or failing sceau gets to exit on its own.

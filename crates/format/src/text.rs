@@ -1,7 +1,6 @@
 //! Text that came from outside (a client's request, a file) on its way into
 //! an error or a log line: cut to a bound and with control characters
 //! escaped, so that no input can make a message long or rewrite a terminal.
-#![forbid(unsafe_code)]
 
 /// Characters of outside text shown before the cut.
 pub const SHOWN_CHARS: usize = 80;

@@ -1,7 +1,6 @@
 //! The few TPM 2.0 wire structures cluster mode builds and reads in software.
 //! Integers are big-endian and every TPM2B is a u16 size then that many bytes,
 //! as in TPM 2.0 Part 2. Reading is strict: no trailing bytes, no short fields.
-#![forbid(unsafe_code)]
 
 /// TPM_ALG_ID values used here (TPM 2.0 Part 2, table 9).
 pub const ALG_AES: u16 = 0x0006;

@@ -1,10 +1,9 @@
 //! Tests against vectors written by k8s.io/apiserver v0.37.2 itself
 //! (tests/recovery-vectors → tests/fixtures/recovery/vectors.json).
-#![forbid(unsafe_code)]
 
 use super::*;
-use crate::recovery::etcd;
-use crate::recovery::json::{self, Json};
+use crate::etcd;
+use crate::json::{self, Json};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/recovery");
 

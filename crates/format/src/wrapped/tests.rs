@@ -1,11 +1,9 @@
-#![forbid(unsafe_code)]
-
 use p256::SecretKey;
 use rand_core::OsRng;
 
 use super::*;
-use crate::cluster::duplicate::{SealedObject, import_in_software};
-use crate::cluster::storage_key::StorageKey;
+use crate::duplicate::{SealedObject, import_in_software};
+use crate::storage_key::StorageKey;
 
 struct Party {
     secret: SecretKey,
@@ -166,7 +164,7 @@ fn splices_that_hide_a_recipient_from_the_key_id_are_refused() {
         Err(ClusterEnvelopeError::NameInTwoRoles)
     );
 
-    use crate::cluster::membership::cluster_key_id;
+    use crate::members::cluster_key_id;
     let (a, r) = (members[0].key.name(), recoveries[0].key.name());
     let as_recovery = cluster_key_id([(Role::Member, a), (Role::Recovery, r)].into_iter());
     let as_member = cluster_key_id([(Role::Member, a), (Role::Member, r)].into_iter());

@@ -1,12 +1,11 @@
-//! Offline disaster recovery (`sceau recover`): opens envelopes and etcd
-//! contents with the recovery identity, with no TPM.
+//! The library of `sceau-recover`: offline disaster recovery, which opens
+//! envelopes and etcd contents with the recovery identity, with no TPM.
 //!
 //! The Kubernetes side: `etcd` lists the values a cluster stored, from an
 //! etcd snapshot or `etcdctl get -w json` output; `kubernetes` parses a KMS v2
 //! value, decrypts it with the plaintext DEK source as the kube-apiserver
 //! does, and prints the Secret inside. `bbolt`, `json` and `protowire` are
 //! their small, strict readers of the file and wire formats involved.
-#![forbid(unsafe_code)]
 
 mod bbolt;
 pub mod etcd;

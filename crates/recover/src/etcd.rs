@@ -37,7 +37,6 @@
 //! Limits: the bbolt file must be little-endian (every platform etcd supports
 //! but s390x); the whole file is held in memory by the caller; values are
 //! returned as stored (for Kubernetes, mostly ciphertext), not zeroized.
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 
@@ -283,7 +282,7 @@ fn json_key_value(kv: &Json) -> Result<StoredValue, EtcdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recovery::json::Json;
+    use crate::json::Json;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/recovery");
 

@@ -3,7 +3,6 @@
 //! the DEK for it exactly as for a member TPM (audit/recovery-key.md says why
 //! this construction was chosen); its private half opens any envelope in
 //! software, with the checks TPM2_Import makes.
-#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 
@@ -13,11 +12,11 @@ use zeroize::Zeroizing;
 
 use super::armor::{self, ArmorError};
 use super::duplicate::{ImportError, WrappingKeys, import_in_software};
-use super::envelope::{ClusterEnvelope, ClusterEnvelopeError, Recipient, Role};
-use super::membership::{RECOVERY_PUBLIC_LABEL, envelope_key_id};
 use super::storage_key::StorageKey;
-use crate::tpm::KeyId;
-use crate::tpm::srk::hex;
+use crate::key_id::KeyId;
+use crate::key_id::hex;
+use crate::members::{RECOVERY_PUBLIC_LABEL, envelope_key_id};
+use crate::wrapped::{ClusterEnvelope, ClusterEnvelopeError, Recipient, Role};
 
 pub const IDENTITY_LABEL: &str = "SCEAU RECOVERY IDENTITY";
 

@@ -6,7 +6,6 @@
 //! credential wrapped (outer wrapper, label "IDENTITY") to the EK and bound to
 //! the SRK's Name. Only a TPM that holds both the EK's private key and a
 //! loaded object with that Name can answer it with TPM2_ActivateCredential.
-#![forbid(unsafe_code)]
 
 use rand_core::{OsRng, RngCore as _};
 use zeroize::Zeroizing;

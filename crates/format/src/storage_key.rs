@@ -1,7 +1,6 @@
 //! The public half of an ECC P-256 storage key: a member TPM's SRK, or the
 //! offline recovery key, which sceau describes with the very same TCG SRK
 //! template so that one wrapping construction serves every recipient.
-#![forbid(unsafe_code)]
 
 use p256::elliptic_curve::sec1::{FromEncodedPoint as _, ToEncodedPoint as _};
 use p256::{EncodedPoint, PublicKey};
@@ -160,7 +159,7 @@ fn left_pad(bytes: &[u8]) -> Option<[u8; COORDINATE_LEN]> {
 
 /// The public area of `point` as a key made in software and imported into a
 /// TPM would have it: restricted|decrypt|userWithAuth|noDA, no fixedTPM.
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 pub fn imported_lookalike(point: &PublicKey) -> StorageKey {
     StorageKey::from_tpmt_public(&ecc_storage_public(0x0003_0440, point))
         .expect("a well-formed storage key")

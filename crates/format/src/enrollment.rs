@@ -9,7 +9,6 @@
 //! 3. `enroll respond` (member): TPM2_ActivateCredential answers it; a TPM
 //!    can only do so if it holds the EK and a loaded key with the SRK's Name.
 //! 4. `enroll verify` (verifier): compares, then writes the member file.
-#![forbid(unsafe_code)]
 
 use sha2::{Digest as _, Sha256};
 use subtle_free::constant_time_eq;
@@ -18,11 +17,11 @@ use zeroize::Zeroizing;
 use super::armor::{self, ArmorError};
 use super::credential::{CREDENTIAL_LEN, Challenge, make_credential};
 use super::duplicate::ImportBlob;
-use super::membership::{MEMBER_LABEL, member_file};
 use super::storage_key::{StorageKey, StorageKeyError, coordinates};
 use super::wire::{Reader, WireError, Writer};
-use crate::tpm::KeyId;
-use crate::tpm::srk::hex;
+use crate::key_id::KeyId;
+use crate::key_id::hex;
+use crate::members::{MEMBER_LABEL, member_file};
 
 pub const EK_LABEL: &str = "EK TPM2B_PUBLIC";
 pub const EK_CERTIFICATE_LABEL: &str = "EK CERTIFICATE";
@@ -223,7 +222,7 @@ mod subtle_free {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::duplicate::ImportBlob;
+    use crate::duplicate::ImportBlob;
 
     /// A request whose SRK and EK are one software key: enough for the
     /// parsing and comparison steps, which never touch a TPM.
@@ -279,7 +278,7 @@ mod tests {
     fn an_imported_key_posing_as_an_srk_is_refused() {
         let secret = p256::SecretKey::random(&mut rand_core::OsRng);
         let genuine = StorageKey::from_point(&secret.public_key());
-        let imported = crate::cluster::storage_key::imported_lookalike(genuine.point());
+        let imported = crate::storage_key::imported_lookalike(genuine.point());
         let id = KeyId::from_srk_name(imported.name());
         let forged = request_file(&imported, &id, &genuine, None);
         assert!(matches!(

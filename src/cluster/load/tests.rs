@@ -1,11 +1,12 @@
-#![forbid(unsafe_code)]
-
 use p256::SecretKey;
 use rand_core::OsRng;
 
 use super::*;
-use crate::cluster::duplicate::import_in_software;
-use crate::cluster::recovery_key::RecoveryIdentity;
+use sceau_format::duplicate::import_in_software;
+use sceau_format::key_id::KeyId;
+use sceau_format::members::{envelope_key_id, member_file};
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::wrapped::ClusterEnvelope;
 
 fn key() -> (SecretKey, StorageKey) {
     let secret = SecretKey::random(&mut OsRng);
@@ -54,7 +55,7 @@ fn every_member_computes_the_same_key_id_and_opens_the_envelope() {
     let dir = members_dir(&keys);
     let views: Vec<Membership> = keys
         .iter()
-        .map(|k| Membership::load(dir.path(), None, &k.to_tpm2b_public()).unwrap())
+        .map(|k| load(dir.path(), None, &k.to_tpm2b_public()).unwrap())
         .collect();
     assert!(views.windows(2).all(|w| w[0].key_id() == w[1].key_id()));
     assert_eq!(views[0].key_id().as_str().len(), "sceau-".len() + 32);
@@ -73,14 +74,14 @@ fn membership_changes_change_the_key_id() {
     let parties: Vec<_> = (0..3).map(|_| key()).collect();
     let keys: Vec<&StorageKey> = parties.iter().map(|(_, k)| k).collect();
     let own = keys[0].to_tpm2b_public();
-    let three = Membership::load(members_dir(&keys).path(), None, &own).unwrap();
-    let two = Membership::load(members_dir(&keys[..2]).path(), None, &own).unwrap();
+    let three = load(members_dir(&keys).path(), None, &own).unwrap();
+    let two = load(members_dir(&keys[..2]).path(), None, &own).unwrap();
     assert_ne!(three.key_id(), two.key_id());
     let recovery = RecoveryIdentity::generate();
     let dir = members_dir(&keys);
     let recovery_path = dir.path().join("recovery.key");
     std::fs::write(&recovery_path, recovery.public_file()).unwrap();
-    let with_recovery = Membership::load(dir.path(), Some(&recovery_path), &own).unwrap();
+    let with_recovery = load(dir.path(), Some(&recovery_path), &own).unwrap();
     assert_ne!(three.key_id(), with_recovery.key_id());
     let encoded = with_recovery.seal(&[1; 32]).unwrap();
     let dek = recovery
@@ -96,8 +97,8 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     let (_, outsider) = key();
     let dir = members_dir(&[&a, &b]);
     assert!(matches!(
-        Membership::load(dir.path(), None, &outsider.to_tpm2b_public()),
-        Err(MembershipError::NotAMember(_))
+        load(dir.path(), None, &outsider.to_tpm2b_public()),
+        Err(LoadError::Membership(MembershipError::NotAMember(_)))
     ));
     let path = dir.path().join("node-1.pub");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -108,13 +109,19 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
         .collect();
     std::fs::write(&path, unpinned).unwrap();
     assert!(matches!(
-        Membership::load(dir.path(), None, &a.to_tpm2b_public()),
-        Err(MembershipError::Unpinned { .. })
+        load(dir.path(), None, &a.to_tpm2b_public()),
+        Err(LoadError::Pinned {
+            source: PinnedKeyError::Unpinned,
+            ..
+        })
     ));
     std::fs::write(&path, text.replace(&hex(b.name()), &hex(a.name()))).unwrap();
     assert!(matches!(
-        Membership::load(dir.path(), None, &a.to_tpm2b_public()),
-        Err(MembershipError::PinMismatch { .. })
+        load(dir.path(), None, &a.to_tpm2b_public()),
+        Err(LoadError::Pinned {
+            source: PinnedKeyError::PinMismatch { .. },
+            ..
+        })
     ));
     std::fs::write(
         &path,
@@ -122,8 +129,8 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     )
     .unwrap();
     assert!(matches!(
-        Membership::load(dir.path(), None, &a.to_tpm2b_public()),
-        Err(MembershipError::Duplicate(_))
+        load(dir.path(), None, &a.to_tpm2b_public()),
+        Err(LoadError::Duplicate(_))
     ));
 }
 
@@ -133,11 +140,11 @@ fn refuses_member_keys_that_are_not_tcg_srks() {
     let (_, own) = key();
     let (_, other) = key();
     // restricted|decrypt|userWithAuth|noDA: what an imported software key has.
-    let imported = crate::cluster::storage_key::imported_lookalike(other.point());
+    let imported = sceau_format::storage_key::imported_lookalike(other.point());
     let dir = members_dir(&[&own, &imported]);
     assert!(matches!(
-        Membership::load(dir.path(), None, &own.to_tpm2b_public()),
-        Err(MembershipError::NotAnSrk {
+        load(dir.path(), None, &own.to_tpm2b_public()),
+        Err(LoadError::NotAnSrk {
             attributes: 0x0003_0440,
             ..
         })
@@ -158,23 +165,23 @@ fn refuses_member_files_others_can_write_own_or_link() {
     let (_, a) = key();
     let (_, b) = key();
     let dir = members_dir(&[&a, &b]);
-    let load = || Membership::load(dir.path(), None, &a.to_tpm2b_public());
-    let untrusted = |result: Result<Membership, MembershipError>| match result {
-        Err(MembershipError::Untrusted(why)) => why.to_string(),
+    let try_load = || load(dir.path(), None, &a.to_tpm2b_public());
+    let untrusted = |result: Result<Membership, LoadError>| match result {
+        Err(LoadError::Untrusted(why)) => why.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
     };
-    assert!(load().is_ok());
+    assert!(try_load().is_ok());
     let file = dir.path().join("node-1.pub");
 
     chmod(&file, 0o666);
-    assert!(untrusted(load()).contains("chmod go-w"));
+    assert!(untrusted(try_load()).contains("chmod go-w"));
     chmod(&file, 0o644);
 
     chmod(dir.path(), 0o777);
-    assert!(untrusted(load()).contains("writable by group or others"));
+    assert!(untrusted(try_load()).contains("writable by group or others"));
     chmod(dir.path(), 0o1777);
     assert!(
-        load().is_err(),
+        try_load().is_err(),
         "the members directory itself may not be sticky-shared"
     );
     chmod(dir.path(), 0o755);
@@ -182,14 +189,14 @@ fn refuses_member_files_others_can_write_own_or_link() {
     let elsewhere = dir.path().join("node-1.copy");
     std::fs::rename(&file, &elsewhere).unwrap();
     std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
-    assert!(untrusted(load()).contains("symbolic link"));
+    assert!(untrusted(try_load()).contains("symbolic link"));
     std::fs::remove_file(&file).unwrap();
     std::fs::rename(&elsewhere, &file).unwrap();
-    assert!(load().is_ok());
+    assert!(try_load().is_ok());
 
     // Ownership can only be given away by root (CI runs as root).
     if std::os::unix::fs::chown(&file, Some(4242), None).is_ok() {
-        assert!(untrusted(load()).contains("owned by uid 4242"));
+        assert!(untrusted(try_load()).contains("owned by uid 4242"));
         std::os::unix::fs::chown(&file, Some(0), None).unwrap();
     }
 
@@ -198,7 +205,7 @@ fn refuses_member_files_others_can_write_own_or_link() {
     chmod(shared.path(), 0o777);
     let below = shared.path().join("members");
     std::fs::rename(dir.path(), &below).unwrap();
-    let result = Membership::load(&below, None, &a.to_tpm2b_public());
+    let result = load(&below, None, &a.to_tpm2b_public());
     std::fs::rename(&below, dir.path()).unwrap();
     assert!(untrusted(result).contains(&shared.path().display().to_string()));
 }

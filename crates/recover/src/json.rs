@@ -6,7 +6,6 @@
 //! with a repeated name are refused: no reader can agree on which one counts.
 //! An object holds at most [`MAX_MEMBERS`] members and repeats are found with
 //! a set, so no input makes the reader slower than linear in its length.
-#![forbid(unsafe_code)]
 
 use std::collections::HashSet;
 

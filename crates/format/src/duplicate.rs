@@ -12,7 +12,6 @@
 //!
 //! A member TPM runs exactly this in TPM2_Import; [`import_in_software`] runs
 //! it with the recovery key's private scalar, with the same checks.
-#![forbid(unsafe_code)]
 
 use aes::Aes128;
 use cfb_mode::cipher::{AsyncStreamCipher as _, KeyIvInit as _};

@@ -1,74 +1,51 @@
-//! Who can open a cluster envelope: the member SRKs an operator placed in the
-//! `--members` directory (each pinned by its Name), and the optional offline
-//! recovery key. Loaded once at start, before the sandbox closes the
-//! filesystem, from files only root (or sceau's user) can write
-//! (`trusted_files`); the cluster key_id is derived from it.
-#![forbid(unsafe_code)]
-
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+//! Who can open a cluster envelope: the member SRKs (each pinned by its Name
+//! in its member file) and the optional offline recovery key; the cluster
+//! key_id is derived from them. The daemon reads the files (its
+//! `cluster::load`, with its ownership checks); this module parses their
+//! text and holds the result.
 
 use sha2::{Digest as _, Sha256};
 
 use super::armor::{self, ArmorError};
 use super::duplicate::SealedObject;
-use super::envelope::{
+use super::storage_key::{StorageKey, StorageKeyError};
+use super::wire::NAME_LEN;
+use crate::key_id::KeyId;
+use crate::key_id::hex;
+use crate::wrapped::{
     ClusterEnvelope, ClusterEnvelopeError, Encoded, MAX_RECIPIENTS, Recipient, Role,
 };
-use super::storage_key::{StorageKey, StorageKeyError};
-use super::trusted_files::{self, TrustError};
-use super::wire::NAME_LEN;
-use crate::tpm::KeyId;
-use crate::tpm::srk::hex;
 
 /// The armor label of a member's SRK public (what `sceau srk-public` prints).
 pub const MEMBER_LABEL: &str = "TPM2B_PUBLIC";
 /// The armor label of the recovery key's public half.
 pub const RECOVERY_PUBLIC_LABEL: &str = "SCEAU RECOVERY PUBLIC KEY";
-/// Member files are the `*.pub` files of the directory.
-const MEMBER_EXTENSION: &str = "pub";
 /// v3: every (role, Name) pair is hashed (v2 hashed the member Names and
 /// only the first recovery Name).
 const KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v3\0";
 
+/// Why a member or recovery public file's text is not a pinned key.
+#[derive(Debug, thiserror::Error)]
+pub enum PinnedKeyError {
+    #[error("{0}")]
+    Armor(#[from] ArmorError),
+    #[error("{0}")]
+    Key(#[from] StorageKeyError),
+    #[error("no 'name:' line; pin every key by its Name")]
+    Unpinned,
+    #[error("the pinned name {pinned} is not the key's Name {actual}")]
+    PinMismatch { pinned: String, actual: String },
+}
+
+/// Why a set of keys is not a membership.
 #[derive(Debug, thiserror::Error)]
 pub enum MembershipError {
-    #[error("{0}")]
-    Untrusted(#[from] TrustError),
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {source}")]
-    Armor { path: PathBuf, source: ArmorError },
-    #[error("{path}: {source}")]
-    Key {
-        path: PathBuf,
-        source: StorageKeyError,
-    },
-    #[error("{path}: no 'name:' line; pin every key by its Name")]
-    Unpinned { path: PathBuf },
-    #[error("{path}: the pinned name {pinned} is not the key's Name {actual}")]
-    PinMismatch {
-        path: PathBuf,
-        pinned: String,
-        actual: String,
-    },
-    #[error("{0}: no member files (*.pub)")]
-    Empty(PathBuf),
     #[error("{count} member files and a recovery key exceed the {MAX_RECIPIENTS}-recipient limit")]
     TooMany { count: usize },
     #[error("two member files hold the same key {0}")]
     Duplicate(String),
     #[error("this node's SRK (Name {0}) is not among the members")]
     NotAMember(String),
-    #[error("cluster mode needs an ECC P-256 SRK: {0}")]
-    OwnSrk(StorageKeyError),
-    #[error(
-        "{path}: attributes {attributes:#010x} are not the TCG SRK's (0x00030472): not an SRK made by a TPM"
-    )]
-    NotAnSrk { path: PathBuf, attributes: u32 },
 }
 
 #[derive(Debug)]
@@ -80,34 +57,6 @@ pub struct Membership {
 }
 
 impl Membership {
-    /// Reads every `*.pub` file of `dir`, and the recovery key if given,
-    /// and checks that `own_srk_public` (a TPM2B_PUBLIC) is one of them.
-    /// Every file and directory must pass [`trusted_files`]' checks.
-    pub fn load(
-        dir: &Path,
-        recovery_file: Option<&Path>,
-        own_srk_public: &[u8],
-    ) -> Result<Self, MembershipError> {
-        let own = StorageKey::from_tpm2b_public(own_srk_public).map_err(MembershipError::OwnSrk)?;
-        let members = read_members(dir)?;
-        let recovery = recovery_file
-            .map(|path| read_pinned(path, RECOVERY_PUBLIC_LABEL))
-            .transpose()?;
-        Self::from_keys(own, members, recovery)
-    }
-
-    /// A single node with a backup (`serve --recovery-key` without
-    /// `--members`): this node's SRK is the only member, so every envelope
-    /// opens here and with the offline recovery key.
-    pub fn alone_with_recovery(
-        recovery_file: &Path,
-        own_srk_public: &[u8],
-    ) -> Result<Self, MembershipError> {
-        let own = StorageKey::from_tpm2b_public(own_srk_public).map_err(MembershipError::OwnSrk)?;
-        let recovery = read_pinned(recovery_file, RECOVERY_PUBLIC_LABEL)?;
-        Self::from_keys(own.clone(), vec![own], Some(recovery))
-    }
-
     /// The membership of keys already read and checked: `own` must be among
     /// `members`, and the recovery key must not be one of them.
     pub fn from_keys(
@@ -220,70 +169,17 @@ pub fn member_file(key: &StorageKey, node_key_id: &KeyId) -> String {
     )
 }
 
-fn read_members(dir: &Path) -> Result<Vec<StorageKey>, MembershipError> {
-    trusted_files::check_directory(dir)?;
-    let read_error = |source| MembershipError::Read {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(read_error)?
-        .map(|entry| entry.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .map_err(read_error)?;
-    paths.retain(|p| p.extension().is_some_and(|e| e == MEMBER_EXTENSION));
-    paths.sort();
-    if paths.is_empty() {
-        return Err(MembershipError::Empty(dir.to_path_buf()));
-    }
-    if paths.len() > MAX_RECIPIENTS {
-        return Err(MembershipError::TooMany { count: paths.len() });
-    }
-    let mut seen = HashMap::new();
-    let mut members = Vec::new();
-    for path in paths {
-        let key = read_pinned(&path, MEMBER_LABEL)?;
-        if !key.is_srk() {
-            return Err(MembershipError::NotAnSrk {
-                attributes: key.attributes(),
-                path,
-            });
-        }
-        if seen.insert(*key.name(), path).is_some() {
-            return Err(MembershipError::Duplicate(hex(key.name())));
-        }
-        members.push(key);
-    }
-    Ok(members)
-}
-
-/// Reads one armored key, after [`trusted_files`]' checks, and checks it
-/// against its `name:` line.
-pub fn read_pinned(path: &Path, label: &'static str) -> Result<StorageKey, MembershipError> {
-    let text = trusted_files::read_trusted(path)?;
-    let armored = armor::decode(&text, label).map_err(|source| MembershipError::Armor {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let key =
-        StorageKey::from_tpm2b_public(&armored.bytes).map_err(|source| MembershipError::Key {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    let pinned = armored
-        .header("name")
-        .ok_or_else(|| MembershipError::Unpinned {
-            path: path.to_path_buf(),
-        })?;
+/// Parses one armored key of `label` and checks it against its `name:`
+/// line.
+pub fn parse_pinned(text: &str, label: &'static str) -> Result<StorageKey, PinnedKeyError> {
+    let armored = armor::decode(text, label)?;
+    let key = StorageKey::from_tpm2b_public(&armored.bytes)?;
+    let pinned = armored.header("name").ok_or(PinnedKeyError::Unpinned)?;
     if !pinned.eq_ignore_ascii_case(&hex(key.name())) {
-        return Err(MembershipError::PinMismatch {
-            path: path.to_path_buf(),
+        return Err(PinnedKeyError::PinMismatch {
             pinned: pinned.to_string(),
             actual: hex(key.name()),
         });
     }
     Ok(key)
 }
-
-#[cfg(test)]
-mod tests;

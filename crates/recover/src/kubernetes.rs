@@ -25,7 +25,6 @@
 //! zeroizing; the `hkdf` and `aes-gcm` crates' internal key state and a
 //! Secret's labels and annotations are not (in the `sceau` binary the
 //! wipe-on-free allocator still clears the heap copies).
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -34,7 +34,6 @@
 //! of overlapping elements otherwise made a 1 MB snapshot cost gigabytes. As
 //! a second bound, the bytes one walk yields are counted and may not exceed
 //! the file's (or the inline page's) length; `for_each` returns the count.
-#![forbid(unsafe_code)]
 
 use std::collections::HashSet;
 
@@ -554,8 +553,8 @@ mod tests {
         let mut file = db_with_bucket(b"key", 4);
         overlapping_leaf(&mut file, 200, &revision, &kv[..]);
         assert_eq!(
-            crate::recovery::etcd::values_from_snapshot(&file),
-            Err(crate::recovery::etcd::EtcdError::Bolt(
+            crate::etcd::values_from_snapshot(&file),
+            Err(crate::etcd::EtcdError::Bolt(
                 BoltError::OverlappingElements { pgid: 3, index: 1 }
             ))
         );

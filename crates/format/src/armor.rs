@@ -1,7 +1,6 @@
 //! The text form of sceau's key files: `# ` comment lines, `field: value`
 //! header lines, and one base64 block between BEGIN and END lines, so that an
 //! operator can read a member's Name in the file and compare it out of band.
-#![forbid(unsafe_code)]
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;

@@ -1,14 +1,13 @@
 //! `sceau recover` over etcd contents: every KMS v2 value is opened with the
 //! recovery identity and decrypted as the apiserver would; Secrets are printed
 //! as manifests, everything else is counted and named on the log stream.
-#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::io::Write;
 
 use super::etcd::StoredValue;
 use super::kubernetes::{KubernetesError, decrypt_data, describe_secret, parse_stored_value};
-use crate::cluster::recovery_key::RecoveryIdentity;
+use sceau_format::recovery_key::RecoveryIdentity;
 
 /// What one run did, for the closing line and the exit status.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -95,8 +94,8 @@ mod tests {
     use sha2::Sha256;
 
     use super::*;
-    use crate::cluster::duplicate::SealedObject;
-    use crate::cluster::envelope::{ClusterEnvelope, Recipient, Role};
+    use sceau_format::duplicate::SealedObject;
+    use sceau_format::wrapped::{ClusterEnvelope, Recipient, Role};
 
     fn field(out: &mut Vec<u8>, number: u8, bytes: &[u8]) {
         out.push(number << 3 | 2);

@@ -9,7 +9,6 @@
 //! Both blobs are byte-for-byte what `tpm2_create -u/-r` writes, so an operator
 //! can open an envelope with `tpm2_load` and `tpm2_unseal` if sceau is gone.
 //! Parsing is strict and pure: it never touches the TPM.
-#![forbid(unsafe_code)]
 
 /// The version byte of single-node envelopes (sealed under this TPM's SRK).
 pub const VERSION_SEALED: u8 = 0x01;

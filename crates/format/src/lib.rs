@@ -1,0 +1,32 @@
+//! The formats sceau reads and writes, as pure functions of bytes and text:
+//! no TPM, no I/O, no async, no `unsafe` (forbidden for the whole workspace
+//! but the daemon's `sys` module, through `[workspace.lints]`).
+//!
+//! - Envelopes: `sealed` (version 1, a TPM sealed-data object under one
+//!   SRK) and `wrapped` (version 2, one object wrapped for every cluster
+//!   member and the recovery key).
+//! - TPM wire structures: `wire` (the bounded `Reader`), `storage_key`
+//!   (an ECC P-256 storage key's TPM2B_PUBLIC and Name), `kdf` (KDFa, KDFe),
+//!   `duplicate` (TPM2_Import blobs made in software), `credential`
+//!   (TPM2_MakeCredential's blob).
+//! - Text files: `armor`, `members` (member files and the cluster
+//!   membership), `recovery_key` (the recovery identity and its public
+//!   half), `enrollment` (request, challenge and response files).
+//! - `key_id` and `text` (what may be echoed of client input).
+//!
+//! The daemon, the offline tool `sceau-recover`, the fuzz targets and the
+//! SPIRE plugins depend on this crate; it depends on none of them.
+
+pub mod armor;
+pub mod credential;
+pub mod duplicate;
+pub mod enrollment;
+pub mod kdf;
+pub mod key_id;
+pub mod members;
+pub mod recovery_key;
+pub mod sealed;
+pub mod storage_key;
+pub mod text;
+pub mod wire;
+pub mod wrapped;

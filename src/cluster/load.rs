@@ -1,0 +1,131 @@
+//! Reading the cluster's key files: every `*.pub` member file of the
+//! `--members` directory and the optional `--recovery-key` public file, once
+//! at start, before the sandbox closes the filesystem. Every file and
+//! directory must pass [`trusted_files`]' checks; the text itself is parsed
+//! by `sceau_format::members`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use sceau_format::key_id::hex;
+use sceau_format::members::{
+    MEMBER_LABEL, Membership, MembershipError, PinnedKeyError, RECOVERY_PUBLIC_LABEL, parse_pinned,
+};
+use sceau_format::storage_key::{StorageKey, StorageKeyError};
+use sceau_format::wrapped::MAX_RECIPIENTS;
+
+use super::trusted_files::{self, TrustError};
+
+/// Member files are the `*.pub` files of the directory.
+const MEMBER_EXTENSION: &str = "pub";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Untrusted(#[from] TrustError),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Pinned {
+        path: PathBuf,
+        source: PinnedKeyError,
+    },
+    #[error("{0}: no member files (*.pub)")]
+    Empty(PathBuf),
+    #[error("{count} member files exceed the {MAX_RECIPIENTS}-recipient limit")]
+    TooMany { count: usize },
+    #[error("two member files hold the same key {0}")]
+    Duplicate(String),
+    #[error(
+        "{path}: attributes {attributes:#010x} are not the TCG SRK's (0x00030472): not an SRK made by a TPM"
+    )]
+    NotAnSrk { path: PathBuf, attributes: u32 },
+    #[error("cluster mode needs an ECC P-256 SRK: {0}")]
+    OwnSrk(StorageKeyError),
+    #[error("{0}")]
+    Membership(#[from] MembershipError),
+}
+
+/// Reads every `*.pub` file of `dir`, and the recovery key if given, and
+/// checks that `own_srk_public` (a TPM2B_PUBLIC) is one of them.
+pub fn load(
+    dir: &Path,
+    recovery_file: Option<&Path>,
+    own_srk_public: &[u8],
+) -> Result<Membership, LoadError> {
+    let own = StorageKey::from_tpm2b_public(own_srk_public).map_err(LoadError::OwnSrk)?;
+    let members = read_members(dir)?;
+    let recovery = recovery_file
+        .map(|path| read_pinned(path, RECOVERY_PUBLIC_LABEL))
+        .transpose()?;
+    Ok(Membership::from_keys(own, members, recovery)?)
+}
+
+/// A single node with a backup (`serve --recovery-key` without
+/// `--members`): this node's SRK is the only member, so every envelope
+/// opens here and with the offline recovery key.
+pub fn alone_with_recovery(
+    recovery_file: &Path,
+    own_srk_public: &[u8],
+) -> Result<Membership, LoadError> {
+    let own = StorageKey::from_tpm2b_public(own_srk_public).map_err(LoadError::OwnSrk)?;
+    let recovery = read_pinned(recovery_file, RECOVERY_PUBLIC_LABEL)?;
+    Ok(Membership::from_keys(
+        own.clone(),
+        vec![own],
+        Some(recovery),
+    )?)
+}
+
+fn read_members(dir: &Path) -> Result<Vec<StorageKey>, LoadError> {
+    trusted_files::check_directory(dir)?;
+    let read_error = |source| LoadError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read_error)?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(read_error)?;
+    paths.retain(|p| p.extension().is_some_and(|e| e == MEMBER_EXTENSION));
+    paths.sort();
+    if paths.is_empty() {
+        return Err(LoadError::Empty(dir.to_path_buf()));
+    }
+    if paths.len() > MAX_RECIPIENTS {
+        return Err(LoadError::TooMany { count: paths.len() });
+    }
+    let mut seen = HashMap::new();
+    let mut members = Vec::new();
+    for path in paths {
+        let key = read_pinned(&path, MEMBER_LABEL)?;
+        if !key.is_srk() {
+            return Err(LoadError::NotAnSrk {
+                attributes: key.attributes(),
+                path,
+            });
+        }
+        if seen.insert(*key.name(), path).is_some() {
+            return Err(LoadError::Duplicate(hex(key.name())));
+        }
+        members.push(key);
+    }
+    Ok(members)
+}
+
+/// Reads one armored key, after [`trusted_files`]' checks, and checks it
+/// against its `name:` line.
+fn read_pinned(path: &Path, label: &'static str) -> Result<StorageKey, LoadError> {
+    let text = trusted_files::read_trusted(path)?;
+    parse_pinned(&text, label).map_err(|source| LoadError::Pinned {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests;
