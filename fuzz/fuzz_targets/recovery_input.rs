@@ -1,4 +1,4 @@
-//! `sceau recover`'s readers of untrusted etcd data: the etcd snapshot
+//! `sceau-recover recover`'s readers of untrusted etcd data: the etcd snapshot
 //! walker (`values_from_snapshot`, over `src/recovery/bbolt.rs`), etcdctl
 //! JSON (`values_from_etcdctl_json`, over `src/recovery/json.rs`), the KMS v2
 //! stored value (`parse_stored_value`, `decrypt_data`), the decrypted object
@@ -134,7 +134,7 @@ fn each_value(values: &[StoredValue]) {
     recover(values);
 }
 
-/// The whole `sceau recover` loop, with the pinned identity.
+/// The whole `sceau-recover recover` loop, with the pinned identity.
 fn recover(values: &[StoredValue]) {
     let (mut out, mut log) = (Vec::new(), Vec::new());
     let summary = recover_secrets(&fixture().identity, values, &mut out, &mut log)

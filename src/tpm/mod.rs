@@ -1,4 +1,4 @@
-//! The TPM layer: envelope format, SRK, sealed objects, parameter encryption,
+//! The TPM layer: SRK, sealed objects, parameter encryption,
 //! fault classification, and the worker thread that owns the ESAPI context.
 #![forbid(unsafe_code)]
 

@@ -244,7 +244,7 @@ fn recover_refuses_an_identity_that_others_can_access() {
     }
 }
 
-/// `sceau recover --envelope` on one ciphertext, as an offline operator runs it.
+/// `sceau-recover recover --envelope` on one ciphertext, as an offline operator runs it.
 fn recover_envelope(tmp: &TempDir, key: &RecoveryKey, ciphertext: &[u8]) -> Vec<u8> {
     let path = tmp.join("envelope.bin");
     std::fs::write(&path, ciphertext).unwrap();
@@ -257,7 +257,7 @@ fn recover_envelope(tmp: &TempDir, key: &RecoveryKey, ciphertext: &[u8]) -> Vec<
             path.to_str().unwrap(),
         ])
         .output()
-        .expect("running sceau recover");
+        .expect("running sceau-recover recover");
     assert!(
         output.status.success(),
         "recover: {}",
@@ -746,7 +746,7 @@ fn a_member_file_planted_by_another_user_is_refused_at_start() {
 /// Issue 10, "Also": a single control plane gets a backup with
 /// `--recovery-key` alone. Encrypt makes version 2 envelopes for this node's
 /// SRK and the recovery key; this node opens them with its TPM, and
-/// `sceau recover` opens them with no TPM. Before, the flag needed --members.
+/// `sceau-recover recover` opens them with no TPM. Before, the flag needed --members.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_single_node_with_a_recovery_key_has_a_backup() {
     let tmp = TempDir::new("single-recovery");

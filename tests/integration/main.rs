@@ -21,6 +21,7 @@ mod hardening;
 mod harness_self_test;
 mod malformed;
 mod memory_scan;
+mod recover_offline;
 mod restart;
 mod round_trip;
 mod server_limits;

@@ -151,7 +151,7 @@ pub fn challenge_files(request: &Request) -> (String, Zeroizing<String>) {
     );
     let expected = Zeroizing::new(armor::encode(
         EXPECTED_LABEL,
-        &["Keep with the verifier; compared by sceau enroll verify."],
+        &["Keep with the verifier; compared by sceau-recover enroll verify."],
         &[("srk_name", hex(request.srk.name()))],
         expected.as_ref(),
     ));
@@ -185,7 +185,7 @@ pub fn parse_challenge(text: &str, own_srk_name: &[u8]) -> Result<ImportBlob, En
 pub fn response_file(credential: &[u8]) -> String {
     armor::encode(
         RESPONSE_LABEL,
-        &["Return to the verifier: sceau enroll verify"],
+        &["Return to the verifier: sceau-recover enroll verify"],
         &[],
         credential,
     )

@@ -37,7 +37,7 @@ pub enum RecoveryKeyError {
 }
 
 // The inner errors are part of each message and deliberately not `source`s
-// (no `#[from]`): `sceau recover` prints the whole chain, so a source would
+// (no `#[from]`): `sceau-recover recover` prints the whole chain, so a source would
 // be printed twice.
 impl From<ArmorError> for RecoveryKeyError {
     fn from(error: ArmorError) -> Self {
@@ -160,7 +160,7 @@ impl RecoveryIdentity {
 mod tests {
     use super::*;
 
-    /// What `sceau recover` prints for an error: its message, then each
+    /// What `sceau-recover recover` prints for an error: its message, then each
     /// source's (anyhow's `{:#}`).
     fn as_printed(error: &RecoveryKeyError) -> String {
         let mut text = error.to_string();

@@ -539,7 +539,7 @@ mod tests {
         );
     }
 
-    /// The same through `sceau recover --etcd-snapshot`'s reader: a `key`
+    /// The same through `sceau-recover recover --etcd-snapshot`'s reader: a `key`
     /// bucket whose 200 elements are one valid revision and KeyValue.
     /// Without the overlap check, this fails with `left: Ok([StoredValue ..`
     /// (the copies were made, then merged as one key).

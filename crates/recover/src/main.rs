@@ -150,7 +150,7 @@ fn recovery_keygen(options: &RecoveryKeygenOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `sceau recover`: no TPM, no sandbox; an offline operator tool.
+/// `sceau-recover recover`: no TPM, no sandbox; an offline operator tool.
 fn recover(options: &RecoverOptions) -> anyhow::Result<()> {
     use std::io::{IsTerminal as _, Read as _, Write as _};
     if std::io::stdout().is_terminal() && !options.force {

@@ -1,4 +1,4 @@
-//! `sceau recover` over etcd contents: every KMS v2 value is opened with the
+//! `sceau-recover recover` over etcd contents: every KMS v2 value is opened with the
 //! recovery identity and decrypted as the apiserver would; Secrets are printed
 //! as manifests, everything else is counted and named on the log stream.
 
