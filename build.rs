@@ -8,6 +8,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // No `connect` constructor over tonic's Channel: the client in
+        // src/client.rs brings its own connection.
+        .build_transport(false)
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -300,7 +300,7 @@ fn bench_membership(tmp: &TempDir, config: &TpmConfig) -> Arc<Membership> {
 struct ServerUnderTest {
     runtime: tokio::runtime::Runtime,
     stop: tokio::sync::oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<Result<sceau::server::StopReason, tonic::transport::Error>>,
+    server: tokio::task::JoinHandle<Result<sceau::server::StopReason, std::convert::Infallible>>,
     worker_thread: std::thread::JoinHandle<()>,
 }
 

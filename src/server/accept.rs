@@ -34,8 +34,8 @@ static REFUSED_LOG: LogBudget = LogBudget::new();
 static OVER_CAP_LOG: LogBudget = LogBudget::new();
 static ACCEPT_ERROR_LOG: LogBudget = LogBudget::new();
 
-/// The accepted connections sceau serves, as a stream for tonic. tonic drops
-/// it when it stops accepting, which closes the listener.
+/// The accepted connections sceau serves, as a stream. The server drops it
+/// when it stops accepting, which closes the listener.
 pub struct Connections {
     listener: UnixListener,
     callers: AllowedCallers,
@@ -109,7 +109,9 @@ fn is_per_connection(error: &io::Error) -> bool {
 }
 
 impl tokio_stream::Stream for Connections {
-    type Item = io::Result<IdleClosingStream>;
+    /// Accept errors are handled here (retried, or waited out), so the
+    /// stream yields only admitted connections, and never ends.
+    type Item = IdleClosingStream;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
@@ -123,7 +125,7 @@ impl tokio_stream::Stream for Connections {
                 Ok((stream, _)) => {
                     this.next_pause = MIN_BACKOFF;
                     if let Some(connection) = this.admit(stream) {
-                        return Poll::Ready(Some(Ok(connection)));
+                        return Poll::Ready(Some(connection));
                     }
                     refused += 1;
                     if refused == REFUSALS_PER_POLL {

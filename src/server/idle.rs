@@ -29,11 +29,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixStream;
+use tokio::net::unix::UCred;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 use tonic::Status;
 use tonic::codegen::http;
-use tonic::transport::server::{Connected, UdsConnectInfo};
 
 use super::log_budget::LogBudget;
 
@@ -106,10 +106,11 @@ impl Activity {
 }
 
 /// What the server knows of a connection: its peer, checked at accept, and
-/// its calls. tonic hands it to each request in its extensions.
+/// its calls. The server puts it in each request's extensions.
 #[derive(Clone, Debug)]
 pub struct ConnectionInfo {
-    pub uds: UdsConnectInfo,
+    /// The peer's credentials (SO_PEERCRED: those it had when it connected).
+    pub peer_cred: Option<UCred>,
     activity: Arc<Activity>,
 }
 
@@ -178,12 +179,11 @@ impl AsyncWrite for IdleClosingStream {
     }
 }
 
-impl Connected for IdleClosingStream {
-    type ConnectInfo = ConnectionInfo;
-
-    fn connect_info(&self) -> ConnectionInfo {
+impl IdleClosingStream {
+    /// What each call on this connection is told about it.
+    pub fn info(&self) -> ConnectionInfo {
         ConnectionInfo {
-            uds: self.inner.connect_info(),
+            peer_cred: self.inner.peer_cred().ok(),
             activity: self.activity.clone(),
         }
     }

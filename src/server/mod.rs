@@ -14,14 +14,23 @@ pub mod socket;
 
 pub use crate::sys::DeferredStopSignals;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::net::UnixListener;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::oneshot;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_stream::StreamExt;
+use tonic::body::Body;
+use tonic::codegen::http;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Server;
+use tower::{Layer, Service, ServiceExt};
 
 use crate::kms::{KmsService, Sealer};
 use crate::pb::key_management_service_server::KeyManagementServiceServer;
@@ -103,46 +112,116 @@ pub fn stop_requested(
 /// Serves until `stop` resolves, then stops accepting and gives in-flight
 /// calls [`SHUTDOWN_GRACE`] to finish. Each call may run for
 /// `request_deadline` plus [`CALL_LIMIT_MARGIN`].
+///
+/// Each accepted connection is served by hyper's HTTP/2 server on a task of
+/// its own ([`serve_connection`]); the service is the generated
+/// `KeyManagementServiceServer`, which also answers unknown methods with
+/// UNIMPLEMENTED. Accept errors are retried inside [`accept::Connections`],
+/// so serving itself cannot fail.
+///
+/// The client's `grpc-timeout` header is not read (tonic's own `Server`
+/// ended a call with CANCELLED there): a gRPC client whose deadline passes
+/// resets its stream, which drops the call here, and every call ends at the
+/// call limit whatever the client sends.
 pub async fn serve<S: Sealer>(
     listener: UnixListener,
     service: KmsService<S>,
     callers: peer::AllowedCallers,
     request_deadline: Duration,
     stop: impl Future<Output = StopReason>,
-) -> Result<StopReason, tonic::transport::Error> {
+) -> Result<StopReason, Infallible> {
     let call_limit = request_deadline + CALL_LIMIT_MARGIN;
-    let (begin_drain, drain) = oneshot::channel::<()>();
     let kms = KeyManagementServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES);
     // The uid is checked at accept (accept.rs); the interceptor checks it
     // again per call, which costs a lookup in a short list.
-    let connections =
-        accept::Connections::new(listener, callers.clone(), MAX_CONNECTIONS, call_limit);
-    let server = Server::builder()
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
-        .layer(idle::CallLimitLayer::new(call_limit))
-        .add_service(InterceptedService::new(kms, callers))
-        .serve_with_incoming_shutdown(connections, async {
-            let _ = drain.await;
-        });
-    tokio::pin!(server);
-    let reason = tokio::select! {
-        result = &mut server => {
-            result?;
-            unreachable!("the server only returns after a drain request");
+    let checked = ServiceExt::<http::Request<Incoming>>::map_response(
+        InterceptedService::new(kms, callers.clone()),
+        |response| response.map(Body::new),
+    );
+    let calls = idle::CallLimitLayer::new(call_limit).layer(checked);
+    let http2 = http2_settings();
+    let mut connections = accept::Connections::new(listener, callers, MAX_CONNECTIONS, call_limit);
+    let (begin_drain, drain) = watch::channel(());
+    let mut open = JoinSet::new();
+    tokio::pin!(stop);
+    let reason = loop {
+        tokio::select! {
+            reason = &mut stop => break reason,
+            Some(connection) = connections.next() => {
+                open.spawn(serve_connection(
+                    connection,
+                    calls.clone(),
+                    http2.clone(),
+                    drain.clone(),
+                ));
+            }
+            // Reaps finished connections so that the set stays small.
+            Some(_) = open.join_next(), if !open.is_empty() => {}
         }
-        reason = stop => reason,
     };
     log::info!(
         "stopping ({reason}): refusing new connections, draining for up to {SHUTDOWN_GRACE:?}"
     );
     crate::notify::stopping();
+    // Dropping the listener refuses new connections at once, rather than
+    // leaving them queued until the process exits.
+    drop(connections);
+    drop(drain);
     let _ = begin_drain.send(());
-    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(result) => result?,
-        Err(_) => log::warn!("calls still running after {SHUTDOWN_GRACE:?} were dropped"),
+    let drained = async { while open.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
+        log::warn!("calls still running after {SHUTDOWN_GRACE:?} were dropped");
+        open.abort_all();
     }
     Ok(reason)
+}
+
+/// The HTTP/2 settings every connection is served with (the limits above).
+/// HTTP/1 is not spoken: a client that does not open with the HTTP/2
+/// preface gets a protocol error and the connection ends.
+fn http2_settings() -> http2::Builder<TokioExecutor> {
+    let mut http2 = http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES);
+    http2
+}
+
+/// Serves one connection until it ends, or, once a drain begins, until its
+/// open calls finish: hyper then sends GOAWAY, so the client opens no new
+/// call on it.
+async fn serve_connection<C>(
+    connection: idle::IdleClosingStream,
+    calls: C,
+    http2: http2::Builder<TokioExecutor>,
+    mut drain: watch::Receiver<()>,
+) where
+    C: Service<http::Request<Incoming>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    C::Future: Send + 'static,
+{
+    // Each call learns its connection's peer and activity from its
+    // extensions (peer.rs, idle.rs).
+    let info = connection.info();
+    let calls = calls.map_request(move |mut request: http::Request<Incoming>| {
+        request.extensions_mut().insert(info.clone());
+        request
+    });
+    let served = http2.serve_connection(TokioIo::new(connection), TowerToHyperService::new(calls));
+    tokio::pin!(served);
+    let result = tokio::select! {
+        result = served.as_mut() => result,
+        _ = drain.changed() => {
+            served.as_mut().graceful_shutdown();
+            served.await
+        }
+    };
+    if let Err(e) = result {
+        log::debug!("connection ended: {e}");
+    }
 }

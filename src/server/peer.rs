@@ -42,7 +42,7 @@ impl Interceptor for AllowedCallers {
         let credentials = request
             .extensions()
             .get::<ConnectionInfo>()
-            .and_then(|info| info.uds.peer_cred);
+            .and_then(|info| info.peer_cred);
         match credentials {
             Some(cred) if self.allows(cred.uid()) => Ok(request),
             Some(cred) => {

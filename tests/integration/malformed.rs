@@ -251,3 +251,50 @@ fn random_tpm2b(total_len: usize) -> Vec<u8> {
     let size = u16::try_from(total_len - 2).expect("fits u16");
     [&size.to_be_bytes()[..], &random_bytes(total_len - 2)].concat()
 }
+
+/// sceau serves one gRPC service with no router in front of it: a method it
+/// does not have, or another service, must still get UNIMPLEMENTED (from the
+/// generated server), and the connection must stay usable.
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_methods_are_unimplemented() {
+    use sceau::pb::{StatusRequest, StatusResponse};
+    use tonic::codegen::http::uri::{PathAndQuery, Uri};
+
+    let fx = Fixture::start("unimplemented", &[]);
+    let connection = sceau::client::open(fx.sceau.socket())
+        .await
+        .expect("connect");
+    let mut grpc =
+        tonic::client::Grpc::with_origin(connection, Uri::from_static(sceau::client::ORIGIN));
+    for path in [
+        "/v2.KeyManagementService/Rotate",
+        "/v1beta1.KeyManagementService/Encrypt",
+        "/grpc.health.v1.Health/Check",
+    ] {
+        grpc.ready().await.expect("connection ready");
+        let call = grpc.unary::<StatusRequest, StatusResponse, _>(
+            tonic::Request::new(StatusRequest {}),
+            PathAndQuery::from_static(path),
+            tonic_prost::ProstCodec::default(),
+        );
+        let status = tokio::time::timeout(rpc::CALL_TIMEOUT, call)
+            .await
+            .expect("an answer")
+            .expect_err("no such method");
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unimplemented,
+            "{path}: {status:?}"
+        );
+    }
+    grpc.ready().await.expect("connection ready");
+    let status = grpc
+        .unary::<StatusRequest, StatusResponse, _>(
+            tonic::Request::new(StatusRequest {}),
+            PathAndQuery::from_static("/v2.KeyManagementService/Status"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .expect("Status on the same connection");
+    assert_eq!(status.into_inner().healthz, "ok");
+}

@@ -7,7 +7,6 @@
 //! the SRK's Name. Only a TPM that holds both the EK's private key and a
 //! loaded object with that Name can answer it with TPM2_ActivateCredential.
 
-use rand_core::{OsRng, RngCore as _};
 use zeroize::Zeroizing;
 
 use super::duplicate::{ImportBlob, outer_wrap};
@@ -26,7 +25,7 @@ pub struct Challenge {
 /// TPM2_MakeCredential(ek, credential, object Name), in software.
 pub fn make_credential(ek: &StorageKey, srk_name: &[u8; NAME_LEN]) -> Challenge {
     let mut expected = Zeroizing::new([0u8; CREDENTIAL_LEN]);
-    OsRng.fill_bytes(expected.as_mut());
+    crate::random::fill(expected.as_mut());
     let mut digest = Writer::default();
     digest.tpm2b(expected.as_ref());
     let plaintext = Zeroizing::new(digest.finish());

@@ -13,11 +13,11 @@
 //! A member TPM runs exactly this in TPM2_Import; [`import_in_software`] runs
 //! it with the recovery key's private scalar, with the same checks.
 
+use crate::random::{self, SystemRandom};
 use aes::Aes128;
 use cfb_mode::cipher::{AsyncStreamCipher as _, KeyIvInit as _};
-use p256::ecdh::{EphemeralSecret, diffie_hellman};
-use p256::{PublicKey, SecretKey};
-use rand_core::{OsRng, RngCore as _};
+use p256::elliptic_curve::point::AffineCoordinates as _;
+use p256::{FieldBytes, PublicKey, SecretKey};
 use sha2::{Digest as _, Sha256};
 use zeroize::Zeroizing;
 
@@ -71,7 +71,7 @@ pub struct SealedObject {
 impl SealedObject {
     pub fn new(data: &[u8]) -> Self {
         let mut seed_value = Zeroizing::new([0u8; SEED_VALUE_LEN]);
-        OsRng.fill_bytes(seed_value.as_mut());
+        random::fill(seed_value.as_mut());
         let unique = keyed_hash_unique(seed_value.as_ref(), data);
         let tpmt_public = sealed_public(&unique);
         Self {
@@ -103,20 +103,11 @@ impl SealedObject {
 /// calls this. The daemon calls it only on its wrapping thread, whose stack
 /// is scrubbed after every job (`kms::wrapping`).
 pub fn outer_wrap(key: &StorageKey, label: &str, name: &[u8], plaintext: &[u8]) -> ImportBlob {
-    let ephemeral = EphemeralSecret::random(&mut OsRng);
+    let ephemeral = SecretKey::random(&mut SystemRandom);
     let ephemeral_public = ephemeral.public_key();
-    let shared = ephemeral.diffie_hellman(key.point());
+    let shared = ecdh_z(&ephemeral, key.point());
     let (ephemeral_x, ephemeral_y) = coordinates(&ephemeral_public);
-    let keys = WrappingKeys::derive(
-        kdfe(
-            shared.raw_secret_bytes(),
-            label,
-            &ephemeral_x,
-            &key.x(),
-            256,
-        ),
-        name,
-    );
+    let keys = WrappingKeys::derive(kdfe(&shared, label, &ephemeral_x, &key.x(), 256), name);
     let mut encrypted = Zeroizing::new(plaintext.to_vec());
     cfb(&keys.storage).encrypt(&mut encrypted);
     let outer_hmac = hmac_sha256(&keys.integrity, &[&encrypted, name]);
@@ -195,15 +186,27 @@ fn recover_seed(secret: &SecretKey, in_sym_seed: &[u8]) -> Result<Zeroizing<Vec<
     let y = r.tpm2b("ephemeral y")?;
     r.finish("TPMS_ECC_POINT")?;
     let ephemeral: PublicKey = point_from_coordinates(x, y)?;
-    let shared = diffie_hellman(secret.to_nonzero_scalar(), ephemeral.as_affine());
+    let shared = ecdh_z(secret, &ephemeral);
     let own_x = coordinates(&secret.public_key()).0;
     Ok(kdfe(
-        shared.raw_secret_bytes(),
+        &shared,
         "DUPLICATE",
         &coordinates(&ephemeral).0,
         &own_x,
         256,
     ))
+}
+
+/// The ECDH shared secret Z as TPM2_ECDH_ZGen computes it (SP 800-56A
+/// §5.7.1.2): the x coordinate of `secret` · `public`. Both are checked
+/// values (a non-zero scalar, a point on the curve that is not the
+/// identity), so the product is never the identity. The scalar copy and Z
+/// are wiped on drop; p256's `ecdh` module computes the same, but its
+/// feature would add `hkdf` to the daemon for a function sceau never calls.
+fn ecdh_z(secret: &SecretKey, public: &PublicKey) -> Zeroizing<FieldBytes> {
+    let scalar = Zeroizing::new(secret.to_nonzero_scalar());
+    let product = (public.to_projective() * scalar.as_ref()).to_affine();
+    Zeroizing::new(product.x())
 }
 
 /// AES-128-CFB with a zero IV, as the TPM's outer wrapper uses it (each key
@@ -286,7 +289,7 @@ mod tests {
     use super::*;
 
     fn recipient() -> (SecretKey, StorageKey) {
-        let secret = SecretKey::random(&mut OsRng);
+        let secret = SecretKey::random(&mut SystemRandom);
         let key = StorageKey::from_point(&secret.public_key());
         (secret, key)
     }

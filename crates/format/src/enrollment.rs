@@ -227,7 +227,7 @@ mod tests {
     /// A request whose SRK and EK are one software key: enough for the
     /// parsing and comparison steps, which never touch a TPM.
     fn software_request() -> (StorageKey, Request) {
-        let secret = p256::SecretKey::random(&mut rand_core::OsRng);
+        let secret = p256::SecretKey::random(&mut crate::random::SystemRandom);
         let key = StorageKey::from_point(&secret.public_key());
         let request = Request {
             srk: key.clone(),
@@ -276,7 +276,7 @@ mod tests {
     /// wrote its member file. Such a key lacks fixedTPM, so it is refused now.
     #[test]
     fn an_imported_key_posing_as_an_srk_is_refused() {
-        let secret = p256::SecretKey::random(&mut rand_core::OsRng);
+        let secret = p256::SecretKey::random(&mut crate::random::SystemRandom);
         let genuine = StorageKey::from_point(&secret.public_key());
         let imported = crate::storage_key::imported_lookalike(genuine.point());
         let id = KeyId::from_srk_name(imported.name());
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_certificate_must_contain_the_ek_point() {
-        let secret = p256::SecretKey::random(&mut rand_core::OsRng);
+        let secret = p256::SecretKey::random(&mut crate::random::SystemRandom);
         let ek = StorageKey::from_point(&secret.public_key());
         let (x, y) = coordinates(ek.point());
         let fake_der = [

@@ -24,6 +24,7 @@ pub mod enrollment;
 pub mod kdf;
 pub mod key_id;
 pub mod members;
+pub mod random;
 pub mod recovery_key;
 pub mod sealed;
 pub mod storage_key;

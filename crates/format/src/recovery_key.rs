@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 
 use p256::SecretKey;
-use rand_core::OsRng;
 use zeroize::Zeroizing;
 
 use super::armor::{self, ArmorError};
@@ -65,7 +64,7 @@ pub struct RecoveryIdentity {
 
 impl RecoveryIdentity {
     pub fn generate() -> Self {
-        Self::from_secret(SecretKey::random(&mut OsRng))
+        Self::from_secret(SecretKey::random(&mut crate::random::SystemRandom))
     }
 
     fn from_secret(secret: SecretKey) -> Self {

@@ -609,7 +609,7 @@ mod tests {
     fn walks_of_corrupt_databases_hand_out_at_most_the_file() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/recovery/snapshot.db"
+            "/../../tests/fixtures/recovery/snapshot.db"
         );
         let file = std::fs::read(path).unwrap();
         let bare = &file[..file.len() - 32];

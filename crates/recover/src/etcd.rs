@@ -284,7 +284,7 @@ mod tests {
     use super::*;
     use crate::json::Json;
 
-    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/recovery");
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/recovery");
 
     fn fixture(name: &str) -> Vec<u8> {
         std::fs::read(format!("{FIXTURES}/{name}")).unwrap_or_else(|e| panic!("{name}: {e}"))

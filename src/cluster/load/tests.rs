@@ -1,5 +1,5 @@
 use p256::SecretKey;
-use rand_core::OsRng;
+use sceau_format::random::SystemRandom;
 
 use super::*;
 use sceau_format::duplicate::import_in_software;
@@ -9,7 +9,7 @@ use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::wrapped::ClusterEnvelope;
 
 fn key() -> (SecretKey, StorageKey) {
-    let secret = SecretKey::random(&mut OsRng);
+    let secret = SecretKey::random(&mut SystemRandom);
     let key = StorageKey::from_point(&secret.public_key());
     (secret, key)
 }

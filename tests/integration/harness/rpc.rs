@@ -7,10 +7,9 @@ use std::time::Duration;
 use sceau::pb::key_management_service_client::KeyManagementServiceClient;
 use sceau::pb::{DecryptRequest, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse};
 use sha2::{Digest, Sha256};
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-pub type Client = KeyManagementServiceClient<Channel>;
+pub type Client = KeyManagementServiceClient<sceau::client::Connection>;
 
 /// Far above sceau's own request deadline (2.5 s by default): a call that
 /// reaches it is a hang, not a slow TPM.

@@ -1,5 +1,5 @@
+use crate::random::SystemRandom;
 use p256::SecretKey;
-use rand_core::OsRng;
 
 use super::*;
 use crate::duplicate::{SealedObject, import_in_software};
@@ -13,7 +13,7 @@ struct Party {
 fn parties(n: usize) -> Vec<Party> {
     (0..n)
         .map(|_| {
-            let secret = SecretKey::random(&mut OsRng);
+            let secret = SecretKey::random(&mut SystemRandom);
             let key = StorageKey::from_point(&secret.public_key());
             Party { secret, key }
         })
@@ -239,8 +239,11 @@ fn parse_takes_the_annotation_layout_only_as_encode_writes_it() {
 /// disagrees with what the code produces today.
 #[test]
 fn size_table_matches_docs_envelope_md() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/envelope.md"))
-        .expect("docs/envelope.md");
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/envelope.md"
+    ))
+    .expect("docs/envelope.md");
     let recovery = parties(1);
     println!("| members | recovery | ciphertext (B) | annotations (B) |");
     println!("|---|---|---|---|");

@@ -5,7 +5,7 @@ use super::*;
 use crate::etcd;
 use crate::json::{self, Json};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/recovery");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/recovery");
 
 fn b64(text: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD
