@@ -239,8 +239,11 @@ fn parse_takes_the_annotation_layout_only_as_encode_writes_it() {
 /// disagrees with what the code produces today.
 #[test]
 fn size_table_matches_docs_envelope_md() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/envelope.md"))
-        .expect("docs/envelope.md");
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/envelope.md"
+    ))
+    .expect("docs/envelope.md");
     let recovery = parties(1);
     println!("| members | recovery | ciphertext (B) | annotations (B) |");
     println!("|---|---|---|---|");
