@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use harness::{Swtpm, TempDir};
 use sceau::client::{KmsClient, connect};
-use sceau::kms::KmsService;
 use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
 use sceau::secret::Dek;
 use sceau::tpm::sealed::LoadableObject;
@@ -323,12 +322,8 @@ impl ServerUnderTest {
             tokio::net::UnixListener::bind(socket).unwrap()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let service = match membership {
-            Some(membership) => {
-                KmsService::clustered(Arc::new(worker), membership).expect("wrapping thread")
-            }
-            None => KmsService::new(Arc::new(worker)),
-        };
+        let service =
+            sceau::kms::service_for(Arc::new(worker), membership).expect("wrapping thread");
         let callers = sceau::server::peer::AllowedCallers::root_and(&[]);
         let server = runtime.spawn(sceau::server::serve(
             listener,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use sceau::cli::{self, CheckOptions, Command, EnrollStep, ServeOptions, SrkPublicOptions};
-use sceau::kms::KmsService;
+use sceau::kms;
 use sceau::sandbox::landlock::LandlockPolicy;
 use sceau::sandbox::{self, TpmAccess};
 use sceau::server::peer::AllowedCallers;
@@ -292,11 +292,8 @@ fn confine_and_serve(
     sandbox::seccomp::install(allow_inet, files, options.seccomp)?;
 
     let worker = Arc::new(worker);
-    let service = match membership {
-        Some(membership) => KmsService::clustered(worker.clone(), membership)
-            .context("starting the wrapping thread")?,
-        None => KmsService::new(worker.clone()),
-    };
+    let service =
+        kms::service_for(worker.clone(), membership).context("starting the wrapping thread")?;
     let callers = AllowedCallers::root_and(&options.allowed_uids);
     let reason = runtime.block_on(async {
         let listener = tokio::net::UnixListener::from_std(listener)?;

@@ -13,24 +13,24 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use prost::Message;
-use sceau_format::enrollment::{Request, challenge_files, request_file};
-use sceau_format::wrapped::{ClusterEnvelope, Encoded, RECIPIENTS_ANNOTATION, Role};
-use sceau_format::members::member_file;
-use sceau_format::recovery_key::RecoveryIdentity;
-use sceau_format::storage_key::StorageKey;
-use sceau::kms::Sealer;
+use sceau::kms::SealingTpm;
 use sceau::pb::{DecryptRequest, EncryptRequest};
-use sceau_recover::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
-use sceau_recover::json::{self, Json};
-use sceau_format::sealed::SealedBlobs;
 use sceau::tpm::sealed::{blobs_from_created, sealed_attributes};
 use sceau::tpm::{Fault, KeyId};
+use sceau_format::enrollment::{Request, challenge_files, request_file};
+use sceau_format::members::member_file;
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::sealed::SealedBlobs;
+use sceau_format::storage_key::StorageKey;
+use sceau_format::wrapped::{ClusterEnvelope, Encoded, RECIPIENTS_ANNOTATION, Role};
 use sceau_fuzz::codec::{
     self, ClusterInput, FIX_DIGEST, KeyFileMode, RecoveryMode, key_file_input, raw_entry_input,
     recovery_input, stored_value_payload,
 };
 use sceau_fuzz::pinned::{self, DEK as PINNED_DEK};
-use sceau_fuzz::{Call, FakeSealer, encode_header};
+use sceau_fuzz::{Call, FakeTpm, encode_header};
+use sceau_recover::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
+use sceau_recover::json::{self, Json};
 use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
 use tss_esapi::structures::{
     Digest, KeyedHashScheme, Private, PublicBuilder, PublicKeyedHashParameters,
@@ -83,7 +83,7 @@ fn tpm_sized_envelope() -> SealedBlobs {
 /// field, the unique digest, declares 64 bytes and carries none. tpm2-tss
 /// decodes it as an empty digest; Decrypt must refuse it as malformed.
 fn overlong_unique() -> Vec<u8> {
-    let mut envelope = FakeSealer::seal_bytes(b"k").encode();
+    let mut envelope = FakeTpm::seal_bytes(b"k").encode();
     // Version, u16 length L, then L bytes of TPM2B_PUBLIC ending in the
     // unique field's u16 size.
     let public_len = usize::from(u16::from_be_bytes([envelope[1], envelope[2]]));
@@ -98,11 +98,11 @@ fn envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
     other_version[0] = 0x02;
     vec![
         ("sealed-211-bytes", tpm_sized),
-        ("sealed-fake-dek32", FakeSealer::seal_bytes(DEK).encode()),
-        ("sealed-fake-dek1", FakeSealer::seal_bytes(b"k").encode()),
+        ("sealed-fake-dek32", FakeTpm::seal_bytes(DEK).encode()),
+        ("sealed-fake-dek1", FakeTpm::seal_bytes(b"k").encode()),
         (
             "sealed-fake-dek128",
-            FakeSealer::seal_bytes(&[0x42; 128]).encode(),
+            FakeTpm::seal_bytes(&[0x42; 128]).encode(),
         ),
         ("version-2", other_version),
         ("finding-1-overlong-unique", overlong_unique()),
@@ -110,7 +110,7 @@ fn envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 fn kms_request_seeds() -> Vec<(&'static str, Vec<u8>)> {
-    let key_id = FakeSealer::default().key_id().to_string();
+    let key_id = FakeTpm::default().key_id().to_string();
     let decrypt = |ciphertext: Vec<u8>, annotations: HashMap<String, Vec<u8>>| DecryptRequest {
         ciphertext,
         uid: "3c0c2a29-6a3f-4b8e-9d1d-6d3f0c1a2b4c".into(),
@@ -121,7 +121,7 @@ fn kms_request_seeds() -> Vec<(&'static str, Vec<u8>)> {
         plaintext: DEK.to_vec(),
         uid: "8f2b1c4e-0d7a-4e55-b3c9-2a1f6e9d7c30".into(),
     };
-    let sealed = FakeSealer::seal_bytes(DEK).encode();
+    let sealed = FakeTpm::seal_bytes(DEK).encode();
     let annotated = HashMap::from([("kms.sceau.io/x".to_string(), vec![1])]);
     let with = |call, fault, body: Vec<u8>| {
         let mut input = vec![encode_header(call, fault)];
@@ -412,7 +412,7 @@ fn cluster_envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "version-1",
-            input(0, &FakeSealer::seal_bytes(DEK).encode(), &none),
+            input(0, &FakeTpm::seal_bytes(DEK).encode(), &none),
         ),
         (
             "finding-4-raw-long-public",

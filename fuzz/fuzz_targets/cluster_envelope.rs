@@ -1,8 +1,9 @@
-//! Cluster mode's envelope, version 2 (`src/cluster/envelope.rs`), and what
-//! opens it: the software TPM2_Import of `src/cluster/duplicate.rs`
-//! (`check_sealed_public`, `import_in_software`) reached through
-//! `RecoveryIdentity::open` (`src/cluster/recovery_key.rs`) with the pinned
-//! test identity.
+//! Cluster mode's envelope, version 2 (`crates/format/src/wrapped.rs`, read
+//! by the one parser `Envelope::parse` through its version 2 view
+//! `ClusterEnvelope::parse`), and what opens it: the software TPM2_Import of
+//! `crates/format/src/duplicate.rs` (`check_sealed_public`,
+//! `import_in_software`) reached through `RecoveryIdentity::open`
+//! (`crates/format/src/recovery_key.rs`) with the pinned test identity.
 //!
 //! Input (`sceau_fuzz::codec::ClusterInput`): a flags byte, a u16-framed
 //! ciphertext, then (u8-framed key, u16-framed value) annotations. Flag
@@ -33,13 +34,14 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use sceau_format::duplicate::{ImportBlob, ImportError, check_sealed_public};
-use sceau_format::wrapped::{
-    ClusterEnvelope, ClusterEnvelopeError, Encoded, MAX_CIPHERTEXT_LEN, MAX_RECIPIENTS,
-    RECIPIENTS_ANNOTATION, Recipient, Role, VERSION_CLUSTER,
-};
+use sceau_format::envelope::MAX_CIPHERTEXT_LEN;
 use sceau_format::members::envelope_key_id;
 use sceau_format::recovery_key::{RecoveryIdentity, RecoveryKeyError};
 use sceau_format::wire::{NAME_LEN, WireError, sha256_name};
+use sceau_format::wrapped::{
+    ClusterEnvelope, ClusterEnvelopeError, Encoded, MAX_RECIPIENTS, RECIPIENTS_ANNOTATION,
+    Recipient, Role, VERSION_CLUSTER,
+};
 use sceau_fuzz::codec::{ClusterInput, Cursor, FIX_DIGEST, RAW_ENTRY};
 use sceau_fuzz::pinned::{self, KnownEntry};
 

@@ -1,6 +1,8 @@
-//! The envelope parser (`src/tpm/envelope.rs`) and the blob checks behind it
+//! The envelope parser (`Envelope::parse`, `crates/format/src/envelope.rs`,
+//! both versions) and the blob checks behind version 1
 //! (`LoadableObject::from_blobs`, which unmarshals the public blob with
-//! tpm2-tss), fed arbitrary bytes as a Decrypt request's ciphertext.
+//! tpm2-tss), fed arbitrary bytes as a Decrypt request's ciphertext with no
+//! annotations.
 //!
 //! Invariants, besides "no panic":
 //! - an accepted envelope re-encodes to exactly the input bytes, so no two
@@ -13,21 +15,36 @@
 #![no_main]
 #![forbid(unsafe_code)]
 
+use std::collections::HashMap;
+
 use libfuzzer_sys::fuzz_target;
-use sceau_format::sealed::{
-    Envelope, EnvelopeError, MAX_ENVELOPE_LEN, SealedBlobs, VERSION_SEALED,
-};
 use sceau::tpm::sealed::{LoadableObject, blobs_from_created};
+use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
+use sceau_format::sealed::{SealedBlobs, VERSION_SEALED};
+use sceau_format::wrapped::{ClusterEnvelope, Encoded, VERSION_CLUSTER};
 
 fuzz_target!(|data: &[u8]| {
-    match Envelope::parse(data) {
+    match Envelope::parse(data, &HashMap::new()) {
         Ok(Envelope::Sealed(blobs)) => check_accepted(data, &blobs),
+        Ok(Envelope::Wrapped(envelope)) => check_wrapped(data, envelope),
         Err(error) => check_rejected(data, &error),
     }
 });
 
+/// A version 2 envelope with its recipients inline: it too has one encoding.
+fn check_wrapped(data: &[u8], envelope: ClusterEnvelope) {
+    let encoded = envelope.encode().expect("an accepted envelope encodes");
+    assert_eq!(
+        encoded,
+        Encoded {
+            ciphertext: data.to_vec(),
+            annotations: HashMap::new(),
+        }
+    );
+}
+
 fn check_accepted(data: &[u8], blobs: &SealedBlobs) {
-    assert!(data.len() <= MAX_ENVELOPE_LEN);
+    assert!(data.len() <= MAX_CIPHERTEXT_LEN);
     assert_eq!(blobs.encode(), data, "an envelope has one encoding");
     for blob in [&blobs.public, &blobs.private] {
         let declared = usize::from(u16::from_be_bytes([blob[0], blob[1]]));
@@ -46,15 +63,20 @@ fn check_accepted(data: &[u8], blobs: &SealedBlobs) {
 fn check_rejected(data: &[u8], error: &EnvelopeError) {
     match *error {
         EnvelopeError::Empty => assert!(data.is_empty()),
-        EnvelopeError::TooLong(len) => assert!(len == data.len() && len > MAX_ENVELOPE_LEN),
+        EnvelopeError::TooLong(len) => assert!(len == data.len() && len > MAX_CIPHERTEXT_LEN),
         EnvelopeError::UnknownVersion(version) => {
             assert_eq!(data.first(), Some(&version));
-            assert_ne!(version, VERSION_SEALED);
-            assert!(data.len() <= MAX_ENVELOPE_LEN);
+            assert!(version != VERSION_SEALED && version != VERSION_CLUSTER);
+            assert!(data.len() <= MAX_CIPHERTEXT_LEN);
         }
-        _ => {
+        EnvelopeError::AnnotationsOnSealed => panic!("refused annotations it was not given"),
+        EnvelopeError::Sealed(_) => {
             assert_eq!(data.first(), Some(&VERSION_SEALED));
-            assert!(data.len() <= MAX_ENVELOPE_LEN);
+            assert!(data.len() <= MAX_CIPHERTEXT_LEN);
+        }
+        EnvelopeError::Wrapped(_) => {
+            assert_eq!(data.first(), Some(&VERSION_CLUSTER));
+            assert!(data.len() <= MAX_CIPHERTEXT_LEN);
         }
     }
     // The message reaches clients inside "malformed ciphertext: …".

@@ -1,6 +1,7 @@
-//! Status, Encrypt and Decrypt through `KmsService` (`src/kms/service.rs`),
-//! from raw protobuf bytes, with [`FakeSealer`] as the TPM; Encrypt and
-//! Decrypt also through the same service in cluster mode.
+//! Status, Encrypt and Decrypt through `KmsService` (`src/kms/service.rs`)
+//! in single-node mode (`src/kms/single.rs`), from raw protobuf bytes, with
+//! [`FakeTpm`] as the TPM; Encrypt and Decrypt also through the same service
+//! in cluster mode (`src/kms/cluster.rs`), over the same fake.
 //!
 //! Input: one header byte (`sceau_fuzz::decode_header`: which call, and which
 //! TPM fault to inject), then the request as the apiserver would encode it.
@@ -14,31 +15,32 @@
 #![no_main]
 #![forbid(unsafe_code)]
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use sceau_format::members::Membership;
-use sceau_format::recovery_key::RecoveryIdentity;
-use sceau::kms::{KmsService, Sealer};
+use sceau::kms::{KmsService, Sealer, SealingTpm, service_for};
 use sceau::pb::key_management_service_server::KeyManagementService;
 use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
 use sceau::secret::MAX_DEK_LEN;
 use sceau::tpm::Fault;
-use sceau_format::sealed::{Envelope, MAX_ENVELOPE_LEN};
 use sceau::tpm::sealed::{BlobError, LoadableObject, blobs_from_created};
-use sceau_fuzz::{Call, FakeSealer, decode_header};
+use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
+use sceau_format::members::Membership;
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_fuzz::{Call, FakeTpm, decode_header};
 use tokio::runtime::Runtime;
 use tonic::{Code, Request, Status};
 
 /// Built once: a tokio runtime costs far more than one fuzz input.
 struct Harness {
     runtime: Runtime,
-    sealer: Arc<FakeSealer>,
-    service: KmsService<FakeSealer>,
+    sealer: Arc<FakeTpm>,
+    service: KmsService<Box<dyn Sealer>>,
     /// The same fake TPM in cluster mode (this node, another member and a
     /// recovery key, all software keys): every request goes to both.
-    clustered: KmsService<FakeSealer>,
+    clustered: KmsService<Box<dyn Sealer>>,
 }
 
 fn cluster_membership() -> Membership {
@@ -50,13 +52,13 @@ fn cluster_membership() -> Membership {
 fn harness() -> &'static Harness {
     static HARNESS: OnceLock<Harness> = OnceLock::new();
     HARNESS.get_or_init(|| {
-        let sealer = Arc::new(FakeSealer::default());
+        let sealer = Arc::new(FakeTpm::default());
         Harness {
             runtime: tokio::runtime::Builder::new_current_thread()
                 .build()
                 .expect("a current-thread runtime"),
-            service: KmsService::new(sealer.clone()),
-            clustered: KmsService::clustered(sealer.clone(), Arc::new(cluster_membership()))
+            service: service_for(sealer.clone(), None).expect("single-node mode starts"),
+            clustered: service_for(sealer.clone(), Some(Arc::new(cluster_membership())))
                 .expect("the wrapping thread starts"),
             sealer,
         }
@@ -129,10 +131,10 @@ fn check_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fault>) {
     };
     assert_eq!(response.key_id, h.sealer.key_id().as_str());
     assert!(response.annotations.is_empty());
-    assert!(response.ciphertext.len() <= MAX_ENVELOPE_LEN);
+    assert!(response.ciphertext.len() <= MAX_CIPHERTEXT_LEN);
     assert_eq!(
-        Envelope::parse(&response.ciphertext),
-        Ok(Envelope::Sealed(FakeSealer::seal_bytes(&plaintext)))
+        Envelope::parse(&response.ciphertext, &HashMap::new()),
+        Ok(Envelope::Sealed(FakeTpm::seal_bytes(&plaintext)))
     );
     // What Encrypt returns, Decrypt opens.
     let round_trip = DecryptRequest {
@@ -239,7 +241,8 @@ fn check_decrypt(h: &Harness, request: DecryptRequest, fault: Option<Fault>) {
     }
 }
 
-/// The documented order: key_id, annotations, envelope, blob checks,
+/// The documented order: key_id, envelope (length, version, then for
+/// version 1 no annotations and the blobs' framing), blob checks,
 /// marshal-back (finding 1 in audit/fuzzing.md), TPM.
 fn expected_decrypt(ours: &str, request: &DecryptRequest, fault: Option<Fault>) -> Outcome {
     let invalid = |message: String| Err((Code::InvalidArgument, message));
@@ -247,15 +250,26 @@ fn expected_decrypt(ours: &str, request: &DecryptRequest, fault: Option<Fault>) 
         // The echoed key_id is checked by `assert_status`.
         return invalid(format!("unknown key_id …; this TPM only serves {ours}"));
     }
-    if !request.annotations.is_empty() {
-        return invalid(
-            "sceau envelopes carry no annotations, but the request has some".to_string(),
-        );
-    }
-    let blobs = match Envelope::parse(&request.ciphertext) {
+    let blobs = match Envelope::parse(&request.ciphertext, &request.annotations) {
         Ok(Envelope::Sealed(blobs)) => blobs,
+        Ok(Envelope::Wrapped(_)) => {
+            return invalid(
+                "a cluster (version 2) envelope, but this node serves without --members"
+                    .to_string(),
+            );
+        }
+        Err(EnvelopeError::AnnotationsOnSealed) => {
+            return invalid(
+                "version 1 envelopes carry no annotations, but the request has some".to_string(),
+            );
+        }
         Err(e) => return invalid(format!("malformed ciphertext: {e}")),
     };
+    // Nothing binds an annotation to a version 1 envelope.
+    assert!(
+        request.annotations.is_empty(),
+        "a version 1 envelope parsed with annotations"
+    );
     let object = match LoadableObject::from_blobs(&blobs) {
         Ok(object) => object,
         Err(e) => return invalid(format!("malformed ciphertext: {e}")),
@@ -271,7 +285,7 @@ fn expected_decrypt(ours: &str, request: &DecryptRequest, fault: Option<Fault>) 
     if let Some(fault) = fault {
         return Err(fault_outcome(fault));
     }
-    FakeSealer::open(&blobs.private[2..]).ok_or_else(|| fault_outcome(Fault::EnvelopeRejected))
+    FakeTpm::open(&blobs.private[2..]).ok_or_else(|| fault_outcome(Fault::EnvelopeRejected))
 }
 
 /// README: "Errors reach clients as a gRPC code and a class word".

@@ -1,5 +1,5 @@
-//! What the fuzz targets and the seed generator share: a deterministic fake
-//! TPM behind [`Sealer`], the one-byte header that tells the `kms_request`
+//! What the fuzz targets and the seed generator share: the daemon's one fake
+//! TPM ([`FakeTpm`], from `sceau::kms::fake`), the one-byte header that tells the `kms_request`
 //! target which call to make, the input framing and small encoders of the
 //! cluster and recovery targets ([`codec`]), and the cluster-mode material
 //! pinned in `fuzz/pinned/` ([`pinned`]).
@@ -8,92 +8,8 @@
 pub mod codec;
 pub mod pinned;
 
-use std::sync::Mutex;
-
-use sceau::kms::Sealer;
-use sceau::secret::{Dek, MAX_DEK_LEN};
-use sceau_format::sealed::SealedBlobs;
-use sceau::tpm::sealed::{LoadableObject, blobs_from_created, sealed_template};
-use sceau::tpm::{Fault, KeyId};
-use tss_esapi::structures::Private;
-
-/// Marks a private blob as one [`FakeSealer`] wrote, as a real TPM's
-/// integrity HMAC marks its own.
-const TAG: &[u8] = b"sceau-fuzz";
-/// "Sealing" XORs the DEK with this, so a sealed DEK is not its plaintext.
-const MASK: u8 = 0x5a;
-
-/// A TPM stand-in whose envelopes are real sceau envelopes (the public blob
-/// is the genuine sealed-data template), so that fuzzer-mutated ciphertexts
-/// go through the real parser and checks before reaching [`Sealer::unseal`].
-/// It is stateless, so any valid envelope opens in any run of the target.
-pub struct FakeSealer {
-    key_id: KeyId,
-    fault: Mutex<Option<Fault>>,
-}
-
-impl Default for FakeSealer {
-    fn default() -> Self {
-        Self {
-            key_id: KeyId::from_srk_name(b"sceau-fuzz"),
-            fault: Mutex::new(None),
-        }
-    }
-}
-
-impl FakeSealer {
-    /// Makes every later TPM call fail with `fault` (or succeed, with `None`).
-    pub fn inject(&self, fault: Option<Fault>) {
-        *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = fault;
-    }
-
-    fn injected(&self) -> Result<(), Fault> {
-        self.fault
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map_or(Ok(()), Err)
-    }
-
-    /// The envelope blobs this fake returns for `dek`.
-    pub fn seal_bytes(dek: &[u8]) -> SealedBlobs {
-        let mut content = TAG.to_vec();
-        content.extend(dek.iter().map(|b| b ^ MASK));
-        let private = Private::try_from(content).expect("tag and DEK fit a TPM2B_PRIVATE");
-        let template = sealed_template().expect("the sealed-data template builds");
-        blobs_from_created(template, &private).expect("the template marshals")
-    }
-
-    /// The DEK inside a private blob's content, if this fake sealed it; what
-    /// the fake's Unseal returns, so fuzz targets can predict it.
-    pub fn open(private_content: &[u8]) -> Option<Vec<u8>> {
-        let masked = private_content.strip_prefix(TAG)?;
-        (1..=MAX_DEK_LEN)
-            .contains(&masked.len())
-            .then(|| masked.iter().map(|b| b ^ MASK).collect())
-    }
-}
-
-impl Sealer for FakeSealer {
-    fn key_id(&self) -> &KeyId {
-        &self.key_id
-    }
-
-    async fn seal(&self, dek: Dek) -> Result<SealedBlobs, Fault> {
-        self.injected()?;
-        Ok(Self::seal_bytes(dek.expose()))
-    }
-
-    /// A real TPM refuses a private blob whose HMAC it did not write.
-    async fn unseal(&self, object: LoadableObject) -> Result<Dek, Fault> {
-        self.injected()?;
-        let dek = Self::open(object.private.value()).ok_or(Fault::EnvelopeRejected)?;
-        Ok(Dek::copy_from(&dek))
-    }
-
-    async fn health(&self) -> Result<(), Fault> {
-        self.injected()
-    }
-}
+pub use sceau::kms::fake::FakeTpm;
+use sceau::tpm::Fault;
 
 /// Which service method a `kms_request` input calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,12 +63,5 @@ mod tests {
                 assert_eq!(decode_header(encode_header(call, fault)), (call, fault));
             }
         }
-    }
-
-    #[test]
-    fn sealed_blobs_open_to_the_dek() {
-        let blobs = FakeSealer::seal_bytes(b"dek");
-        assert_eq!(FakeSealer::open(&blobs.private[2..]), Some(b"dek".to_vec()));
-        assert!(LoadableObject::from_blobs(&blobs).is_ok());
     }
 }

@@ -1,69 +1,119 @@
-//! The service's cluster-mode steps (`serve --members`): Encrypt wraps in
-//! software for every member, on the wrapping thread; Decrypt picks this node's entry of a version 2
-//! envelope after checking it against the request, before the TPM sees it.
+//! Cluster mode (`serve --members`): Encrypt wraps the DEK in software for
+//! every member and the recovery key (version 2 envelopes), on the wrapping
+//! thread and never on the TPM; Decrypt picks this node's entry of a version
+//! 2 envelope, after checking it against the request, and imports it on the
+//! TPM thread. Version 1 envelopes this TPM sealed before cluster mode still
+//! open, under their own key_id, as in single-node mode.
 #![forbid(unsafe_code)]
+
+use std::sync::Arc;
 
 use tonic::Status;
 
-use super::service::malformed;
+use super::sealer::{Pending, Sealer, SealingTpm};
+use super::single::SingleNode;
+use super::status::{malformed, refused_envelope};
 use super::wrapping::{WrapError, WrappingThread};
-use crate::pb::{DecryptRequest, EncryptResponse};
+use crate::pb::DecryptRequest;
 use crate::secret::Dek;
 use crate::tpm::sealed::ImportableObject;
 use crate::tpm::srk::hex;
+use crate::tpm::{Fault, KeyId};
 use sceau_format::duplicate::check_sealed_public;
+use sceau_format::envelope::Envelope;
 use sceau_format::members::{Membership, envelope_key_id};
-use sceau_format::wrapped::{ClusterEnvelope, Role};
+use sceau_format::text::printable;
+use sceau_format::wrapped::{ClusterEnvelope, Encoded, Role};
 
-/// Encrypt in cluster mode: wrapped on the wrapping thread, no TPM.
-pub async fn seal(
-    membership: &Membership,
-    wrapping: &WrappingThread,
-    dek: Dek,
-) -> Result<EncryptResponse, Status> {
-    let encoded = wrapping.seal(dek).await.map_err(|e| match e {
-        WrapError::Busy => Status::unavailable("busy"),
-        e => {
-            log::error!("cluster envelope: {e}");
-            Status::internal("envelope-encoding-failed")
-        }
-    })?;
-    Ok(EncryptResponse {
-        ciphertext: encoded.ciphertext,
-        key_id: membership.key_id().to_string(),
-        annotations: encoded.annotations,
-    })
+pub struct Cluster<T> {
+    tpm: Arc<T>,
+    membership: Arc<Membership>,
+    wrapping: WrappingThread,
+    /// Opens this TPM's version 1 envelopes.
+    single: SingleNode<T>,
 }
 
-/// Accepts an envelope whose recipient set hashes to the request's key_id
-/// (so envelopes of a former membership still open) and names this node.
-pub fn importable_entry(
-    membership: &Membership,
-    request: &DecryptRequest,
-) -> Result<ImportableObject, Status> {
-    let envelope =
-        ClusterEnvelope::parse(&request.ciphertext, &request.annotations).map_err(malformed)?;
-    let recipients_key_id = envelope_key_id(&envelope);
-    if request.key_id != recipients_key_id.as_str() {
-        return Err(Status::invalid_argument(format!(
-            "key_id {} does not match the envelope's recipients ({recipients_key_id})",
-            super::service::printable(&request.key_id)
-        )));
+impl<T: SealingTpm> Cluster<T> {
+    /// Starts the wrapping thread, which Encrypt needs. In the daemon this
+    /// runs inside the sandbox, so the thread inherits it.
+    pub fn start(tpm: Arc<T>, membership: Arc<Membership>) -> std::io::Result<Self> {
+        Ok(Self {
+            single: SingleNode::new(tpm.clone()),
+            wrapping: WrappingThread::spawn(membership.clone())?,
+            membership,
+            tpm,
+        })
     }
-    let entry = envelope.entry_for(membership.own_name()).ok_or_else(|| {
-        Status::invalid_argument(format!(
-            "envelope-not-for-this-tpm: this node's SRK {} is not a recipient; the recipients are {}",
-            hex(membership.own_name()),
-            describe_recipients(&envelope)
-        ))
-    })?;
-    check_sealed_public(&envelope.object_public).map_err(malformed)?;
-    ImportableObject::from_parts(
-        &envelope.object_public,
-        &entry.blob.duplicate,
-        &entry.blob.in_sym_seed,
-    )
-    .map_err(malformed)
+
+    /// Accepts an envelope whose recipient set hashes to the request's key_id
+    /// (so envelopes of a former membership still open) and names this node.
+    fn importable_entry(
+        &self,
+        key_id: &str,
+        envelope: &ClusterEnvelope,
+    ) -> Result<ImportableObject, Status> {
+        let recipients_key_id = envelope_key_id(envelope);
+        if key_id != recipients_key_id.as_str() {
+            return Err(Status::invalid_argument(format!(
+                "key_id {} does not match the envelope's recipients ({recipients_key_id})",
+                printable(key_id)
+            )));
+        }
+        let own_name = self.membership.own_name();
+        let entry = envelope.entry_for(own_name).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "envelope-not-for-this-tpm: this node's SRK {} is not a recipient; the recipients are {}",
+                hex(own_name),
+                describe_recipients(envelope)
+            ))
+        })?;
+        check_sealed_public(&envelope.object_public).map_err(malformed)?;
+        ImportableObject::from_parts(
+            &envelope.object_public,
+            &entry.blob.duplicate,
+            &entry.blob.in_sym_seed,
+        )
+        .map_err(malformed)
+    }
+}
+
+impl<T: SealingTpm> Sealer for Cluster<T> {
+    fn key_id(&self) -> &KeyId {
+        self.membership.key_id()
+    }
+
+    fn seal(&self, dek: Dek) -> Pending<'_, Result<Encoded, Status>> {
+        Box::pin(async move {
+            self.wrapping.seal(dek).await.map_err(|e| match e {
+                WrapError::Busy => Status::unavailable("busy"),
+                e => {
+                    log::error!("cluster envelope: {e}");
+                    Status::internal("envelope-encoding-failed")
+                }
+            })
+        })
+    }
+
+    fn open<'a>(
+        &'a self,
+        request: &DecryptRequest,
+    ) -> Result<Pending<'a, Result<Dek, Fault>>, Status> {
+        match Envelope::parse(&request.ciphertext, &request.annotations) {
+            Ok(Envelope::Wrapped(envelope)) => {
+                let object = self.importable_entry(&request.key_id, &envelope)?;
+                Ok(Box::pin(self.tpm.unseal_imported(object)))
+            }
+            Ok(Envelope::Sealed(blobs)) => {
+                self.single.check_key_id(&request.key_id)?;
+                self.single.open_sealed(&blobs)
+            }
+            Err(error) => Err(refused_envelope(error)),
+        }
+    }
+
+    fn health(&self) -> Pending<'_, Result<(), Fault>> {
+        Box::pin(self.tpm.health())
+    }
 }
 
 fn describe_recipients(envelope: &ClusterEnvelope) -> String {

@@ -1,61 +1,48 @@
 //! The KMS v2 gRPC service: request validation, Decrypt coalescing, and the
 //! mapping of every failure to a gRPC status that carries no TPM detail.
+//!
+//! Modules, each importing only those above it in this list:
+//! - `coalesce`, `status`, `wrapping`: building blocks;
+//! - `sealer`: the [`Sealer`] trait (the mode) and [`SealingTpm`] (the TPM
+//!   calls a mode makes, answered by
+//!   [`TpmWorker`](crate::tpm::worker::TpmWorker));
+//! - `single`, `cluster`: the two modes;
+//! - `service`: [`KmsService`], over any [`Sealer`];
+//! - `fake` (tests and `insecure-test-hooks` only): [`fake::FakeTpm`].
 #![forbid(unsafe_code)]
 
 mod cluster;
 mod coalesce;
+#[cfg(any(test, feature = "insecure-test-hooks"))]
+pub mod fake;
+mod sealer;
 mod service;
+mod single;
+mod status;
 pub mod wrapping;
 
-use std::future::Future;
+use std::sync::Arc;
 
+pub use cluster::Cluster;
 pub use coalesce::Coalescer;
+pub use sealer::{Pending, Sealer, SealingTpm};
 pub use service::KmsService;
+pub use single::SingleNode;
 
-use crate::secret::Dek;
-use crate::tpm::sealed::{ImportableObject, LoadableObject};
-use crate::tpm::worker::TpmWorker;
-use crate::tpm::{Fault, KeyId};
-use sceau_format::sealed::SealedBlobs;
+use sceau_format::members::Membership;
 
-/// What the service needs from a TPM. The real one is [`TpmWorker`]; unit
-/// tests and fuzzers put a fake behind it.
-pub trait Sealer: Send + Sync + 'static {
-    fn key_id(&self) -> &KeyId;
-    fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
-    fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send;
-    /// Import, Load and Unseal of a cluster envelope's entry. Fakes that do
-    /// not model cluster mode refuse every entry.
-    fn unseal_imported(
-        &self,
-        _object: ImportableObject,
-    ) -> impl Future<Output = Result<Dek, Fault>> + Send {
-        async { Err(Fault::EnvelopeRejected) }
-    }
-    fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send;
-}
-
-impl Sealer for TpmWorker {
-    fn key_id(&self) -> &KeyId {
-        TpmWorker::key_id(self)
-    }
-
-    fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send {
-        TpmWorker::seal(self, dek)
-    }
-
-    fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send {
-        TpmWorker::unseal(self, object)
-    }
-
-    fn unseal_imported(
-        &self,
-        object: ImportableObject,
-    ) -> impl Future<Output = Result<Dek, Fault>> + Send {
-        TpmWorker::unseal_imported(self, object)
-    }
-
-    fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send {
-        TpmWorker::health(self)
-    }
+/// The service in the mode `serve` was started in: cluster mode with
+/// `--members`, else single-node. The only place that asks which.
+///
+/// Cluster mode starts the wrapping thread; call this inside the sandbox, so
+/// that the thread inherits it.
+pub fn service_for<T: SealingTpm>(
+    tpm: Arc<T>,
+    membership: Option<Arc<Membership>>,
+) -> std::io::Result<KmsService<Box<dyn Sealer>>> {
+    let sealer: Box<dyn Sealer> = match membership {
+        Some(membership) => Box::new(Cluster::start(tpm, membership)?),
+        None => Box::new(SingleNode::new(tpm)),
+    };
+    Ok(KmsService::new(sealer))
 }

@@ -35,7 +35,8 @@ use tower::{Layer, Service, ServiceExt};
 use crate::kms::{KmsService, Sealer};
 use crate::pb::key_management_service_server::KeyManagementServiceServer;
 use crate::tpm::worker::WorkerDeath;
-use sceau_format::wrapped::{MAX_CIPHERTEXT_LEN, MAX_RECIPIENTS};
+use sceau_format::envelope::MAX_CIPHERTEXT_LEN;
+use sceau_format::wrapped::MAX_RECIPIENTS;
 
 /// The largest request message sceau decodes; tonic refuses a longer one
 /// with OUT_OF_RANGE on its length prefix, before reading its body.

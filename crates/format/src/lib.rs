@@ -2,7 +2,8 @@
 //! no TPM, no I/O, no async, no `unsafe` (forbidden for the whole workspace
 //! but the daemon's `sys` module, through `[workspace.lints]`).
 //!
-//! - Envelopes: `sealed` (version 1, a TPM sealed-data object under one
+//! - Envelopes: `envelope` (the one parser, `Envelope::parse`, over both
+//!   versions), `sealed` (version 1, a TPM sealed-data object under one
 //!   SRK) and `wrapped` (version 2, one object wrapped for every cluster
 //!   member and the recovery key).
 //! - TPM wire structures: `wire` (the bounded `Reader`), `storage_key`
@@ -21,6 +22,7 @@ pub mod armor;
 pub mod credential;
 pub mod duplicate;
 pub mod enrollment;
+pub mod envelope;
 pub mod kdf;
 pub mod key_id;
 pub mod members;

@@ -15,6 +15,12 @@ pub const ECC_NIST_P256: u16 = 0x0003;
 /// A TPM2B_NAME of a SHA-256 object: nameAlg then the 32-byte digest.
 pub const NAME_LEN: usize = 34;
 
+/// The apiserver refuses ciphertexts above 1 KiB, so no envelope of either
+/// version is larger: `envelope::Envelope::parse` refuses longer input and
+/// the version 2 encoder moves recipients out to stay within it. It lives
+/// here, below both envelope modules, so that neither imports the other.
+pub const MAX_CIPHERTEXT_LEN: usize = 1024;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     #[error("truncated in {0}")]

@@ -12,23 +12,27 @@
 //!               ‖ TPM2B(duplicate) ‖ TPM2B(in_sym_seed)
 //! ```
 //!
-//! Parsing is pure and strict; the cryptography (each entry's HMAC binds it to
-//! the object's Name) is checked by the TPM's Import or by recovery.
+//! Ciphertexts are parsed by `envelope::Envelope::parse`, which reads the
+//! version byte and the length limit and hands the rest to [`parse_body`];
+//! `ClusterEnvelope::parse` (in `envelope.rs`) is the same parser for callers
+//! that accept version 2 only. Parsing is pure and strict; the cryptography
+//! (each entry's HMAC binds it to the object's Name) is checked by the TPM's
+//! Import or by recovery.
 
 use std::collections::HashMap;
 
 use sha2::{Digest as _, Sha256};
 
 use super::duplicate::ImportBlob;
-use super::wire::{NAME_LEN, Reader, WireError, Writer};
+use super::wire::{MAX_CIPHERTEXT_LEN, NAME_LEN, Reader, WireError, Writer};
 use crate::text::printable;
 
 pub const VERSION_CLUSTER: u8 = 0x02;
 /// The annotation key that holds the recipients when they do not fit the
 /// ciphertext; a DNS-style name, as the apiserver requires.
 pub const RECIPIENTS_ANNOTATION: &str = "recipients.sceau.io";
-/// The apiserver's limits: ciphertext and the annotations together.
-pub const MAX_CIPHERTEXT_LEN: usize = 1024;
+/// The apiserver's limit on the annotations together (the ciphertext's is
+/// [`MAX_CIPHERTEXT_LEN`], shared with version 1).
 pub const MAX_ANNOTATIONS_LEN: usize = 32 * 1024;
 /// More recipients than any control plane has members; bounds parsing work.
 pub const MAX_RECIPIENTS: usize = 16;
@@ -135,49 +139,43 @@ impl ClusterEnvelope {
         w.finish()
     }
 
-    /// Parses a ciphertext and its annotations. Annotations other than
-    /// sceau's own are refused, so nothing unbound rides along.
-    pub fn parse(
-        ciphertext: &[u8],
-        annotations: &HashMap<String, Vec<u8>>,
-    ) -> Result<Self, ClusterEnvelopeError> {
-        if ciphertext.len() > MAX_CIPHERTEXT_LEN {
-            return Err(ClusterEnvelopeError::CiphertextTooLong(ciphertext.len()));
-        }
-        let mut r = Reader::new(ciphertext);
-        if r.u8("version")? != VERSION_CLUSTER {
-            return Err(ClusterEnvelopeError::NotVersion2);
-        }
-        let layout = r.u8("layout")?;
-        let object_public = r.tpm2b("sealed object public")?.to_vec();
-        let tail = r.take(r.remaining(), "recipients")?;
-        let recipients = match layout {
-            LAYOUT_INLINE => {
-                refuse_annotations(annotations, None)?;
-                parse_recipients(tail)?
-            }
-            LAYOUT_ANNOTATION => {
-                let block = annotated_block(tail, annotations)?;
-                // Only what `encode` writes, so an envelope has one encoding.
-                if 4 + object_public.len() + block.len() <= MAX_CIPHERTEXT_LEN {
-                    return Err(ClusterEnvelopeError::AnnotationNotNeeded);
-                }
-                if block.len() > MAX_ANNOTATIONS_LEN - RECIPIENTS_ANNOTATION.len() {
-                    return Err(ClusterEnvelopeError::AnnotationTooLong);
-                }
-                parse_recipients(block)?
-            }
-            other => return Err(ClusterEnvelopeError::UnknownLayout(other)),
-        };
-        Ok(Self {
-            object_public,
-            recipients,
-        })
-    }
-
     pub fn entry_for(&self, name: &[u8; NAME_LEN]) -> Option<&Recipient> {
         self.recipients.iter().find(|r| &r.name == name)
     }
+}
+
+/// Everything after the version byte, which `r` has already read, and the
+/// request's annotations. Annotations other than sceau's own are refused, so
+/// nothing unbound rides along.
+pub(crate) fn parse_body(
+    mut r: Reader<'_>,
+    annotations: &HashMap<String, Vec<u8>>,
+) -> Result<ClusterEnvelope, ClusterEnvelopeError> {
+    let layout = r.u8("layout")?;
+    let object_public = r.tpm2b("sealed object public")?.to_vec();
+    let tail = r.take(r.remaining(), "recipients")?;
+    let recipients = match layout {
+        LAYOUT_INLINE => {
+            refuse_annotations(annotations, None)?;
+            parse_recipients(tail)?
+        }
+        LAYOUT_ANNOTATION => {
+            let block = annotated_block(tail, annotations)?;
+            // Only what `encode` writes, so an envelope has one encoding.
+            if 4 + object_public.len() + block.len() <= MAX_CIPHERTEXT_LEN {
+                return Err(ClusterEnvelopeError::AnnotationNotNeeded);
+            }
+            if block.len() > MAX_ANNOTATIONS_LEN - RECIPIENTS_ANNOTATION.len() {
+                return Err(ClusterEnvelopeError::AnnotationTooLong);
+            }
+            parse_recipients(block)?
+        }
+        other => return Err(ClusterEnvelopeError::UnknownLayout(other)),
+    };
+    Ok(ClusterEnvelope {
+        object_public,
+        recipients,
+    })
 }
 
 fn refuse_annotations(

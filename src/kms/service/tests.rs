@@ -1,82 +1,40 @@
-//! The service's validation and error mapping, with a fake TPM behind
-//! [`Sealer`]. Claims about the real TPM are tested in `tests/integration`.
+//! The service's validation and error mapping in both modes, with the one
+//! fake TPM ([`FakeTpm`]) behind them. Claims about the real TPM are tested
+//! in `tests/integration`.
 #![forbid(unsafe_code)]
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use tss_esapi::structures::Private;
+use tonic::Code;
 
 use super::*;
-use crate::tpm::KeyId;
-use crate::tpm::sealed::{blobs_from_created, sealed_template};
-use sceau_format::sealed::SealedBlobs;
+use crate::kms::fake::FakeTpm;
+use crate::kms::{SealingTpm, service_for};
+use sceau_format::members::Membership;
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::wrapped::RECIPIENTS_ANNOTATION;
 
-/// Keeps DEKs in a table; the "private blob" is the table index.
-struct FakeTpm {
-    key_id: KeyId,
-    sealed: Mutex<Vec<Vec<u8>>>,
-    unseals: AtomicUsize,
-    fault: Mutex<Option<Fault>>,
-    unseal_delay: Duration,
-}
+type Service = KmsService<Box<dyn Sealer>>;
 
-impl FakeTpm {
-    fn new() -> Self {
-        Self {
-            key_id: KeyId::from_srk_name(b"fake"),
-            sealed: Mutex::new(Vec::new()),
-            unseals: AtomicUsize::new(0),
-            fault: Mutex::new(None),
-            unseal_delay: Duration::ZERO,
-        }
-    }
-
-    fn fail_with(&self, fault: Fault) {
-        *self.fault.lock().unwrap() = Some(fault);
-    }
-
-    fn injected(&self) -> Result<(), Fault> {
-        self.fault.lock().unwrap().map_or(Ok(()), Err)
-    }
-}
-
-impl Sealer for FakeTpm {
-    fn key_id(&self) -> &KeyId {
-        &self.key_id
-    }
-
-    async fn seal(&self, dek: Dek) -> Result<SealedBlobs, Fault> {
-        self.injected()?;
-        let mut sealed = self.sealed.lock().unwrap();
-        sealed.push(dek.expose().to_vec());
-        let index = (sealed.len() - 1) as u32;
-        let private = Private::try_from(index.to_be_bytes().to_vec()).unwrap();
-        Ok(blobs_from_created(sealed_template().unwrap(), &private).unwrap())
-    }
-
-    async fn unseal(&self, object: LoadableObject) -> Result<Dek, Fault> {
-        self.unseals.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(self.unseal_delay).await;
-        self.injected()?;
-        let index = u32::from_be_bytes(object.private.value().try_into().unwrap());
-        let sealed = self.sealed.lock().unwrap();
-        let bytes = sealed.get(index as usize).ok_or(Fault::EnvelopeRejected)?;
-        Ok(Dek::copy_from(bytes))
-    }
-
-    async fn health(&self) -> Result<(), Fault> {
-        self.injected()
-    }
-}
-
-fn service(fake: FakeTpm) -> (KmsService<FakeTpm>, Arc<FakeTpm>) {
+fn service(fake: FakeTpm) -> (Service, Arc<FakeTpm>) {
     let fake = Arc::new(fake);
-    (KmsService::new(fake.clone()), fake)
+    (service_for(fake.clone(), None).unwrap(), fake)
 }
 
-async fn encrypt(svc: &KmsService<FakeTpm>, plaintext: &[u8]) -> Result<EncryptResponse, Status> {
+/// Cluster mode over the same fake: this node and another member, and a
+/// recovery key, all software keys.
+fn clustered(fake: FakeTpm) -> (Service, Arc<FakeTpm>, Arc<Membership>) {
+    let key = || RecoveryIdentity::generate().public().clone();
+    let own = key();
+    let membership =
+        Arc::new(Membership::from_keys(own.clone(), vec![own, key()], Some(key())).unwrap());
+    let fake = Arc::new(fake);
+    let service = service_for(fake.clone(), Some(membership.clone())).unwrap();
+    (service, fake, membership)
+}
+
+async fn encrypt(svc: &Service, plaintext: &[u8]) -> Result<EncryptResponse, Status> {
     let request = EncryptRequest {
         plaintext: plaintext.to_vec(),
         uid: "test".into(),
@@ -86,16 +44,21 @@ async fn encrypt(svc: &KmsService<FakeTpm>, plaintext: &[u8]) -> Result<EncryptR
         .map(Response::into_inner)
 }
 
-async fn decrypt(
-    svc: &KmsService<FakeTpm>,
+async fn decrypt(svc: &Service, ciphertext: Vec<u8>, key_id: &str) -> Result<Vec<u8>, Status> {
+    decrypt_with(svc, ciphertext, key_id, HashMap::new()).await
+}
+
+async fn decrypt_with(
+    svc: &Service,
     ciphertext: Vec<u8>,
     key_id: &str,
+    annotations: HashMap<String, Vec<u8>>,
 ) -> Result<Vec<u8>, Status> {
     let request = DecryptRequest {
         ciphertext,
         uid: "test".into(),
         key_id: key_id.into(),
-        annotations: HashMap::new(),
+        annotations,
     };
     svc.decrypt(Request::new(request))
         .await
@@ -104,11 +67,11 @@ async fn decrypt(
 
 #[tokio::test]
 async fn round_trip_and_status() {
-    let (svc, fake) = service(FakeTpm::new());
+    let (svc, fake) = service(FakeTpm::default());
     let sealed = encrypt(&svc, b"0123456789abcdef0123456789abcdef")
         .await
         .unwrap();
-    assert_eq!(sealed.key_id, fake.key_id.as_str());
+    assert_eq!(sealed.key_id, fake.key_id().as_str());
     assert!(sealed.annotations.is_empty());
     let opened = decrypt(&svc, sealed.ciphertext, &sealed.key_id)
         .await
@@ -124,22 +87,22 @@ async fn round_trip_and_status() {
         (status.version.as_str(), status.healthz.as_str()),
         ("v2", "ok")
     );
-    assert_eq!(status.key_id, fake.key_id.as_str());
+    assert_eq!(status.key_id, fake.key_id().as_str());
 }
 
 #[tokio::test]
 async fn plaintext_sizes_outside_1_to_128_are_invalid() {
-    let (svc, fake) = service(FakeTpm::new());
+    let (svc, fake) = service(FakeTpm::default());
     for size in [0, 129, 4096] {
         let status = encrypt(&svc, &vec![1; size]).await.unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "size {size}");
     }
-    assert!(fake.sealed.lock().unwrap().is_empty());
+    assert_eq!(fake.seals(), 0);
 }
 
 #[tokio::test]
 async fn a_foreign_key_id_is_refused_before_the_tpm() {
-    let (svc, fake) = service(FakeTpm::new());
+    let (svc, fake) = service(FakeTpm::default());
     let status = decrypt(&svc, vec![1, 2, 3], "sceau-0000000000000000")
         .await
         .unwrap_err();
@@ -148,15 +111,15 @@ async fn a_foreign_key_id_is_refused_before_the_tpm() {
         status.message(),
         format!(
             "unknown key_id sceau-0000000000000000; this TPM only serves {}",
-            fake.key_id
+            fake.key_id()
         )
     );
-    assert_eq!(fake.unseals.load(Ordering::SeqCst), 0);
+    assert_eq!(fake.unseals(), 0);
 }
 
 #[tokio::test]
 async fn malformed_envelopes_never_reach_the_tpm() {
-    let (svc, fake) = service(FakeTpm::new());
+    let (svc, fake) = service(FakeTpm::default());
     let good = encrypt(&svc, &[5; 32]).await.unwrap().ciphertext;
     let mut not_sealed_data = good.clone();
     not_sealed_data[6] ^= 0x01; // flips the nameAlg
@@ -166,10 +129,12 @@ async fn malformed_envelopes_never_reach_the_tpm() {
         good[..good.len() - 1].to_vec(),
         not_sealed_data,
     ] {
-        let status = decrypt(&svc, bad, fake.key_id.as_str()).await.unwrap_err();
+        let status = decrypt(&svc, bad, fake.key_id().as_str())
+            .await
+            .unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
     }
-    assert_eq!(fake.unseals.load(Ordering::SeqCst), 0);
+    assert_eq!(fake.unseals(), 0);
 }
 
 #[tokio::test]
@@ -182,10 +147,12 @@ async fn tpm_faults_reach_the_client_as_class_words() {
         (Fault::EnvelopeRejected, Code::InvalidArgument),
     ];
     for (fault, code) in cases {
-        let (svc, fake) = service(FakeTpm::new());
+        let (svc, fake) = service(FakeTpm::default());
         let good = encrypt(&svc, &[5; 32]).await.unwrap().ciphertext;
-        fake.fail_with(fault);
-        let status = decrypt(&svc, good, fake.key_id.as_str()).await.unwrap_err();
+        fake.inject(Some(fault));
+        let status = decrypt(&svc, good, fake.key_id().as_str())
+            .await
+            .unwrap_err();
         assert_eq!(
             (status.code(), status.message()),
             (code, fault.to_string().as_str())
@@ -201,23 +168,20 @@ async fn tpm_faults_reach_the_client_as_class_words() {
 
 #[tokio::test]
 async fn concurrent_decrypts_of_one_ciphertext_share_one_unseal() {
-    let (svc, fake) = service(FakeTpm {
-        unseal_delay: Duration::from_millis(100),
-        ..FakeTpm::new()
-    });
+    let (svc, fake) = service(FakeTpm::with_unseal_delay(Duration::from_millis(100)));
     let svc = Arc::new(svc);
     let ciphertext = encrypt(&svc, &[9; 32]).await.unwrap().ciphertext;
     let calls: Vec<_> = (0..16)
         .map(|_| {
             let (svc, ciphertext, key_id) =
-                (svc.clone(), ciphertext.clone(), fake.key_id.to_string());
+                (svc.clone(), ciphertext.clone(), fake.key_id().to_string());
             tokio::spawn(async move { decrypt(&svc, ciphertext, &key_id).await })
         })
         .collect();
     for call in calls {
         assert_eq!(call.await.unwrap().unwrap(), vec![9; 32]);
     }
-    assert_eq!(fake.unseals.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.unseals(), 1);
 }
 
 #[test]
@@ -232,7 +196,7 @@ fn echoed_client_text_is_bounded_and_escaped() {
 /// TPM an object the envelope does not hold.
 #[tokio::test]
 async fn a_public_blob_tpm2_tss_misreads_never_reaches_the_tpm() {
-    let (svc, fake) = service(FakeTpm::new());
+    let (svc, fake) = service(FakeTpm::default());
     let good = encrypt(&svc, &[5; 32]).await.unwrap().ciphertext;
     // Version, u16 length L, then the L-byte TPM2B_PUBLIC, whose last two
     // bytes are the (empty) unique field's size.
@@ -240,7 +204,7 @@ async fn a_public_blob_tpm2_tss_misreads_never_reaches_the_tpm() {
     let unique_size = 1 + 2 + public_len - 2;
     let mut overlong_unique = good.clone();
     overlong_unique[unique_size..unique_size + 2].copy_from_slice(&[0x00, 0x40]);
-    let status = decrypt(&svc, overlong_unique, fake.key_id.as_str())
+    let status = decrypt(&svc, overlong_unique, fake.key_id().as_str())
         .await
         .unwrap_err();
     assert_eq!(
@@ -250,5 +214,94 @@ async fn a_public_blob_tpm2_tss_misreads_never_reaches_the_tpm() {
             "malformed ciphertext: the public blob is not a valid TPM2B_PUBLIC"
         )
     );
-    assert_eq!(fake.unseals.load(Ordering::SeqCst), 0);
+    assert_eq!(fake.unseals(), 0);
+}
+
+/// Nothing binds an annotation to a version 1 envelope, so none rides
+/// along, not even sceau's own recipients annotation, in either mode; and
+/// cluster mode still opens this TPM's version 1 envelopes.
+#[tokio::test]
+async fn version_1_envelopes_refuse_annotations_in_both_modes() {
+    let (single, single_fake) = service(FakeTpm::default());
+    let (cluster, cluster_fake, _) = clustered(FakeTpm::default());
+    let envelope = FakeTpm::seal_bytes(&[4; 32]).encode();
+    for (svc, fake) in [(&single, &single_fake), (&cluster, &cluster_fake)] {
+        let key_id = fake.key_id().to_string();
+        for key in [RECIPIENTS_ANNOTATION, "other.example.com"] {
+            let annotations = HashMap::from([(key.to_string(), vec![1])]);
+            let status = decrypt_with(svc, envelope.clone(), &key_id, annotations)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                (status.code(), status.message()),
+                (
+                    Code::InvalidArgument,
+                    "version 1 envelopes carry no annotations, but the request has some"
+                )
+            );
+        }
+        assert_eq!(fake.unseals(), 0);
+        let opened = decrypt(svc, envelope.clone(), &key_id).await.unwrap();
+        assert_eq!(opened, vec![4; 32]);
+    }
+}
+
+/// The service does not know its mode: the cluster key_id, version 2
+/// envelopes and the import path all come from the cluster `Sealer`.
+#[tokio::test]
+async fn cluster_mode_seals_for_every_member_and_imports_this_nodes_entry() {
+    let (svc, fake, membership) = clustered(FakeTpm::default());
+    let cluster_key_id = membership.key_id().as_str();
+    let status = svc
+        .status(Request::new(StatusRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.key_id, cluster_key_id);
+
+    let sealed = encrypt(&svc, &[6; 32]).await.unwrap();
+    assert_eq!(sealed.key_id, cluster_key_id);
+    assert_eq!(sealed.ciphertext[0], 0x02);
+    assert_eq!(fake.seals(), 0, "cluster Encrypt never reaches the TPM");
+
+    let status = decrypt(&svc, sealed.ciphertext.clone(), fake.key_id().as_str())
+        .await
+        .unwrap_err();
+    assert!(
+        status
+            .message()
+            .contains("does not match the envelope's recipients"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(fake.unseals(), 0);
+
+    // The fake holds no storage key, so its Import refuses the entry, as a
+    // TPM refuses one that was not wrapped for it.
+    let status = decrypt(&svc, sealed.ciphertext, cluster_key_id)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, "envelope-not-for-this-tpm")
+    );
+    assert_eq!(fake.unseals(), 1);
+}
+
+/// A single-node daemon given a cluster envelope under its own key_id
+/// refuses it before the TPM.
+#[tokio::test]
+async fn single_node_mode_refuses_cluster_envelopes() {
+    let (cluster, _, _) = clustered(FakeTpm::default());
+    let sealed = encrypt(&cluster, &[6; 32]).await.unwrap();
+    let (svc, fake) = service(FakeTpm::default());
+    let status = decrypt(&svc, sealed.ciphertext, fake.key_id().as_str())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "a cluster (version 2) envelope, but this node serves without --members"
+    );
+    assert_eq!(fake.unseals(), 0);
 }
