@@ -6,21 +6,22 @@
 //! - `recovery-keygen`: makes that identity and its public half;
 //! - `enroll challenge|verify`: the verifier's side of enrollment.
 
-mod cli;
-
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use cli::{Command, EnrollStep, RecoverInput, RecoverOptions, RecoveryKeygenOptions};
 use sceau_format::key_id::{KeyId, hex};
 use sceau_format::members::member_file;
 use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_recover::cli::{
+    self, Command, EnrollStep, RecoverInput, RecoverOptions, RecoveryKeygenOptions,
+};
 
 fn main() -> ExitCode {
     let args = match cli::utf8_args(std::env::args_os().skip(1)).and_then(|a| cli::parse(&a)) {
         Ok(command) => command,
         Err(error) => {
             eprintln!("sceau-recover: {error}");
+            eprintln!("{}", cli::PROGRAM.usage_line(error.command));
             return ExitCode::from(2);
         }
     };
