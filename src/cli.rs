@@ -395,7 +395,10 @@ fn enroll(
         (Some("respond"), None) => Err(m.error(Problem::Required(
             "enroll respond needs --challenge FILE".into(),
         ))),
-        (step, _) => Err(PROGRAM.unknown_command(&format!("enroll {}", step.unwrap_or("")))),
+        (Some(step), _) => Err(PROGRAM.unknown_command(&format!("enroll {step}"))),
+        (None, _) => Err(m.error(Problem::Required(
+            "enroll needs its step first: `sceau enroll request|respond …`".into(),
+        ))),
     }
 }
 
@@ -701,6 +704,8 @@ mod tests {
             "selftest --sandbox=yes",
             "frobnicate",
             "help frobnicate",
+            "enroll --tcti device:/dev/tpm0 request",
+            "enroll nonsense",
         ] {
             let error = parse(&args(line), None).unwrap_err();
             let usage = PROGRAM.usage_line(error.command);

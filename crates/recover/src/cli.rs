@@ -277,8 +277,11 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
             })(),
             &[&REQUEST, &EXPECTED, &RESPONSE, &MEMBER_OUT],
         ),
-        step => {
-            return Err(PROGRAM.unknown_command(&format!("enroll {}", step.unwrap_or(""))));
+        Some(step) => return Err(PROGRAM.unknown_command(&format!("enroll {step}"))),
+        None => {
+            return Err(m.error(Problem::Required(
+                "enroll needs its step first: `sceau-recover enroll challenge|verify …`".into(),
+            )));
         }
     };
     let step = parsed?;
@@ -377,6 +380,7 @@ mod tests {
             "enroll challenge --request r --challenge-out c",
             "enroll verify --request r --expected e --response s --member-out m --expected-out x",
             "enroll frobnicate",
+            "enroll --request r challenge",
             "frobnicate",
         ] {
             let error = parse(&args(line)).unwrap_err();
