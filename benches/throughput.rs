@@ -14,7 +14,7 @@
 
 /// The daemon's allocator, so that both paths pay for wiping as sceau does.
 #[global_allocator]
-static ALLOCATOR: sceau::alloc::WipeOnFree = sceau::alloc::WipeOnFree;
+static ALLOCATOR: sceau::sys::alloc::WipeOnFree = sceau::sys::alloc::WipeOnFree;
 
 #[allow(dead_code, unused_imports)]
 // Until the test kit is a crate of its own: the harness signals and
@@ -37,7 +37,6 @@ use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau_format::members::{Membership, member_file};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::storage_key::StorageKey;
-use tss_esapi::tcti_ldr::TctiNameConf;
 
 /// Rounds alternate the paths, so that load from other tenants of the
 /// machine hits both alike; each ratio is the median of per-round ratios.
@@ -164,7 +163,7 @@ fn main() {
 
 fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmConfig {
     TpmConfig {
-        tcti: swtpm.tcti().parse::<TctiNameConf>().expect("swtpm TCTI"),
+        tcti: swtpm.tcti().parse().expect("swtpm TCTI"),
         srk_handle: None,
         parameter_encryption,
     }

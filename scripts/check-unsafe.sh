@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Keeps audit/unsafe.md true. Fails (exit 1) when:
 #
-#   (a) a .rs file under src/, tests/, benches/ or fuzz/ holds `unsafe` and
-#       is not in the summary table of audit/unsafe.md, or the table names a
-#       file that does not exist;
+#   (a) a .rs file under src/, crates/, tests/, benches/ or fuzz/ holds
+#       `unsafe` and is not in the summary table of audit/unsafe.md, or the
+#       table names a file that does not exist;
 #   (b) a file's count of unsafe items differs from the count in that table
 #       (an item is an `unsafe` block, `unsafe fn`, `unsafe impl`,
 #       `unsafe trait`, `unsafe extern` block or `unsafe(...)` attribute,
 #       counted after `//` comments are stripped; rustfmt, which CI enforces,
 #       keeps `unsafe` and its `{` on one line);
-#   (c) a file under src/ or fuzz/ without unsafe items lacks
-#       `#![forbid(unsafe_code)]`. The only exemptions are files the table
-#       lists with a count of 0 (the library's crate root, which cannot
-#       forbid what `sys` and `alloc` allow); those must `#![deny(unsafe_code)]`;
+#   (c) the lints stop keeping unsafe in one place: the root Cargo.toml no
+#       longer denies unsafe_code for the daemon or forbids it for the other
+#       workspace crates, a file under src/ or crates/ outside src/sys/
+#       allows (or expects) unsafe_code, a file of fuzz/ (its own workspace,
+#       without those lints) lacks `#![forbid(unsafe_code)]`, or a file the
+#       table lists with a count of 0 (the library's crate root) lacks
+#       `#![deny(unsafe_code)]`;
 #   (d) clippy finds an undocumented unsafe block, an unsafe operation inside
 #       an unsafe fn without its own block, or any other warning, in any
 #       target (the lib and bin also deny these in their crate roots; the
@@ -23,17 +26,17 @@
 #
 # Shown to fail when the inventory is not updated. Each case was tried on
 # this tree and then reverted, after which the script passed again:
-#   - a new block in `UmaskGuard::set` (src/sys.rs),
+#   - a new block in `UmaskGuard::set` (src/sys/mod.rs),
 #         // SAFETY: getpid has no preconditions.
 #         let _ = unsafe { libc::getpid() };
 #     gave
-#           FAIL: src/sys.rs: 33 unsafe items, audit/unsafe.md says 32
+#           FAIL: src/sys/mod.rs: 37 unsafe items, audit/unsafe.md says 36
 #   - a new file src/zz_unsafe_demo.rs holding one such block gave
 #           FAIL: src/zz_unsafe_demo.rs: 1 unsafe items, not listed in audit/unsafe.md
-#   - a new safe file without the attribute gave
-#           FAIL: src/zz_safe_demo.rs: no unsafe items listed, so it must carry #![forbid(unsafe_code)]
+#   - a new file src/zz_allow_demo.rs with `#![allow(unsafe_code)]` gave
+#           FAIL: src/zz_allow_demo.rs: allows unsafe_code; only src/sys/ may (audit/unsafe.md)
 #   - deleting the SAFETY comment in `UmaskGuard::set` gave
-#           error: unsafe block missing a safety comment --> src/sys.rs
+#           error: unsafe block missing a safety comment --> src/sys/mod.rs
 #           FAIL: cargo clippy (undocumented unsafe blocks, or other warnings)
 # Each case exited with status 1.
 set -euo pipefail
@@ -76,7 +79,7 @@ fi
 
 # Every Rust file the project owns (build output excluded).
 mapfile -t files < <(
-    find src tests benches fuzz -name target -prune -o -name '*.rs' -print 2>/dev/null | sort
+    find src crates tests benches fuzz -name target -prune -o -name '*.rs' -print 2>/dev/null | sort
 )
 total=0
 declare -A seen=()
@@ -93,19 +96,37 @@ for file in "${files[@]}"; do
         fail "$file: $count unsafe items, $inventory says $expected"
     fi
     case "$file" in
-        src/* | fuzz/*)
-            if [[ $count -eq 0 && -z "$expected" ]] &&
-                ! grep -q '^#!\[forbid(unsafe_code)\]' "$file"; then
-                fail "$file: no unsafe items listed, so it must carry #![forbid(unsafe_code)]"
+        src/sys/*) ;;
+        src/* | crates/*)
+            if sed -E 's://.*$::' "$file" | grep -qE '(allow|expect)\(unsafe_code\)'; then
+                fail "$file: allows unsafe_code; only src/sys/ may ($inventory)"
             fi
-            if [[ "$expected" == 0 ]] && ! grep -q '^#!\[deny(unsafe_code)\]' "$file"; then
-                fail "$file: listed with 0 unsafe items instead of forbidding them, so it must carry #![deny(unsafe_code)]"
+            ;;
+        fuzz/*)
+            if [[ $count -eq 0 ]] && ! grep -q '^#!\[forbid(unsafe_code)\]' "$file"; then
+                fail "$file: no unsafe items listed, so it must carry #![forbid(unsafe_code)]"
             fi
             ;;
     esac
+    if [[ "$expected" == 0 ]] && ! grep -q '^#!\[deny(unsafe_code)\]' "$file"; then
+        fail "$file: listed with 0 unsafe items instead of forbidding them, so it must carry #![deny(unsafe_code)]"
+    fi
 done
 for path in "${!listed[@]}"; do
     [[ -n "${seen[$path]:-}" ]] || fail "$inventory lists $path, which does not exist"
+done
+
+# The lints that keep unsafe in src/sys/: denied for the daemon (sys alone
+# allows it), forbidden for every other workspace crate.
+lints=$(sed -n '/^\[lints\]/,/^\[/p' Cargo.toml)
+grep -qE '^rust\.unsafe_code = "deny"' <<<"$lints" ||
+    fail "Cargo.toml: [lints] must keep rust.unsafe_code = \"deny\""
+workspace_lints=$(sed -n '/^\[workspace\.lints\]/,/^\[/p' Cargo.toml)
+grep -qE '^rust\.unsafe_code = "forbid"' <<<"$workspace_lints" ||
+    fail "Cargo.toml: [workspace.lints] must keep rust.unsafe_code = \"forbid\""
+for manifest in crates/*/Cargo.toml; do
+    grep -qE '^workspace = true' <(sed -n '/^\[lints\]/,/^\[/p' "$manifest") ||
+        fail "$manifest: needs [lints] workspace = true"
 done
 
 if [[ $failed -eq 0 ]]; then

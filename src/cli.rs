@@ -1,12 +1,17 @@
-//! Command-line parsing. Hand-written because sceau has few flags and every
-//! dependency in a KMS plugin is code a security reviewer must read.
+//! The command line of `sceau`: each flag declared once in the table below
+//! (name, value, help, default), from which `sceau_cli` derives the help
+//! texts, the walk over the arguments and the inverse ([`Command::to_args`]).
+//! This file adds only the typed value of each flag.
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sceau_cli::{Args, CommandSpec, Flag, Invocation, Matches, Problem, Program, invalid};
+pub use sceau_cli::{UsageError, utf8_args};
+
 use crate::sandbox::Enforcement;
-use crate::tpm::worker::DEFAULT_DEADLINE;
+use crate::tpm::Tcti;
 
 pub const DEFAULT_SOCKET: &str = "/run/sceau/kms.sock";
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
@@ -19,6 +24,196 @@ pub const TCTI_ENV: &str = "SCEAU_TCTI";
 const MIN_DEADLINE: Duration = Duration::from_millis(100);
 const MAX_DEADLINE: Duration = Duration::from_secs(60);
 const PERSISTENT_HANDLES: std::ops::RangeInclusive<u32> = 0x8100_0000..=0x81FF_FFFF;
+/// The tool that took over `recover`, `recovery-keygen` and the verifier's
+/// side of `enroll`.
+const OFFLINE_TOOL: &str = "sceau-recover";
+
+/// The spellings of `--landlock` and `--seccomp`, for parsing and back.
+const LANDLOCK_MODES: [(&str, Enforcement); 3] = [
+    ("require", Enforcement::Require),
+    ("best-effort", Enforcement::BestEffort),
+    ("off", Enforcement::Off),
+];
+const SECCOMP_MODES: [(&str, Enforcement); 3] = [
+    ("kill", Enforcement::Require),
+    ("log", Enforcement::BestEffort),
+    ("off", Enforcement::Off),
+];
+
+// Every flag of `sceau`, once.
+
+pub const SOCKET: Flag = Flag::value("--socket", "PATH", "The KMS unix socket")
+    .default(DEFAULT_SOCKET)
+    .long_help("serve: a stale socket there is replaced; any other file is refused");
+pub const TCTI: Flag = Flag::value("--tcti", "TCTI", "TPM connection")
+    .default(DEFAULT_TCTI)
+    .env(TCTI_ENV)
+    .long_help(
+        "A software TPM: swtpm:host=127.0.0.1,port=2321 (control on port+1).\n\
+         An invalid TCTI is refused before anything starts",
+    );
+pub const SOCKET_MODE: Flag =
+    Flag::value("--socket-mode", "OCTAL", "Permission bits of the socket").default("0600");
+pub const SOCKET_GROUP: Flag = Flag::value(
+    "--socket-group",
+    "GROUP",
+    "Group owning the socket, by name or number",
+)
+.long_help("(use with --socket-mode 0660)");
+pub const SRK_HANDLE: Flag = Flag::value(
+    "--srk-handle",
+    "HANDLE",
+    "Use the persistent key at HANDLE (e.g. 0x81000001) as the SRK",
+)
+.long_help("only if it is the same key the SRK template gives; else refuse to start");
+pub const REQUEST_DEADLINE: Flag = Flag::value(
+    "--request-deadline",
+    "DUR",
+    "Longest a request may wait for the TPM, e.g. 2.5s or 800ms",
+)
+.default("2.5s")
+.long_help("(100ms to 60s; the apiserver gives up after 3s)");
+pub const ALLOW_UID: Flag = Flag::value(
+    "--allow-uid",
+    "UID",
+    "Let this uid call the KMS API besides root (repeatable)",
+)
+.long_help("any other caller gets PERMISSION_DENIED");
+pub const LANDLOCK: Flag = Flag::value("--landlock", "MODE", "require, best-effort or off")
+    .default("require")
+    .long_help(
+        "require: refuse to start if the kernel enforces no Landlock;\n\
+         best-effort: apply what the kernel supports, and if that is nothing,\n\
+         warn and let seccomp refuse every file open; off: no Landlock",
+    );
+pub const SECCOMP: Flag = Flag::value("--seccomp", "MODE", "kill, log or off")
+    .default("kill")
+    .long_help("kill: a call outside the allowlist kills sceau; log: it is only logged");
+pub const MEMBERS: Flag = Flag::value(
+    "--members",
+    "DIR",
+    "Cluster mode: wrap every DEK for each member SRK in DIR/*.pub",
+)
+.long_help(
+    "(docs/ha.md; this node's included) as envelope version 2; key_id names\n\
+     the membership. Each file must name its key on its `name:` line, and\n\
+     sceau refuses to start if a name and its key disagree",
+);
+pub const RECOVERY_KEY: Flag = Flag::value(
+    "--recovery-key",
+    "FILE",
+    "Also wrap every DEK for this offline recovery key (a backup)",
+)
+.long_help(
+    "(the --public file of `sceau-recover recovery-keygen`), so that\n\
+     `sceau-recover recover` can open every Secret if the TPM is lost.\n\
+     Without --members, this node is the only member (docs/recovery.md).\n\
+     Without either, there is no backup: the Secrets live and die with this TPM",
+);
+pub const SANDBOX: Flag = Flag::switch(
+    "--sandbox",
+    "Test the sandbox: one PASS/FAIL line per forbidden action",
+)
+.long_help(
+    "read and create files, connect TCP and to a unix socket, a disallowed\n\
+     system call, clone3, a user namespace, make the process dumpable, gain\n\
+     a capability. Exits 0 only if all are refused",
+);
+pub const CHALLENGE: Flag = Flag::value(
+    "--challenge",
+    "FILE",
+    "respond: the file `sceau-recover enroll challenge` wrote",
+);
+
+// Every command of `sceau`, once.
+
+pub const SERVE: CommandSpec = CommandSpec {
+    name: "serve",
+    summary: "Serve the KMS v2 API (Status, Encrypt, Decrypt) on a unix socket",
+    about: "Serve the KMS v2 API on a unix socket, sealing DEKs under the TPM's storage root key",
+    usage: "serve [OPTIONS]",
+    flags: &[
+        &SOCKET,
+        &TCTI,
+        &SOCKET_MODE,
+        &SOCKET_GROUP,
+        &SRK_HANDLE,
+        &REQUEST_DEADLINE,
+        &ALLOW_UID,
+        &LANDLOCK,
+        &SECCOMP,
+        &MEMBERS,
+        &RECOVERY_KEY,
+    ],
+    notes: "\
+Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
+(socket activation) and ignores --socket, --socket-mode and --socket-group.
+",
+};
+pub const CHECK: CommandSpec = CommandSpec {
+    name: "check",
+    summary: "Ask a running sceau for its Status and make one Encrypt/Decrypt round trip",
+    about: "Ask a running sceau for its Status and make one Encrypt/Decrypt round trip with a random DEK",
+    usage: "check [--socket PATH]",
+    flags: &[&SOCKET],
+    notes: "",
+};
+pub const SELFTEST: CommandSpec = CommandSpec {
+    name: "selftest",
+    summary: "With --sandbox: try forbidden actions inside sceau's sandbox, PASS/FAIL each",
+    about: "Put a child process in sceau's sandbox and try what it forbids; one PASS/FAIL line each",
+    usage: "selftest --sandbox [--tcti TCTI] [--landlock MODE] [--seccomp MODE]",
+    flags: &[&SANDBOX, &TCTI, &LANDLOCK, &SECCOMP],
+    notes: "The sandbox is the one `serve` would run in with the same --tcti, --landlock and --seccomp.\n",
+};
+pub const SRK_PUBLIC: CommandSpec = CommandSpec {
+    name: "srk-public",
+    summary: "Print this node's SRK public as a member file for `serve --members`",
+    about: "Print this node's SRK public area, its Name and its key_id, as a member file for `serve --members`",
+    usage: "srk-public [--tcti TCTI] [--srk-handle HANDLE]",
+    flags: &[&TCTI, &SRK_HANDLE],
+    notes: "\
+Copy the output into the --members directory of every control-plane node as
+<node>.pub, after comparing its name: line with the one printed on the node.
+",
+};
+pub const ENROLL: CommandSpec = CommandSpec {
+    name: "enroll",
+    summary: "Prove a member's SRK is in a real TPM (credential activation against its EK)",
+    about: "Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)",
+    usage: "enroll request|respond [OPTIONS]",
+    flags: &[&TCTI, &SRK_HANDLE, &CHALLENGE],
+    notes: "\
+The four steps:
+  sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
+  sceau-recover enroll challenge --request node.request \\
+      --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
+  sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
+  sceau-recover enroll verify --request node.request --expected node.expected \\
+      --response node.response --member-out members/node.pub                  (verifier)
+
+The request carries the SRK public, the EK public (TCG default ECC template) and the EK
+certificate when the TPM has one; `challenge` checks that the certificate names the EK and
+prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
+holding both keys can answer the challenge; `verify` then writes the member file.
+",
+};
+
+pub const PROGRAM: Program = Program {
+    name: "sceau",
+    about: "sceau: a Kubernetes KMS v2 plugin that seals every DEK with this machine's TPM 2.0",
+    commands: &[&SERVE, &CHECK, &SELFTEST, &SRK_PUBLIC, &ENROLL],
+    notes: "\
+The offline tools (recovery-keygen, recover, and the verifier's side of enroll) are in
+`sceau-recover`, which needs no TPM.
+",
+    options_in_main_help: &["serve", "check"],
+    footer: "\
+Environment:
+  SCEAU_TCTI  TPM connection, as --tcti (the flag wins)
+  SCEAU_LOG   Log level: error, warn, info (default), debug, off
+",
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -27,14 +222,14 @@ pub enum Command {
     SelfTest(SelfTestOptions),
     SrkPublic(SrkPublicOptions),
     Enroll(EnrollStep),
-    Help(&'static str),
+    Help(String),
     Version,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeOptions {
     pub socket: PathBuf,
-    pub tcti: String,
+    pub tcti: Tcti,
     pub socket_mode: u32,
     pub socket_group: Option<String>,
     pub srk_handle: Option<u32>,
@@ -64,14 +259,14 @@ pub enum EnrollStep {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SrkPublicOptions {
-    pub tcti: String,
+    pub tcti: Tcti,
     pub srk_handle: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SelfTestOptions {
     /// The TCTI whose access the sandbox keeps, as for `serve`.
-    pub tcti: String,
+    pub tcti: Tcti,
     /// The same modes, with the same defaults, as `serve`'s: the selftest
     /// proves the sandbox the daemon would run in.
     pub landlock: Enforcement,
@@ -83,371 +278,159 @@ pub struct CheckOptions {
     pub socket: PathBuf,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
-    #[error("unknown command {0:?}; see `sceau --help`")]
-    UnknownCommand(String),
-    #[error("unknown option {0:?}; see `sceau {1} --help`")]
-    UnknownOption(String, &'static str),
-    #[error("{0} needs a value")]
-    MissingValue(String),
-    #[error("invalid value {value:?} for {flag}: {reason}")]
-    InvalidValue {
-        flag: &'static str,
-        value: String,
-        reason: &'static str,
-    },
-    #[error("arguments must be valid UTF-8")]
-    NotUtf8,
-    #[error("{0}")]
-    Conflict(&'static str),
-    #[error(
-        "`{0}` is a command of `sceau-recover` (the offline tool, which needs no TPM); run `sceau-recover {0}`"
-    )]
-    Moved(String),
-}
-
-pub const MAIN_HELP: &str = "\
-sceau: a Kubernetes KMS v2 plugin that seals every DEK with this machine's TPM 2.0
-
-Usage: sceau <COMMAND> [OPTIONS]
-
-Commands:
-  serve   Serve the KMS v2 API (Status, Encrypt, Decrypt) on a unix socket
-  check   Ask a running sceau for its Status and make one Encrypt/Decrypt round trip
-  selftest --sandbox
-          Try forbidden actions inside sceau's sandbox and report PASS/FAIL for each
-  srk-public       Print this node's SRK public as a member file for `serve --members`
-  enroll           Prove a member's SRK is in a real TPM (credential activation against its EK)
-
-The offline tools (recovery-keygen, recover, and the verifier's side of enroll) are in
-`sceau-recover`, which needs no TPM.
-
-Options of `sceau serve`:
-      --socket PATH          Unix socket to listen on [default: /run/sceau/kms.sock]
-      --tcti TCTI            TPM connection [default: device:/dev/tpmrm0, or $SCEAU_TCTI]
-      --socket-mode OCTAL    Permission bits of the socket [default: 0600]
-      --socket-group GROUP   Group owning the socket, by name or number
-      --srk-handle HANDLE    Use this persistent key as the SRK, if it is the template's key
-      --request-deadline DUR Longest a request may wait for the TPM [default: 2.5s]
-      --allow-uid UID        Let this uid call besides root (repeatable)
-      --landlock MODE        require (default), best-effort or off
-      --seccomp MODE         kill (default), log or off
-      --members DIR          Cluster mode: wrap every DEK for each member SRK in DIR/*.pub
-      --recovery-key FILE    Also wrap every DEK for this offline recovery key (a backup)
-
-Options of `sceau check`:
-      --socket PATH          Unix socket of the running sceau [default: /run/sceau/kms.sock]
-
-Options:
-  -h, --help     Print help (`sceau serve --help` explains the daemon's options in full)
-  -V, --version  Print the version
-
-Environment:
-  SCEAU_TCTI  TPM connection, as --tcti (the flag wins)
-  SCEAU_LOG   Log level: error, warn, info (default), debug, off
-";
-
-pub const SERVE_HELP: &str = "\
-Serve the KMS v2 API on a unix socket, sealing DEKs under the TPM's storage root key
-
-Usage: sceau serve [OPTIONS]
-
-Options:
-      --socket PATH          Unix socket to listen on [default: /run/sceau/kms.sock].
-                             A stale socket there is replaced; any other file is refused.
-      --tcti TCTI            TPM connection [default: device:/dev/tpmrm0, or $SCEAU_TCTI].
-                             A software TPM: swtpm:host=127.0.0.1,port=2321 (control on port+1)
-      --socket-mode OCTAL    Permission bits of the socket [default: 0600]
-      --socket-group GROUP   Group owning the socket, by name or number (use with 0660)
-      --srk-handle HANDLE    Use the persistent key at HANDLE (e.g. 0x81000001) as the SRK,
-                             only if it is the same key the SRK template gives; else refuse to start
-      --request-deadline DUR Longest a request may wait for the TPM, e.g. 2.5s or 800ms
-                             [default: 2.5s; the apiserver gives up after 3s]
-      --allow-uid UID        Let this uid call the KMS API besides root (repeatable);
-                             any other caller gets PERMISSION_DENIED
-      --landlock MODE        require (default): refuse to start if the kernel enforces no
-                             Landlock; best-effort: apply what the kernel supports, and if
-                             that is nothing, warn and let seccomp refuse every file open; off
-      --seccomp MODE         kill (default): a call outside the allowlist kills sceau;
-                             log: it is only logged; off
-      --members DIR          Cluster mode (docs/ha.md): every DEK is wrapped for each member
-                             SRK in DIR/*.pub (this node's included), as envelope version 2,
-                             and key_id names the membership. Each file is pinned by its name:
-      --recovery-key FILE    Also wrap every DEK for this offline recovery key (the --public
-                             file of `sceau recovery-keygen`), so `sceau recover` can open
-                             every Secret if the TPM is lost. Without --members, this node
-                             is the only member (docs/recovery.md). Without either, there
-                             is no backup: the Secrets live and die with this TPM
-  -h, --help                 Print help
-
-Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
-(socket activation) and ignores --socket, --socket-mode and --socket-group.
-";
-
-pub const SELFTEST_HELP: &str = "\
-Put a child process in sceau's sandbox and try what it forbids; one PASS/FAIL line each
-
-Usage: sceau selftest --sandbox [--tcti TCTI] [--landlock MODE] [--seccomp MODE]
-
-Options:
-      --sandbox        Test the sandbox: read and create files, connect TCP and to a unix
-                       socket, a disallowed system call, clone3, a user namespace, make the
-                       process dumpable, gain a capability. Exits 0 only if all are refused
-      --tcti TCTI      The TPM connection whose access the sandbox keeps
-                       [default: device:/dev/tpmrm0, or $SCEAU_TCTI]
-      --landlock MODE  As for `serve`: require (default), best-effort or off
-      --seccomp MODE   As for `serve`: kill (default), log or off
-  -h, --help           Print help
-";
-
-pub const SRK_PUBLIC_HELP: &str = "\
-Print this node's SRK public area, its Name and its key_id, as a member file for `serve --members`
-
-Usage: sceau srk-public [--tcti TCTI] [--srk-handle HANDLE]
-
-Options:
-      --tcti TCTI          TPM connection [default: device:/dev/tpmrm0, or $SCEAU_TCTI]
-      --srk-handle HANDLE  As for `serve`
-  -h, --help               Print help
-
-Copy the output into the --members directory of every control-plane node as
-<node>.pub, after comparing its name: line with the one printed on the node.
-";
-
-pub const ENROLL_HELP: &str = "\
-Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)
-
-Usage:
-  sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
-  sceau-recover enroll challenge --request node.request \\
-      --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
-  sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
-  sceau-recover enroll verify --request node.request --expected node.expected \\
-      --response node.response --member-out members/node.pub                  (verifier)
-
-The request carries the SRK public, the EK public (TCG default ECC template) and the EK
-certificate when the TPM has one; `challenge` checks that the certificate names the EK and
-prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
-holding both keys can answer the challenge; `verify` then writes the member file.
-";
-
-pub const CHECK_HELP: &str = "\
-Ask a running sceau for its Status and make one Encrypt/Decrypt round trip with a random DEK
-
-Usage: sceau check [OPTIONS]
-
-Options:
-      --socket PATH  Unix socket of the running sceau [default: /run/sceau/kms.sock]
-  -h, --help         Print help
-";
-
 /// Parses the arguments after the program name. `env_tcti` is `$SCEAU_TCTI`.
 pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
-    let Some((command, rest)) = args.split_first() else {
-        return Ok(Command::Help(MAIN_HELP));
+    if let Some(moved) = moved_command(args) {
+        return Err(UsageError::new(
+            None,
+            Problem::Moved {
+                program: OFFLINE_TOOL,
+                command: moved,
+            },
+        ));
+    }
+    let (spec, rest) = match PROGRAM.dispatch(args)? {
+        Invocation::Help(text) => return Ok(Command::Help(text)),
+        Invocation::Version => return Ok(Command::Version),
+        Invocation::Run(spec, rest) => (spec, rest),
     };
-    match command.as_str() {
-        "-h" | "--help" | "help" => Ok(Command::Help(MAIN_HELP)),
-        "-V" | "--version" => Ok(Command::Version),
-        "serve" => parse_serve(rest, env_tcti),
-        "check" => parse_check(rest),
-        "selftest" => parse_selftest(rest, env_tcti),
-        "srk-public" => parse_srk_public(rest, env_tcti),
-        "recovery-keygen" | "recover" => Err(UsageError::Moved(command.clone())),
-        "enroll" => parse_enroll(rest, env_tcti),
-        other => Err(UsageError::UnknownCommand(other.into())),
+    // `enroll` takes its step before the flags.
+    let (step, rest) = match (spec.name, rest.split_first()) {
+        ("enroll", None) => return Ok(Command::Help(PROGRAM.command_help(&ENROLL))),
+        ("enroll", Some((step, rest))) if !step.starts_with('-') => (Some(step.as_str()), rest),
+        _ => (None, rest),
+    };
+    let Some(matches) = sceau_cli::parse_flags(&PROGRAM, spec, rest)? else {
+        return Ok(Command::Help(PROGRAM.command_help(spec)));
+    };
+    let command = match spec.name {
+        "serve" => serve(&matches, env_tcti).map(Command::Serve),
+        "check" => check(&matches).map(Command::Check),
+        "selftest" => selftest(&matches, env_tcti).map(Command::SelfTest),
+        "srk-public" => srk_public(&matches, env_tcti).map(Command::SrkPublic),
+        "enroll" => enroll(&matches, step, env_tcti).map(Command::Enroll),
+        other => unreachable!("{other} is in PROGRAM but has no parser"),
+    };
+    command.map_err(|error| error.in_command(spec.name))
+}
+
+/// `recover`, `recovery-keygen` and `enroll challenge|verify` (also after
+/// `help`), which moved to `sceau-recover`.
+fn moved_command(args: &[String]) -> Option<String> {
+    let args = match args.first().map(String::as_str) {
+        Some("help") => &args[1..],
+        _ => args,
+    };
+    match args {
+        [first, ..] if matches!(first.as_str(), "recover" | "recovery-keygen") => {
+            Some(first.clone())
+        }
+        [enroll, step, ..]
+            if enroll == "enroll" && matches!(step.as_str(), "challenge" | "verify") =>
+        {
+            Some(format!("enroll {step}"))
+        }
+        _ => None,
     }
 }
 
-fn parse_serve(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
-    let mut options = ServeOptions {
-        socket: DEFAULT_SOCKET.into(),
-        tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
-        socket_mode: 0o600,
-        socket_group: None,
-        srk_handle: None,
-        request_deadline: DEFAULT_DEADLINE,
-        allowed_uids: Vec::new(),
-        landlock: DEFAULT_LANDLOCK,
-        seccomp: DEFAULT_SECCOMP,
-        members: None,
-        recovery_key: None,
-    };
-    let mut flags = Flags::new(args, "serve");
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(SERVE_HELP)),
-            "--socket" => options.socket = flags.value(&flag)?.into(),
-            "--tcti" => options.tcti = flags.value(&flag)?,
-            "--socket-mode" => options.socket_mode = parse_mode(&flags.value(&flag)?)?,
-            "--socket-group" => options.socket_group = Some(flags.value(&flag)?),
-            "--srk-handle" => options.srk_handle = Some(parse_handle(&flags.value(&flag)?)?),
-            "--request-deadline" => {
-                options.request_deadline = parse_deadline(&flags.value(&flag)?)?
-            }
-            "--allow-uid" => options.allowed_uids.push(parse_uid(&flags.value(&flag)?)?),
-            "--landlock" => options.landlock = parse_landlock(&flags.value(&flag)?)?,
-            "--seccomp" => options.seccomp = parse_seccomp(&flags.value(&flag)?)?,
-            "--members" => options.members = Some(flags.value(&flag)?.into()),
-            "--recovery-key" => options.recovery_key = Some(flags.value(&flag)?.into()),
-            _ => return Err(UsageError::UnknownOption(flag, "serve")),
-        }
-    }
-    Ok(Command::Serve(options))
+fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError> {
+    Ok(ServeOptions {
+        socket: m.or_default(&SOCKET, None, path)?,
+        tcti: tcti(m, env_tcti)?,
+        socket_mode: m.or_default(&SOCKET_MODE, None, parse_mode)?,
+        socket_group: m.last(&SOCKET_GROUP, |v| Ok(v.to_string()))?,
+        srk_handle: m.last(&SRK_HANDLE, parse_handle)?,
+        request_deadline: m.or_default(&REQUEST_DEADLINE, None, parse_deadline)?,
+        allowed_uids: m
+            .values(&ALLOW_UID)
+            .map(parse_uid)
+            .collect::<Result<_, _>>()?,
+        landlock: m.or_default(&LANDLOCK, None, |v| mode(&LANDLOCK, &LANDLOCK_MODES, v))?,
+        seccomp: m.or_default(&SECCOMP, None, |v| mode(&SECCOMP, &SECCOMP_MODES, v))?,
+        members: m.last(&MEMBERS, path)?,
+        recovery_key: m.last(&RECOVERY_KEY, path)?,
+    })
 }
 
-fn parse_selftest(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
-    let mut options = SelfTestOptions {
-        tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
-        landlock: DEFAULT_LANDLOCK,
-        seccomp: DEFAULT_SECCOMP,
-    };
-    let mut sandbox_requested = false;
-    let mut flags = Flags::new(args, "selftest");
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(SELFTEST_HELP)),
-            "--sandbox" => sandbox_requested = true,
-            "--tcti" => options.tcti = flags.value(&flag)?,
-            "--landlock" => options.landlock = parse_landlock(&flags.value(&flag)?)?,
-            "--seccomp" => options.seccomp = parse_seccomp(&flags.value(&flag)?)?,
-            _ => return Err(UsageError::UnknownOption(flag, "selftest")),
-        }
-    }
-    if !sandbox_requested {
-        return Err(UsageError::MissingValue("selftest needs --sandbox".into()));
-    }
-    Ok(Command::SelfTest(options))
+fn check(m: &Matches) -> Result<CheckOptions, UsageError> {
+    Ok(CheckOptions {
+        socket: m.or_default(&SOCKET, None, path)?,
+    })
 }
 
-fn parse_srk_public(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
-    let mut options = SrkPublicOptions {
-        tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
-        srk_handle: None,
-    };
-    let mut flags = Flags::new(args, "srk-public");
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(SRK_PUBLIC_HELP)),
-            "--tcti" => options.tcti = flags.value(&flag)?,
-            "--srk-handle" => options.srk_handle = Some(parse_handle(&flags.value(&flag)?)?),
-            _ => return Err(UsageError::UnknownOption(flag, "srk-public")),
-        }
+fn selftest(m: &Matches, env_tcti: Option<&str>) -> Result<SelfTestOptions, UsageError> {
+    if !m.present(&SANDBOX) {
+        return Err(m.error(Problem::Required("selftest needs --sandbox".into())));
     }
-    Ok(Command::SrkPublic(options))
+    Ok(SelfTestOptions {
+        tcti: tcti(m, env_tcti)?,
+        landlock: m.or_default(&LANDLOCK, None, |v| mode(&LANDLOCK, &LANDLOCK_MODES, v))?,
+        seccomp: m.or_default(&SECCOMP, None, |v| mode(&SECCOMP, &SECCOMP_MODES, v))?,
+    })
 }
 
-fn parse_enroll(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageError> {
-    let Some((step, rest)) = args.split_first() else {
-        return Ok(Command::Help(ENROLL_HELP));
-    };
-    if matches!(step.as_str(), "challenge" | "verify") {
-        return Err(UsageError::Moved(format!("enroll {step}")));
-    }
-    let mut tpm = SrkPublicOptions {
-        tcti: env_tcti.unwrap_or(DEFAULT_TCTI).into(),
-        srk_handle: None,
-    };
-    // Ordered, so that the extra flag an error names does not vary by run.
-    let mut paths: std::collections::BTreeMap<String, PathBuf> = Default::default();
-    let mut flags = Flags::new(rest, "enroll");
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(ENROLL_HELP)),
-            "--tcti" => tpm.tcti = flags.value(&flag)?,
-            "--srk-handle" => tpm.srk_handle = Some(parse_handle(&flags.value(&flag)?)?),
-            "--challenge" => {
-                let value = flags.value(&flag)?;
-                paths.insert(flag, value.into());
-            }
-            _ => return Err(UsageError::UnknownOption(flag, "enroll")),
-        }
-    }
-    let mut take = |flag: &str| {
-        paths
-            .remove(flag)
-            .ok_or_else(|| UsageError::MissingValue(format!("enroll {step} needs {flag} FILE")))
-    };
-    let step = match step.as_str() {
-        "-h" | "--help" => return Ok(Command::Help(ENROLL_HELP)),
-        "request" => EnrollStep::Request(tpm),
-        "respond" => EnrollStep::Respond {
-            challenge: take("--challenge")?,
-            tpm,
-        },
-        other => return Err(UsageError::UnknownCommand(format!("enroll {other}"))),
-    };
-    match paths.keys().next() {
-        Some(extra) => Err(UsageError::UnknownOption(extra.clone(), "enroll")),
-        None => Ok(Command::Enroll(step)),
+fn srk_public(m: &Matches, env_tcti: Option<&str>) -> Result<SrkPublicOptions, UsageError> {
+    Ok(SrkPublicOptions {
+        tcti: tcti(m, env_tcti)?,
+        srk_handle: m.last(&SRK_HANDLE, parse_handle)?,
+    })
+}
+
+fn enroll(
+    m: &Matches,
+    step: Option<&str>,
+    env_tcti: Option<&str>,
+) -> Result<EnrollStep, UsageError> {
+    let tpm = srk_public(m, env_tcti)?;
+    let challenge = m.last(&CHALLENGE, path)?;
+    match (step, challenge) {
+        (Some("request"), None) => Ok(EnrollStep::Request(tpm)),
+        (Some("request"), Some(_)) => Err(m.error(Problem::UnknownOption {
+            program: PROGRAM.name,
+            command: ENROLL.name,
+            option: CHALLENGE.name.into(),
+        })),
+        (Some("respond"), Some(challenge)) => Ok(EnrollStep::Respond { tpm, challenge }),
+        (Some("respond"), None) => Err(m.error(Problem::Required(
+            "enroll respond needs --challenge FILE".into(),
+        ))),
+        (Some(step), _) => Err(PROGRAM.unknown_command(&format!("enroll {step}"))),
+        (None, _) => Err(m.error(Problem::Required(
+            "enroll needs its step first: `sceau enroll request|respond …`".into(),
+        ))),
     }
 }
 
-fn parse_check(args: &[String]) -> Result<Command, UsageError> {
-    let mut options = CheckOptions {
-        socket: DEFAULT_SOCKET.into(),
+/// `--tcti`, else `$SCEAU_TCTI`, else the default; parsed here, once.
+fn tcti(m: &Matches, env_tcti: Option<&str>) -> Result<Tcti, UsageError> {
+    let from_env = |value: &str| {
+        value.parse().map_err(|e: crate::tpm::tcti::InvalidTcti| {
+            UsageError::new(
+                None,
+                Problem::InvalidValue {
+                    flag: "$SCEAU_TCTI",
+                    value: value.into(),
+                    reason: e.to_string(),
+                },
+            )
+        })
     };
-    let mut flags = Flags::new(args, "check");
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(CHECK_HELP)),
-            "--socket" => options.socket = flags.value(&flag)?.into(),
-            _ => return Err(UsageError::UnknownOption(flag, "check")),
-        }
-    }
-    Ok(Command::Check(options))
-}
-
-/// Walks `--flag value` and `--flag=value` pairs.
-struct Flags<'a> {
-    args: std::slice::Iter<'a, String>,
-    inline_value: Option<String>,
-    command: &'static str,
-}
-
-impl<'a> Flags<'a> {
-    fn new(args: &'a [String], command: &'static str) -> Self {
-        Self {
-            args: args.iter(),
-            inline_value: None,
-            command,
-        }
-    }
-
-    fn next_flag(&mut self) -> Result<Option<String>, UsageError> {
-        let Some(arg) = self.args.next() else {
-            return Ok(None);
-        };
-        if !arg.starts_with('-') {
-            return Err(UsageError::UnknownOption(arg.clone(), self.command));
-        }
-        match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => {
-                self.inline_value = Some(value.into());
-                Ok(Some(flag.into()))
-            }
-            _ => {
-                self.inline_value = None;
-                Ok(Some(arg.clone()))
-            }
-        }
-    }
-
-    fn value(&mut self, flag: &str) -> Result<String, UsageError> {
-        self.inline_value
-            .take()
-            .or_else(|| self.args.next().cloned())
-            .ok_or_else(|| UsageError::MissingValue(flag.into()))
+    match (m.last(&TCTI, parse_tcti)?, env_tcti) {
+        (Some(tcti), _) => Ok(tcti),
+        (None, Some(env)) => from_env(env),
+        (None, None) => parse_tcti(DEFAULT_TCTI),
     }
 }
 
-fn invalid(flag: &'static str, value: &str, reason: &'static str) -> UsageError {
-    UsageError::InvalidValue {
-        flag,
-        value: value.into(),
-        reason,
-    }
+fn parse_tcti(value: &str) -> Result<Tcti, UsageError> {
+    value
+        .parse()
+        .map_err(|e: crate::tpm::tcti::InvalidTcti| invalid(&TCTI, value, e.to_string()))
+}
+
+fn path(value: &str) -> Result<PathBuf, UsageError> {
+    Ok(PathBuf::from(value))
 }
 
 fn parse_mode(value: &str) -> Result<u32, UsageError> {
@@ -455,7 +438,7 @@ fn parse_mode(value: &str) -> Result<u32, UsageError> {
     match u32::from_str_radix(digits, 8) {
         Ok(mode) if mode <= 0o777 => Ok(mode),
         _ => Err(invalid(
-            "--socket-mode",
+            &SOCKET_MODE,
             value,
             "expected octal permission bits such as 0660",
         )),
@@ -474,7 +457,7 @@ fn parse_handle(value: &str) -> Result<u32, UsageError> {
         .filter(|handle| PERSISTENT_HANDLES.contains(handle))
         .ok_or_else(|| {
             invalid(
-                "--srk-handle",
+                &SRK_HANDLE,
                 value,
                 "expected a persistent handle 0x81000000..0x81ffffff",
             )
@@ -484,29 +467,27 @@ fn parse_handle(value: &str) -> Result<u32, UsageError> {
 fn parse_uid(value: &str) -> Result<u32, UsageError> {
     value
         .parse()
-        .map_err(|_| invalid("--allow-uid", value, "expected a numeric uid"))
+        .map_err(|_| invalid(&ALLOW_UID, value, "expected a numeric uid"))
 }
 
-fn parse_landlock(value: &str) -> Result<Enforcement, UsageError> {
-    match value {
-        "require" => Ok(Enforcement::Require),
-        "best-effort" => Ok(Enforcement::BestEffort),
-        "off" => Ok(Enforcement::Off),
-        _ => Err(invalid(
-            "--landlock",
-            value,
-            "expected require, best-effort or off",
-        )),
-    }
+fn mode(
+    flag: &Flag,
+    modes: &[(&str, Enforcement); 3],
+    value: &str,
+) -> Result<Enforcement, UsageError> {
+    modes
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|(_, mode)| *mode)
+        .ok_or_else(|| invalid(flag, value, format!("expected {}", flag.help)))
 }
 
-fn parse_seccomp(value: &str) -> Result<Enforcement, UsageError> {
-    match value {
-        "kill" => Ok(Enforcement::Require),
-        "log" => Ok(Enforcement::BestEffort),
-        "off" => Ok(Enforcement::Off),
-        _ => Err(invalid("--seccomp", value, "expected kill, log or off")),
-    }
+fn mode_name(modes: &[(&'static str, Enforcement); 3], mode: Enforcement) -> &'static str {
+    modes
+        .iter()
+        .find(|(_, m)| *m == mode)
+        .map(|(name, _)| *name)
+        .unwrap_or("off")
 }
 
 fn parse_deadline(value: &str) -> Result<Duration, UsageError> {
@@ -523,24 +504,76 @@ fn parse_deadline(value: &str) -> Result<Duration, UsageError> {
         .filter(|d| (MIN_DEADLINE..=MAX_DEADLINE).contains(d))
         .ok_or_else(|| {
             invalid(
-                "--request-deadline",
+                &REQUEST_DEADLINE,
                 value,
                 "expected 100ms to 60s, such as 2.5s or 800ms",
             )
         })
 }
 
-/// Converts `std::env::args_os()` (minus the program name) to strings.
-pub fn utf8_args(
-    args: impl Iterator<Item = std::ffi::OsString>,
-) -> Result<Vec<String>, UsageError> {
-    args.map(|a| a.into_string().map_err(|_| UsageError::NotUtf8))
-        .collect()
+/// A deadline as `--request-deadline` takes it: whole milliseconds when it
+/// is, else seconds with nine decimals.
+fn deadline_arg(deadline: Duration) -> String {
+    if deadline.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", deadline.as_millis())
+    } else {
+        format!("{}.{:09}s", deadline.as_secs(), deadline.subsec_nanos())
+    }
+}
+
+fn path_arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
+impl Command {
+    /// Arguments that parse back to this command, every flag explicit (the
+    /// inverse of [`parse`], which the unit tests and the `cli` fuzz target
+    /// check). `None` for help and version, which take no options.
+    pub fn to_args(&self) -> Option<Vec<String>> {
+        let tpm = |args: Args, options: &SrkPublicOptions| {
+            args.flag(&TCTI, options.tcti.to_string()).optional(
+                &SRK_HANDLE,
+                options.srk_handle.map(|handle| format!("{handle:#x}")),
+            )
+        };
+        let args = match self {
+            Self::Serve(o) => {
+                let mut args = Args::command(SERVE.name)
+                    .flag(&SOCKET, path_arg(&o.socket))
+                    .flag(&TCTI, o.tcti.to_string())
+                    .flag(&SOCKET_MODE, format!("{:o}", o.socket_mode))
+                    .optional(&SOCKET_GROUP, o.socket_group.clone())
+                    .optional(&SRK_HANDLE, o.srk_handle.map(|h| format!("{h:#x}")))
+                    .flag(&REQUEST_DEADLINE, deadline_arg(o.request_deadline));
+                for uid in &o.allowed_uids {
+                    args = args.flag(&ALLOW_UID, uid.to_string());
+                }
+                args.flag(&LANDLOCK, mode_name(&LANDLOCK_MODES, o.landlock))
+                    .flag(&SECCOMP, mode_name(&SECCOMP_MODES, o.seccomp))
+                    .optional(&MEMBERS, o.members.as_deref().map(path_arg))
+                    .optional(&RECOVERY_KEY, o.recovery_key.as_deref().map(path_arg))
+            }
+            Self::Check(o) => Args::command(CHECK.name).flag(&SOCKET, path_arg(&o.socket)),
+            Self::SelfTest(o) => Args::command(SELFTEST.name)
+                .switch(&SANDBOX, true)
+                .flag(&TCTI, o.tcti.to_string())
+                .flag(&LANDLOCK, mode_name(&LANDLOCK_MODES, o.landlock))
+                .flag(&SECCOMP, mode_name(&SECCOMP_MODES, o.seccomp)),
+            Self::SrkPublic(o) => tpm(Args::command(SRK_PUBLIC.name), o),
+            Self::Enroll(EnrollStep::Request(o)) => tpm(Args::command("enroll request"), o),
+            Self::Enroll(EnrollStep::Respond { tpm: o, challenge }) => {
+                tpm(Args::command("enroll respond"), o).flag(&CHALLENGE, path_arg(challenge))
+            }
+            Self::Help(_) | Self::Version => return None,
+        };
+        Some(args.0)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tpm::worker::DEFAULT_DEADLINE;
 
     fn args(line: &str) -> Vec<String> {
         line.split_whitespace().map(String::from).collect()
@@ -553,13 +586,19 @@ mod tests {
         }
     }
 
+    fn tcti(text: &str) -> Tcti {
+        text.parse().unwrap()
+    }
+
     #[test]
     fn serve_defaults() {
         let options = serve("serve", None);
         assert_eq!(options.socket, PathBuf::from(DEFAULT_SOCKET));
-        assert_eq!(options.tcti, DEFAULT_TCTI);
+        assert_eq!(options.tcti, tcti(DEFAULT_TCTI));
         assert_eq!(options.socket_mode, 0o600);
         assert_eq!(options.request_deadline, Duration::from_millis(2500));
+        // The default the help shows is the one the TPM worker uses.
+        assert_eq!(options.request_deadline, DEFAULT_DEADLINE);
     }
 
     #[test]
@@ -570,7 +609,7 @@ mod tests {
             Some("device:/dev/tpm0"),
         );
         assert_eq!(options.socket, PathBuf::from("/tmp/k.sock"));
-        assert_eq!(options.tcti, "swtpm:host=127.0.0.1,port=2321");
+        assert_eq!(options.tcti, tcti("swtpm:host=127.0.0.1,port=2321"));
         assert_eq!(options.socket_mode, 0o660);
         assert_eq!(options.socket_group.as_deref(), Some("kube"));
         assert_eq!(options.srk_handle, Some(0x8100_0001));
@@ -589,7 +628,7 @@ mod tests {
         let defaults = serve("serve", None);
         assert_eq!(
             (defaults.landlock, defaults.seccomp),
-            (Enforcement::Require, Enforcement::Require)
+            (DEFAULT_LANDLOCK, DEFAULT_SECCOMP)
         );
         assert_eq!(
             serve("serve --landlock=best-effort", None).landlock,
@@ -619,14 +658,30 @@ mod tests {
             (Enforcement::BestEffort, Enforcement::BestEffort)
         );
         assert!(parse(&args("selftest --sandbox --landlock maybe"), None).is_err());
+        assert!(parse(&args("selftest"), None).is_err());
     }
 
     #[test]
     fn env_tcti_applies_when_the_flag_is_absent() {
         assert_eq!(
             serve("serve", Some("device:/dev/tpm0")).tcti,
-            "device:/dev/tpm0"
+            tcti("device:/dev/tpm0")
         );
+        assert_eq!(
+            serve("serve --tcti device:/dev/tpm1", Some("device:/dev/tpm0")).tcti,
+            tcti("device:/dev/tpm1")
+        );
+    }
+
+    /// A TCTI that tpm2-tss (or the sandbox) would refuse later is a usage
+    /// error now, whether it comes from the flag or the environment.
+    #[test]
+    fn an_invalid_tcti_is_a_usage_error() {
+        let error = parse(&args("serve --tcti swtpm:port=http"), None).unwrap_err();
+        assert_eq!(error.command, Some("serve"));
+        assert!(error.to_string().contains("--tcti"), "{error}");
+        let error = parse(&args("srk-public"), Some("nonsense")).unwrap_err();
+        assert!(error.to_string().contains("SCEAU_TCTI"), "{error}");
     }
 
     #[test]
@@ -642,31 +697,83 @@ mod tests {
             "serve --allow-uid kube",
             "serve --landlock maybe",
             "serve --seccomp strict",
+            "serve --socket-mode 0999 --socket-mode 0600",
             "serve --tcti",
             "serve --bogus",
             "serve stray",
+            "selftest --sandbox=yes",
             "frobnicate",
+            "help frobnicate",
+            "enroll --tcti device:/dev/tpm0 request",
+            "enroll nonsense",
         ] {
-            assert!(parse(&args(line), None).is_err(), "{line}");
+            let error = parse(&args(line), None).unwrap_err();
+            let usage = PROGRAM.usage_line(error.command);
+            if line.starts_with("serve") {
+                assert_eq!(usage, "Usage: sceau serve [OPTIONS]", "{line}");
+            }
         }
     }
 
+    /// The table is the list: every flag of every command is in its help and
+    /// in the inverse, and `sceau help CMD` is `sceau CMD --help`.
     #[test]
-    fn help_lists_every_serve_flag() {
-        assert_eq!(
-            parse(&args("serve --help"), None),
-            Ok(Command::Help(SERVE_HELP))
+    fn every_flag_is_in_the_help_and_the_inverse() {
+        let serve_all = Command::Serve(serve(
+            "serve --socket-group g --srk-handle 0x81000001 --allow-uid 7 --members m \
+             --recovery-key r",
+            None,
+        ));
+        let respond = parse(
+            &args("enroll respond --challenge c --srk-handle 0x81000002"),
+            None,
         );
-        for flag in [
-            "--socket ",
-            "--tcti",
-            "--socket-mode",
-            "--socket-group",
-            "--srk-handle",
-            "--request-deadline",
-        ] {
-            assert!(SERVE_HELP.contains(flag), "{flag}");
-            assert!(MAIN_HELP.contains(flag), "{flag}");
+        let examples = [
+            serve_all,
+            parse(&args("check"), None).unwrap(),
+            parse(&args("selftest --sandbox"), None).unwrap(),
+            parse(&args("srk-public --srk-handle 0x81000001"), None).unwrap(),
+            respond.unwrap(),
+        ];
+        for spec in PROGRAM.commands {
+            let help = PROGRAM.command_help(spec);
+            assert_eq!(
+                parse(&args(&format!("{} --help", spec.name)), None),
+                Ok(Command::Help(help.clone()))
+            );
+            assert_eq!(
+                parse(&args(&format!("help {}", spec.name)), None),
+                Ok(Command::Help(help.clone()))
+            );
+            let example = examples
+                .iter()
+                .find_map(|c| c.to_args().filter(|a| a[0] == spec.name))
+                .unwrap_or_else(|| panic!("no example of {}", spec.name));
+            for flag in spec.flags {
+                assert!(
+                    help.contains(flag.name),
+                    "{} help lacks {}",
+                    spec.name,
+                    flag.name
+                );
+                assert!(
+                    example.iter().any(|a| a == flag.name),
+                    "{example:?} lacks {}",
+                    flag.name
+                );
+            }
+        }
+        let main = PROGRAM.main_help();
+        for flag in SERVE.flags.iter().chain(CHECK.flags) {
+            assert!(main.contains(flag.name), "{}", flag.name);
+        }
+        for example in examples {
+            let again = example.to_args().unwrap();
+            assert_eq!(
+                parse(&again, Some("device:/dev/tpm9")),
+                Ok(example),
+                "{again:?}"
+            );
         }
     }
 
@@ -676,13 +783,37 @@ mod tests {
     #[test]
     fn enroll_names_the_same_extra_flag_every_time() {
         let line = args("enroll request --challenge c");
+        let error = parse(&line, None).unwrap_err();
         assert_eq!(
-            parse(&line, None),
-            Err(UsageError::UnknownOption("--challenge".into(), "enroll"))
+            error.problem,
+            Problem::UnknownOption {
+                program: "sceau",
+                command: "enroll",
+                option: "--challenge".into()
+            }
         );
-        assert_eq!(
-            parse(&args("enroll verify --request q"), None),
-            Err(UsageError::Moved("enroll verify".into()))
-        );
+        assert_eq!(parse(&line, None), Err(error));
+    }
+
+    #[test]
+    fn moved_commands_point_to_sceau_recover() {
+        for (line, moved) in [
+            ("recover --identity x", "recover"),
+            ("recovery-keygen", "recovery-keygen"),
+            ("enroll verify --request q", "enroll verify"),
+            ("enroll challenge", "enroll challenge"),
+            ("help recover", "recover"),
+        ] {
+            let error = parse(&args(line), None).unwrap_err();
+            assert_eq!(
+                error.problem,
+                Problem::Moved {
+                    program: "sceau-recover",
+                    command: moved.into()
+                },
+                "{line}"
+            );
+            assert!(error.to_string().contains("run `sceau-recover "), "{error}");
+        }
     }
 }

@@ -4,13 +4,14 @@
 //! The crate follows the request pipeline:
 //! `server` (unix socket, gRPC) → `kms` (validation, coalescing, status) →
 //! `tpm::worker` (one thread, bounded queue, deadlines) → `tpm` (ESAPI calls).
-//! `unsafe` is confined to the libc calls in `sys`, the wiping allocator in
-//! `alloc`, and the single-threaded environment writes of the start-up
-//! sequence in `main.rs`, each with a `SAFETY` comment; every other module
-//! forbids it. audit/unsafe.md lists every block, and scripts/check-unsafe.sh
-//! fails when that list and the code disagree.
+//! `unsafe` is confined to one module, `sys`: the libc calls std does not
+//! wrap, the start-up sequence's environment writes (which check that the
+//! process has one thread) and the wiping allocator `sys::alloc`, each with a
+//! `SAFETY` comment; every other module forbids it. audit/unsafe.md lists
+//! every block, and scripts/check-unsafe.sh fails when that list and the code
+//! disagree.
 
-// No module may use `unsafe` unless it says so: `sys` and `alloc` carry
+// No module may use `unsafe` unless it says so: `sys` carries
 // `#![allow(unsafe_code)]`, every other module `#![forbid(unsafe_code)]`.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -20,7 +21,6 @@
 #![deny(clippy::missing_safety_doc)]
 
 pub mod activation;
-pub mod alloc;
 pub mod cli;
 pub mod client;
 pub mod cluster;

@@ -1,7 +1,7 @@
 //! The sandbox sceau puts itself in once the TPM is open.
 //!
 //! The steps run in this order, each a function of its own, called one by
-//! one from the start-up sequence in `main.rs`:
+//! one from the start-up sequence in `commands/serve.rs`:
 //!
 //! 1. [`forbid_core_dumps`]: non-dumpable, RLIMIT_CORE 0 (first thing).
 //! 2. [`landlock::restrict`]: no filesystem access but the TPM device, no TCP
@@ -23,6 +23,7 @@ pub mod seccomp;
 use std::path::PathBuf;
 
 pub use crate::sys::forbid_core_dumps;
+use crate::tpm::tcti::{Tcti, Transport};
 
 /// What the TPM connection needs to keep working inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,25 +36,15 @@ pub enum TpmAccess {
 }
 
 impl TpmAccess {
-    /// Derives the access a TCTI string needs; `None` for a TCTI sceau cannot
-    /// confine (such as tabrmd over D-Bus).
-    pub fn for_tcti(tcti: &str) -> Option<Self> {
-        let (kind, conf) = tcti.split_once(':').unwrap_or((tcti, ""));
-        match kind {
-            "device" => Some(Self::Device(match conf {
-                "" => PathBuf::from("/dev/tpm0"),
-                path => PathBuf::from(path),
-            })),
-            "swtpm" | "mssim" => {
-                let port = conf
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix("port="))
-                    .map_or(Some(2321), |p| p.parse::<u16>().ok())?;
-                Some(Self::Tcp {
-                    ports: [port, port.checked_add(1)?],
-                })
+    /// The access a TCTI needs; `None` for a TCTI sceau cannot confine
+    /// (tabrmd, over D-Bus).
+    pub fn for_tcti(tcti: &Tcti) -> Option<Self> {
+        match tcti.transport() {
+            Transport::Device { path } => Some(Self::Device(path.clone())),
+            Transport::Swtpm { .. } | Transport::Mssim { .. } => {
+                tcti.tcp_ports().map(|ports| Self::Tcp { ports })
             }
-            _ => None,
+            Transport::Tabrmd { .. } => None,
         }
     }
 }
@@ -121,23 +112,23 @@ mod tests {
 
     #[test]
     fn derives_tpm_access_from_the_tcti() {
+        let access = |text: &str| TpmAccess::for_tcti(&text.parse().unwrap());
         assert_eq!(
-            TpmAccess::for_tcti("device:/dev/tpmrm0"),
+            access("device:/dev/tpmrm0"),
             Some(TpmAccess::Device("/dev/tpmrm0".into()))
         );
         assert_eq!(
-            TpmAccess::for_tcti("swtpm:host=127.0.0.1,port=2421"),
+            access("swtpm:host=127.0.0.1,port=2421"),
             Some(TpmAccess::Tcp {
                 ports: [2421, 2422]
             })
         );
         assert_eq!(
-            TpmAccess::for_tcti("mssim"),
+            access("mssim"),
             Some(TpmAccess::Tcp {
                 ports: [2321, 2322]
             })
         );
-        assert_eq!(TpmAccess::for_tcti("swtpm:port=65535"), None);
-        assert_eq!(TpmAccess::for_tcti("tabrmd:bus_type=system"), None);
+        assert_eq!(access("tabrmd:bus_type=system"), None);
     }
 }

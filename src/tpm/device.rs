@@ -11,12 +11,12 @@ use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{
     CapabilityData, MaxBuffer, Private, Public, SensitiveData, SymmetricDefinitionObject,
 };
-use tss_esapi::tcti_ldr::TctiNameConf;
 
 use super::fault::TpmError;
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
 use super::srk::{Srk, SrkError};
+use super::tcti::Tcti;
 use crate::hooks::{self, Protection};
 use crate::secret::Dek;
 use sceau_format::sealed::SealedBlobs;
@@ -24,7 +24,7 @@ use sceau_format::sealed::SealedBlobs;
 /// Everything needed to (re)open the TPM.
 #[derive(Debug, Clone)]
 pub struct TpmConfig {
-    pub tcti: TctiNameConf,
+    pub tcti: Tcti,
     /// A persistent handle holding the same key as the SRK template.
     pub srk_handle: Option<u32>,
     pub parameter_encryption: ParameterEncryption,
@@ -54,7 +54,7 @@ impl Tpm {
     /// sandbox closes the filesystem).
     pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
         let mut ctx =
-            Context::new(config.tcti.clone()).map_err(|e| TpmError::new("Initialize", e))?;
+            Context::new(config.tcti.name_conf()).map_err(|e| TpmError::new("Initialize", e))?;
         ensure_started(&mut ctx)?;
         flush_leftovers(&mut ctx)?;
         let srk = Srk::recreate(&mut ctx, config.srk_handle)?;

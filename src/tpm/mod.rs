@@ -9,9 +9,11 @@ pub mod health;
 pub mod sealed;
 pub mod session;
 pub mod srk;
+pub mod tcti;
 pub mod worker;
 
 pub use device::{Tpm, TpmConfig};
 pub use fault::Fault;
 pub use session::ParameterEncryption;
 pub use srk::KeyId;
+pub use tcti::Tcti;

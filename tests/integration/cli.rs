@@ -7,20 +7,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::process::{poll_until, run_with_timeout};
+use crate::harness::process::{Finished, poll_until, run_with_timeout};
 use crate::harness::rpc;
 use crate::harness::sceau::{self, BIN, EXIT_TIMEOUT, START_TIMEOUT};
 use crate::harness::swtpm::SilentTpm;
 use crate::harness::{Fixture, Sceau, Swtpm, TempDir, random_bytes};
-
-const SERVE_FLAGS: [&str; 6] = [
-    "--socket",
-    "--tcti",
-    "--socket-mode",
-    "--socket-group",
-    "--srk-handle",
-    "--request-deadline",
-];
 
 fn mode_of(path: &Path) -> u32 {
     std::fs::metadata(path)
@@ -43,7 +34,8 @@ fn assert_help_mentions_every_flag(args: &[&str]) {
         "sceau {args:?}: {}\n{text}",
         done.status
     );
-    for flag in SERVE_FLAGS {
+    // The table in src/cli.rs is the list.
+    for flag in ::sceau::cli::SERVE.flags.iter().map(|flag| flag.name) {
         assert!(
             mentions_flag(&text, flag),
             "sceau {args:?} does not mention {flag}:\n{text}"
@@ -67,6 +59,135 @@ fn top_level_help_mentions_every_flag() {
 #[test]
 fn serve_help_mentions_every_flag() {
     assert_help_mentions_every_flag(&["serve", "--help"]);
+}
+
+/// Runs a binary that must finish at once (help, usage errors).
+fn run_quick(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Finished {
+    let tmp = TempDir::new("quick");
+    let mut command = Command::new(program);
+    command.args(args).envs(env.iter().copied());
+    run_with_timeout(&mut command, tmp.path(), Duration::from_secs(10))
+}
+
+/// `sceau help CMD` prints what `sceau CMD --help` prints, for every command,
+/// and so does `sceau-recover`.
+#[test]
+fn help_command_prints_each_commands_help() {
+    let sceau = Path::new(BIN);
+    let recover = sceau::recover_bin();
+    for (program, command) in [
+        (sceau, "serve"),
+        (sceau, "check"),
+        (sceau, "selftest"),
+        (sceau, "srk-public"),
+        (sceau, "enroll"),
+        (recover.as_path(), "recover"),
+        (recover.as_path(), "recovery-keygen"),
+        (recover.as_path(), "enroll"),
+    ] {
+        let by_help = run_quick(program, &["help", command], &[]);
+        let by_flag = run_quick(program, &[command, "--help"], &[]);
+        assert!(
+            by_help.status.success(),
+            "help {command}: {}",
+            by_help.all_output()
+        );
+        assert!(
+            by_help.stdout.contains(&format!(" {command} ")),
+            "{}",
+            by_help.stdout
+        );
+        assert_eq!(by_help.stdout, by_flag.stdout, "help {command}");
+    }
+}
+
+/// A usage error exits 2 with one line saying what is wrong and the usage
+/// line of the command, before anything starts (an invalid TCTI included,
+/// whether from --tcti or $SCEAU_TCTI); commands that moved point to
+/// `sceau-recover`.
+#[test]
+fn usage_errors_exit_2_with_the_usage_line() {
+    let sceau = Path::new(BIN);
+    let recover = sceau::recover_bin();
+    // (program, arguments, environment, what the error says, usage line)
+    type Case<'a> = (
+        &'a Path,
+        &'a [&'a str],
+        &'a [(&'a str, &'a str)],
+        &'a str,
+        &'a str,
+    );
+    let cases: [Case; 8] = [
+        (
+            sceau,
+            &["serve", "--bogus"],
+            &[],
+            "\"--bogus\"",
+            "Usage: sceau serve ",
+        ),
+        (
+            sceau,
+            &["serve", "--tcti", "swtpm:port=http"],
+            &[],
+            "--tcti",
+            "Usage: sceau serve ",
+        ),
+        (
+            sceau,
+            &["srk-public"],
+            &[("SCEAU_TCTI", "nonsense")],
+            "SCEAU_TCTI",
+            "Usage: sceau srk-public ",
+        ),
+        (
+            sceau,
+            &["frobnicate"],
+            &[],
+            "frobnicate",
+            "Usage: sceau <COMMAND>",
+        ),
+        (
+            sceau,
+            &["recover", "--identity", "x"],
+            &[],
+            "run `sceau-recover recover`",
+            "Usage: sceau <COMMAND>",
+        ),
+        (
+            sceau,
+            &["enroll", "verify"],
+            &[],
+            "run `sceau-recover enroll verify`",
+            "Usage: sceau <COMMAND>",
+        ),
+        (
+            &recover,
+            &["recover"],
+            &[],
+            "--identity",
+            "Usage: sceau-recover recover ",
+        ),
+        (
+            &recover,
+            &["enroll", "challenge", "--bogus"],
+            &[],
+            "--bogus",
+            "Usage: sceau-recover enroll ",
+        ),
+    ];
+    for (program, args, env, says, usage) in cases {
+        let done = run_quick(program, args, env);
+        let lines: Vec<&str> = done.stderr.lines().collect();
+        assert_eq!(
+            done.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            done.all_output()
+        );
+        assert_eq!(lines.len(), 2, "{args:?}: {}", done.stderr);
+        assert!(lines[0].contains(says), "{args:?}: {}", done.stderr);
+        assert!(lines[1].starts_with(usage), "{args:?}: {}", done.stderr);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

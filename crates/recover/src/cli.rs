@@ -1,13 +1,142 @@
-//! Command-line parsing of `sceau-recover`.
+//! The command line of `sceau-recover`: each flag declared once in the table
+//! below, from which `sceau_cli` derives the help texts, the walk over the
+//! arguments and the inverse ([`Command::to_args`]). In the library, not the
+//! binary, so that the `cli` fuzz target reaches it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use sceau_cli::{Args, CommandSpec, Flag, Invocation, Matches, Problem, Program};
+pub use sceau_cli::{UsageError, utf8_args};
+
+// Every flag of `sceau-recover`, once.
+
+pub const IDENTITY: Flag = Flag::value(
+    "--identity",
+    "FILE",
+    "The recovery key's private half (mode 0600)",
+)
+.long_help(
+    "recovery-keygen: created with mode 0600; an existing file is refused.\n\
+     Keep it offline: it opens every envelope made while its public half\n\
+     was configured. recover: refused if group or others can access it\n\
+     (`chmod 600 FILE`)",
+);
+pub const PUBLIC: Flag = Flag::value(
+    "--public",
+    "FILE",
+    "The public half, for `sceau serve --recovery-key`",
+)
+.long_help("If either file exists, nothing is written");
+pub const ENVELOPE: Flag = Flag::value(
+    "--envelope",
+    "FILE",
+    "Input: a raw ciphertext (version 2 envelope), `-` for standard input",
+)
+.default("-")
+.long_help(
+    "or a whole stored etcd value (k8s:enc:kms:v2:…, needed for envelopes\n\
+     whose recipients are in an annotation). Prints the DEK seed the\n\
+     apiserver gave Encrypt",
+);
+pub const ETCD_SNAPSHOT: Flag = Flag::value(
+    "--etcd-snapshot",
+    "FILE",
+    "Input: an `etcdctl snapshot save` file; prints every Secret in plaintext",
+);
+pub const ETCD_JSON: Flag = Flag::value(
+    "--etcd-json",
+    "FILE",
+    "Input: `etcdctl get --prefix /registry/secrets -w json` output; as above",
+);
+pub const FORCE: Flag = Flag::switch(
+    "--force",
+    "Write plaintext even when standard output is a terminal",
+);
+pub const REQUEST: Flag = Flag::value("--request", "FILE", "The member's `sceau enroll request`");
+pub const CHALLENGE_OUT: Flag = Flag::value(
+    "--challenge-out",
+    "FILE",
+    "challenge: where the challenge for the member goes",
+);
+pub const EXPECTED_OUT: Flag = Flag::value(
+    "--expected-out",
+    "FILE",
+    "challenge: where the expected answer goes (mode 0600)",
+);
+pub const EXPECTED: Flag = Flag::value("--expected", "FILE", "verify: the expected answer");
+pub const RESPONSE: Flag = Flag::value(
+    "--response",
+    "FILE",
+    "verify: the member's `sceau enroll respond`",
+);
+pub const MEMBER_OUT: Flag =
+    Flag::value("--member-out", "FILE", "verify: where the member file goes");
+
+/// The inputs of `recover`, of which at most one is given.
+const INPUTS: [&Flag; 3] = [&ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON];
+
+// Every command of `sceau-recover`, once.
+
+pub const RECOVERY_KEYGEN: CommandSpec = CommandSpec {
+    name: "recovery-keygen",
+    summary: "Create the offline recovery key pair (run offline)",
+    about: "Create the offline recovery key pair (P-256); run it on an offline machine",
+    usage: "recovery-keygen --identity FILE --public FILE",
+    flags: &[&IDENTITY, &PUBLIC],
+    notes: "",
+};
+pub const RECOVER: CommandSpec = CommandSpec {
+    name: "recover",
+    summary: "Open envelopes or an etcd snapshot with the recovery identity, no TPM",
+    about: "Open envelopes and etcd contents with the recovery identity, without any TPM",
+    usage: "recover --identity FILE [--envelope FILE | --etcd-snapshot FILE | --etcd-json FILE] [--force]",
+    flags: &[&IDENTITY, &ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON, &FORCE],
+    notes: "",
+};
+pub const ENROLL: CommandSpec = CommandSpec {
+    name: "enroll",
+    summary: "The verifier's side of enrollment: challenge, then verify",
+    about: "Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)",
+    usage: "enroll challenge|verify [OPTIONS]",
+    flags: &[
+        &REQUEST,
+        &CHALLENGE_OUT,
+        &EXPECTED_OUT,
+        &EXPECTED,
+        &RESPONSE,
+        &MEMBER_OUT,
+    ],
+    notes: "\
+The four steps:
+  sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
+  sceau-recover enroll challenge --request node.request \\
+      --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
+  sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
+  sceau-recover enroll verify --request node.request --expected node.expected \\
+      --response node.response --member-out members/node.pub                  (verifier)
+
+The request carries the SRK public, the EK public (TCG default ECC template) and the EK
+certificate when the TPM has one; `challenge` checks that the certificate names the EK and
+prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
+holding both keys can answer the challenge; `verify` then writes the member file.
+",
+};
+
+pub const PROGRAM: Program = Program {
+    name: "sceau-recover",
+    about: "sceau-recover: sceau's offline tools; they need no TPM and no tpm2-tss",
+    commands: &[&RECOVERY_KEYGEN, &RECOVER, &ENROLL],
+    notes: "",
+    options_in_main_help: &[],
+    footer: "",
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     RecoveryKeygen(RecoveryKeygenOptions),
     Recover(RecoverOptions),
     Enroll(EnrollStep),
-    Help(&'static str),
+    Help(String),
     Version,
 }
 
@@ -38,7 +167,7 @@ pub struct RecoveryKeygenOptions {
     pub public: PathBuf,
 }
 
-/// What `sceau recover` reads.
+/// What `sceau-recover recover` reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecoverInput {
     /// One raw ciphertext (a version 2 envelope), from a file or `-` (stdin).
@@ -57,254 +186,259 @@ pub struct RecoverOptions {
     pub force: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
-    #[error("unknown command {0:?}; see `sceau-recover --help`")]
-    UnknownCommand(String),
-    #[error("unknown option {0:?}; see `sceau-recover {1} --help`")]
-    UnknownOption(String, &'static str),
-    #[error("{0} needs a value")]
-    MissingValue(String),
-    #[error("arguments must be valid UTF-8")]
-    NotUtf8,
-    #[error("{0}")]
-    Conflict(&'static str),
-}
-
-pub const MAIN_HELP: &str = "\
-sceau-recover: sceau's offline tools; they need no TPM and no tpm2-tss
-
-Usage: sceau-recover <COMMAND> [OPTIONS]
-
-Commands:
-  recovery-keygen  Create the offline recovery key pair (run offline)
-  recover          Open envelopes or an etcd snapshot with the recovery identity, no TPM
-  enroll           The verifier's side of enrollment: challenge, then verify
-
-Options:
-  -h, --help     Print help
-  -V, --version  Print the version
-";
-
-pub const RECOVERY_KEYGEN_HELP: &str = "\
-Create the offline recovery key pair (P-256); run it on an offline machine
-
-Usage: sceau-recover recovery-keygen --identity FILE --public FILE
-
-Options:
-      --identity FILE  The private half: created with mode 0600; an existing file is refused.
-                       Keep it offline: it opens every envelope made while its public half
-                       was configured
-      --public FILE    The public half, for `serve --recovery-key`. If either file exists,
-                       nothing is written
-  -h, --help           Print help
-";
-
-pub const RECOVER_HELP: &str = "\
-Open envelopes and etcd contents with the recovery identity, without any TPM
-
-Usage: sceau-recover recover --identity FILE [INPUT] [--force]
-
-Input (one; default: --envelope -):
-      --envelope FILE       A raw ciphertext (version 2 envelope), or a whole stored etcd value
-                            (k8s:enc:kms:v2:…, needed for envelopes whose recipients are in
-                            an annotation); `-` reads standard input.
-                            Prints the DEK seed the apiserver gave Encrypt
-      --etcd-snapshot FILE  An `etcdctl snapshot save` file: prints every Secret in plaintext
-      --etcd-json FILE      `etcdctl get --prefix /registry/secrets -w json` output: as above
-Options:
-      --identity FILE       The file `sceau-recover recovery-keygen --identity` wrote; refused if group
-                            or others can access it (`chmod 600 FILE`)
-      --force               Write plaintext even when standard output is a terminal
-  -h, --help                Print help
-";
-
-pub const ENROLL_HELP: &str = "\
-Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)
-
-Usage:
-  sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
-  sceau-recover enroll challenge --request node.request \\
-      --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
-  sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
-  sceau-recover enroll verify --request node.request --expected node.expected \\
-      --response node.response --member-out members/node.pub                  (verifier)
-
-The request carries the SRK public, the EK public (TCG default ECC template) and the EK
-certificate when the TPM has one; `challenge` checks that the certificate names the EK and
-prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
-holding both keys can answer the challenge; `verify` then writes the member file.
-";
-
 /// Parses the arguments after the program name.
 pub fn parse(args: &[String]) -> Result<Command, UsageError> {
-    let Some((command, rest)) = args.split_first() else {
-        return Ok(Command::Help(MAIN_HELP));
+    let (spec, rest) = match PROGRAM.dispatch(args)? {
+        Invocation::Help(text) => return Ok(Command::Help(text)),
+        Invocation::Version => return Ok(Command::Version),
+        Invocation::Run(spec, rest) => (spec, rest),
     };
-    match command.as_str() {
-        "-h" | "--help" | "help" => Ok(Command::Help(MAIN_HELP)),
-        "-V" | "--version" => Ok(Command::Version),
-        "recovery-keygen" => parse_recovery_keygen(rest),
-        "recover" => parse_recover(rest),
-        "enroll" => parse_enroll(rest),
-        other => Err(UsageError::UnknownCommand(other.into())),
-    }
+    // `enroll` takes its step before the flags.
+    let (step, rest) = match (spec.name, rest.split_first()) {
+        ("enroll", None) => return Ok(Command::Help(PROGRAM.command_help(&ENROLL))),
+        ("enroll", Some((step, rest))) if !step.starts_with('-') => (Some(step.as_str()), rest),
+        _ => (None, rest),
+    };
+    let Some(matches) = sceau_cli::parse_flags(&PROGRAM, spec, rest)? else {
+        return Ok(Command::Help(PROGRAM.command_help(spec)));
+    };
+    let command = match spec.name {
+        "recovery-keygen" => recovery_keygen(&matches).map(Command::RecoveryKeygen),
+        "recover" => recover(&matches).map(Command::Recover),
+        "enroll" => enroll(&matches, step).map(Command::Enroll),
+        other => unreachable!("{other} is in PROGRAM but has no parser"),
+    };
+    command.map_err(|error| error.in_command(spec.name))
 }
 
-fn parse_recovery_keygen(args: &[String]) -> Result<Command, UsageError> {
-    let (mut identity, mut public) = (None, None);
-    let mut flags = Flags::new(args, "recovery-keygen");
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(RECOVERY_KEYGEN_HELP)),
-            "--identity" => identity = Some(flags.value(&flag)?.into()),
-            "--public" => public = Some(flags.value(&flag)?.into()),
-            _ => return Err(UsageError::UnknownOption(flag, "recovery-keygen")),
-        }
-    }
-    match (identity, public) {
-        (Some(identity), Some(public)) => Ok(Command::RecoveryKeygen(RecoveryKeygenOptions {
-            identity,
-            public,
-        })),
-        _ => Err(UsageError::MissingValue(
+fn path(value: &str) -> Result<PathBuf, UsageError> {
+    Ok(PathBuf::from(value))
+}
+
+/// A flag the command cannot do without.
+fn required(m: &Matches, flag: &Flag, what: &str) -> Result<PathBuf, UsageError> {
+    m.last(flag, path)?.ok_or_else(|| {
+        m.error(Problem::Required(format!(
+            "{what} needs {} {}",
+            flag.name,
+            flag.value.unwrap_or_default()
+        )))
+    })
+}
+
+fn recovery_keygen(m: &Matches) -> Result<RecoveryKeygenOptions, UsageError> {
+    match (m.last(&IDENTITY, path)?, m.last(&PUBLIC, path)?) {
+        (Some(identity), Some(public)) => Ok(RecoveryKeygenOptions { identity, public }),
+        _ => Err(m.error(Problem::Required(
             "recovery-keygen needs --identity FILE and --public FILE".into(),
-        )),
+        ))),
     }
 }
 
-fn parse_recover(args: &[String]) -> Result<Command, UsageError> {
-    let (mut identity, mut input, mut force) = (None, None, false);
-    let mut flags = Flags::new(args, "recover");
-    let set_input = |new: RecoverInput, input: &mut Option<RecoverInput>| match input {
-        Some(_) => Err(UsageError::Conflict(
+fn recover(m: &Matches) -> Result<RecoverOptions, UsageError> {
+    let given: Vec<&Flag> = INPUTS.into_iter().filter(|f| m.present(f)).collect();
+    if given.len() > 1 || given.iter().any(|f| m.values(f).count() > 1) {
+        return Err(m.error(Problem::Conflict(
             "give one of --envelope, --etcd-snapshot, --etcd-json",
-        )),
+        )));
+    }
+    let input = match given.first().map(|f| f.name) {
+        Some("--etcd-snapshot") => RecoverInput::EtcdSnapshot(required(m, &ETCD_SNAPSHOT, "")?),
+        Some("--etcd-json") => RecoverInput::EtcdJson(required(m, &ETCD_JSON, "")?),
+        _ => RecoverInput::Envelope(m.or_default(&ENVELOPE, None, path)?),
+    };
+    Ok(RecoverOptions {
+        identity: required(m, &IDENTITY, "recover")?,
+        input,
+        force: m.present(&FORCE),
+    })
+}
+
+fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
+    let (parsed, takes): (Result<EnrollStep, UsageError>, &[&Flag]) = match step {
+        Some(what @ "challenge") => (
+            (|| {
+                Ok(EnrollStep::Challenge {
+                    request: required(m, &REQUEST, &format!("enroll {what}"))?,
+                    challenge_out: required(m, &CHALLENGE_OUT, &format!("enroll {what}"))?,
+                    expected_out: required(m, &EXPECTED_OUT, &format!("enroll {what}"))?,
+                })
+            })(),
+            &[&REQUEST, &CHALLENGE_OUT, &EXPECTED_OUT],
+        ),
+        Some(what @ "verify") => (
+            (|| {
+                Ok(EnrollStep::Verify {
+                    request: required(m, &REQUEST, &format!("enroll {what}"))?,
+                    expected: required(m, &EXPECTED, &format!("enroll {what}"))?,
+                    response: required(m, &RESPONSE, &format!("enroll {what}"))?,
+                    member_out: required(m, &MEMBER_OUT, &format!("enroll {what}"))?,
+                })
+            })(),
+            &[&REQUEST, &EXPECTED, &RESPONSE, &MEMBER_OUT],
+        ),
+        Some(step) => return Err(PROGRAM.unknown_command(&format!("enroll {step}"))),
         None => {
-            *input = Some(new);
-            Ok(())
+            return Err(m.error(Problem::Required(
+                "enroll needs its step first: `sceau-recover enroll challenge|verify …`".into(),
+            )));
         }
     };
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(RECOVER_HELP)),
-            "--identity" => identity = Some(flags.value(&flag)?.into()),
-            "--envelope" => set_input(
-                RecoverInput::Envelope(flags.value(&flag)?.into()),
-                &mut input,
-            )?,
-            "--etcd-snapshot" => set_input(
-                RecoverInput::EtcdSnapshot(flags.value(&flag)?.into()),
-                &mut input,
-            )?,
-            "--etcd-json" => set_input(
-                RecoverInput::EtcdJson(flags.value(&flag)?.into()),
-                &mut input,
-            )?,
-            "--force" => force = true,
-            _ => return Err(UsageError::UnknownOption(flag, "recover")),
-        }
+    let step = parsed?;
+    // A flag of the other step, named in table order so the error is stable.
+    match ENROLL
+        .flags
+        .iter()
+        .find(|flag| m.present(flag) && !takes.iter().any(|t| t.name == flag.name))
+    {
+        Some(extra) => Err(m.error(Problem::UnknownOption {
+            program: PROGRAM.name,
+            command: ENROLL.name,
+            option: extra.name.into(),
+        })),
+        None => Ok(step),
     }
-    let identity =
-        identity.ok_or_else(|| UsageError::MissingValue("recover needs --identity FILE".into()))?;
-    Ok(Command::Recover(RecoverOptions {
-        identity,
-        input: input.unwrap_or(RecoverInput::Envelope("-".into())),
-        force,
-    }))
 }
 
-fn parse_enroll(args: &[String]) -> Result<Command, UsageError> {
-    let Some((step, rest)) = args.split_first() else {
-        return Ok(Command::Help(ENROLL_HELP));
-    };
-    // Ordered, so that the extra flag an error names does not vary by run.
-    let mut paths: std::collections::BTreeMap<String, PathBuf> = Default::default();
-    let mut flags = Flags::new(rest, "enroll");
-    while let Some(flag) = flags.next_flag()? {
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(ENROLL_HELP)),
-            "--request" | "--challenge-out" | "--expected-out" | "--expected" | "--response"
-            | "--member-out" => {
-                let value = flags.value(&flag)?;
-                paths.insert(flag, value.into());
+fn path_arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
+impl Command {
+    /// Arguments that parse back to this command, every flag explicit (the
+    /// inverse of [`parse`], which the unit tests and the `cli` fuzz target
+    /// check). `None` for help and version.
+    pub fn to_args(&self) -> Option<Vec<String>> {
+        let args = match self {
+            Self::RecoveryKeygen(o) => Args::command(RECOVERY_KEYGEN.name)
+                .flag(&IDENTITY, path_arg(&o.identity))
+                .flag(&PUBLIC, path_arg(&o.public)),
+            Self::Recover(o) => {
+                let (flag, file) = match &o.input {
+                    RecoverInput::Envelope(file) => (&ENVELOPE, file),
+                    RecoverInput::EtcdSnapshot(file) => (&ETCD_SNAPSHOT, file),
+                    RecoverInput::EtcdJson(file) => (&ETCD_JSON, file),
+                };
+                Args::command(RECOVER.name)
+                    .flag(&IDENTITY, path_arg(&o.identity))
+                    .flag(flag, path_arg(file))
+                    .switch(&FORCE, o.force)
             }
-            _ => return Err(UsageError::UnknownOption(flag, "enroll")),
-        }
-    }
-    let mut take = |flag: &str| {
-        paths
-            .remove(flag)
-            .ok_or_else(|| UsageError::MissingValue(format!("enroll {step} needs {flag} FILE")))
-    };
-    let step = match step.as_str() {
-        "-h" | "--help" => return Ok(Command::Help(ENROLL_HELP)),
-        "challenge" => EnrollStep::Challenge {
-            request: take("--request")?,
-            challenge_out: take("--challenge-out")?,
-            expected_out: take("--expected-out")?,
-        },
-        "verify" => EnrollStep::Verify {
-            request: take("--request")?,
-            expected: take("--expected")?,
-            response: take("--response")?,
-            member_out: take("--member-out")?,
-        },
-        other => return Err(UsageError::UnknownCommand(format!("enroll {other}"))),
-    };
-    match paths.keys().next() {
-        Some(extra) => Err(UsageError::UnknownOption(extra.clone(), "enroll")),
-        None => Ok(Command::Enroll(step)),
-    }
-}
-
-/// Walks `--flag value` and `--flag=value` pairs.
-struct Flags<'a> {
-    args: std::slice::Iter<'a, String>,
-    inline_value: Option<String>,
-    command: &'static str,
-}
-
-impl<'a> Flags<'a> {
-    fn new(args: &'a [String], command: &'static str) -> Self {
-        Self {
-            args: args.iter(),
-            inline_value: None,
-            command,
-        }
-    }
-
-    fn next_flag(&mut self) -> Result<Option<String>, UsageError> {
-        let Some(arg) = self.args.next() else {
-            return Ok(None);
+            Self::Enroll(EnrollStep::Challenge {
+                request,
+                challenge_out,
+                expected_out,
+            }) => Args::command("enroll challenge")
+                .flag(&REQUEST, path_arg(request))
+                .flag(&CHALLENGE_OUT, path_arg(challenge_out))
+                .flag(&EXPECTED_OUT, path_arg(expected_out)),
+            Self::Enroll(EnrollStep::Verify {
+                request,
+                expected,
+                response,
+                member_out,
+            }) => Args::command("enroll verify")
+                .flag(&REQUEST, path_arg(request))
+                .flag(&EXPECTED, path_arg(expected))
+                .flag(&RESPONSE, path_arg(response))
+                .flag(&MEMBER_OUT, path_arg(member_out)),
+            Self::Help(_) | Self::Version => return None,
         };
-        if !arg.starts_with('-') {
-            return Err(UsageError::UnknownOption(arg.clone(), self.command));
-        }
-        match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => {
-                self.inline_value = Some(value.into());
-                Ok(Some(flag.into()))
-            }
-            _ => {
-                self.inline_value = None;
-                Ok(Some(arg.clone()))
-            }
-        }
-    }
-
-    fn value(&mut self, flag: &str) -> Result<String, UsageError> {
-        self.inline_value
-            .take()
-            .or_else(|| self.args.next().cloned())
-            .ok_or_else(|| UsageError::MissingValue(flag.into()))
+        Some(args.0)
     }
 }
 
-/// Converts `std::env::args_os()` (minus the program name) to strings.
-pub fn utf8_args(
-    args: impl Iterator<Item = std::ffi::OsString>,
-) -> Result<Vec<String>, UsageError> {
-    args.map(|a| a.into_string().map_err(|_| UsageError::NotUtf8))
-        .collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn recover_defaults_to_standard_input() {
+        assert_eq!(
+            parse(&args("recover --identity id")),
+            Ok(Command::Recover(RecoverOptions {
+                identity: "id".into(),
+                input: RecoverInput::Envelope("-".into()),
+                force: false,
+            }))
+        );
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_run() {
+        for line in [
+            "recover",
+            "recover --identity id --envelope a --etcd-json b",
+            "recover --identity id --etcd-json a --etcd-json b",
+            "recover --identity",
+            "recover --force=yes --identity id",
+            "recovery-keygen --identity id",
+            "enroll challenge --request r --challenge-out c",
+            "enroll verify --request r --expected e --response s --member-out m --expected-out x",
+            "enroll frobnicate",
+            "enroll --request r challenge",
+            "frobnicate",
+        ] {
+            let error = parse(&args(line)).unwrap_err();
+            let usage = PROGRAM.usage_line(error.command);
+            let command = line.split(' ').next().unwrap();
+            if PROGRAM.command(command).is_some() {
+                assert!(
+                    usage.starts_with(&format!("Usage: sceau-recover {command}")),
+                    "{line}"
+                );
+            }
+        }
+    }
+
+    /// The table is the list: every flag of every command is in its help and
+    /// in the inverse of some command, and `help CMD` is `CMD --help`.
+    #[test]
+    fn every_flag_is_in_the_help_and_the_inverse() {
+        let examples: Vec<Command> = [
+            "recovery-keygen --identity i --public p",
+            "recover --identity i --force",
+            "recover --identity i --etcd-snapshot s",
+            "recover --identity i --etcd-json=j",
+            "enroll challenge --request q --challenge-out c --expected-out e",
+            "enroll verify --request q --expected e --response r --member-out m",
+        ]
+        .iter()
+        .map(|line| parse(&args(line)).unwrap())
+        .collect();
+        let inverses: Vec<Vec<String>> = examples.iter().filter_map(Command::to_args).collect();
+        for spec in PROGRAM.commands {
+            let help = PROGRAM.command_help(spec);
+            assert_eq!(
+                parse(&args(&format!("help {}", spec.name))),
+                Ok(Command::Help(help.clone()))
+            );
+            assert_eq!(
+                parse(&args(&format!("{} --help", spec.name))),
+                Ok(Command::Help(help.clone()))
+            );
+            for flag in spec.flags {
+                assert!(
+                    help.contains(flag.name),
+                    "{} help lacks {}",
+                    spec.name,
+                    flag.name
+                );
+                assert!(
+                    inverses
+                        .iter()
+                        .any(|a| a[0] == spec.name && a.contains(&flag.name.into())),
+                    "no inverse writes {}",
+                    flag.name
+                );
+            }
+        }
+        for (example, again) in examples.iter().zip(&inverses) {
+            assert_eq!(parse(again).as_ref(), Ok(example), "{again:?}");
+        }
+    }
 }

@@ -8,6 +8,7 @@
 //! their small, strict readers of the file and wire formats involved.
 
 mod bbolt;
+pub mod cli;
 pub mod etcd;
 pub mod json;
 pub mod kubernetes;

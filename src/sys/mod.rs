@@ -1,9 +1,14 @@
-//! The libc calls std does not wrap. With `alloc`, this is one of the two
-//! library modules that may use `unsafe`; each block states why it is sound,
-//! and audit/unsafe.md lists every one (scripts/check-unsafe.sh keeps that
-//! list in step with this file).
-// The crate root denies unsafe_code; this module is one of its two exceptions.
+//! All of sceau's `unsafe`: the libc calls std does not wrap, the
+//! environment writes of the start-up sequence, and (in [`alloc`]) the
+//! wiping global allocator. Each block states why it is sound, and
+//! audit/unsafe.md lists every one (scripts/check-unsafe.sh keeps that list
+//! in step with these files). Everything this module exports is safe to call:
+//! where soundness needs a single thread, the function checks it.
+// The crate denies unsafe_code; this module (with its `alloc`) is the one
+// exception.
 #![allow(unsafe_code)]
+
+pub mod alloc;
 
 use std::ffi::CString;
 use std::mem::MaybeUninit;
@@ -158,13 +163,14 @@ pub fn set_no_new_privs() -> std::io::Result<()> {
 /// with their `LISTEN_FDNAMES`, and clears those variables so that no child
 /// inherits them.
 ///
-/// # Safety
-/// Call only while the process has a single thread: it writes the
-/// environment, which other threads may be reading.
-pub unsafe fn take_passed_fds() -> std::io::Result<Vec<(std::os::fd::OwnedFd, String)>> {
+/// Refused unless the process has a single thread: it writes the
+/// environment, which another thread could be reading.
+pub fn take_passed_fds() -> std::io::Result<Vec<(std::os::fd::OwnedFd, String)>> {
     use std::os::fd::FromRawFd;
-    // SAFETY: the caller guarantees a single thread, which is what
-    // std::env::remove_var (called by sd_notify) requires.
+    require_single_thread("take the passed sockets")?;
+    // SAFETY: the process has one thread (checked just above; only this
+    // thread could have started another since), so nothing reads the
+    // environment while std::env::remove_var (called by sd_notify) writes it.
     let passed = unsafe { sd_notify::listen_fds_with_names_and_unset_env() }?;
     Ok(passed
         .map(|(fd, name)| {
@@ -176,6 +182,30 @@ pub unsafe fn take_passed_fds() -> std::io::Result<Vec<(std::os::fd::OwnedFd, St
             (unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, name)
         })
         .collect())
+}
+
+/// Sets an environment variable for the C libraries sceau loads (tpm2-tss
+/// reads `TSS2_LOG` only from there). Refused unless the process has a
+/// single thread, as for [`take_passed_fds`].
+pub fn set_env(key: &str, value: &str) -> std::io::Result<()> {
+    require_single_thread("write the environment")?;
+    // SAFETY: the process has one thread (checked just above), so nothing
+    // can read the environment while it is written; C code reading it later
+    // (tpm2-tss's getenv) sees a finished write.
+    unsafe { std::env::set_var(key, value) };
+    Ok(())
+}
+
+/// Fails unless this process has exactly one thread. The answer cannot go
+/// stale before the caller acts: with one thread, the only thread that could
+/// start another is the caller.
+fn require_single_thread(what: &str) -> std::io::Result<()> {
+    match thread_count()? {
+        1 => Ok(()),
+        n => Err(std::io::Error::other(format!(
+            "refusing to {what} in a process with {n} threads"
+        ))),
+    }
 }
 
 /// An integer socket option, such as SO_TYPE or SO_ACCEPTCONN.
@@ -240,14 +270,7 @@ pub const PROBE_PANICKED: i32 = 101;
 /// with one thread, the only thread that could start another is this one.
 pub fn in_child(probe: impl FnOnce() -> i32) -> std::io::Result<std::process::ExitStatus> {
     use std::os::unix::process::ExitStatusExt;
-    match thread_count()? {
-        1 => {}
-        n => {
-            return Err(std::io::Error::other(format!(
-                "refusing to fork a process with {n} threads"
-            )));
-        }
-    }
+    require_single_thread("fork")?;
     // SAFETY: the process has exactly one thread (checked just above, and
     // only this thread could have started another since), so the child's
     // copy of the heap and of every lock is consistent.
@@ -433,6 +456,11 @@ mod tests {
         let other = std::thread::spawn(move || wait.recv());
         assert!(thread_count().unwrap() >= 2);
         let refused = in_child(|| 0).expect_err("forked a multi-threaded process");
+        assert!(refused.to_string().contains("threads"), "{refused}");
+        let refused = set_env("SCEAU_NEVER_SET", "1").expect_err("wrote the environment");
+        assert!(refused.to_string().contains("threads"), "{refused}");
+        assert!(std::env::var_os("SCEAU_NEVER_SET").is_none());
+        let refused = take_passed_fds().expect_err("took fds in a threaded process");
         assert!(refused.to_string().contains("threads"), "{refused}");
         release.send(()).unwrap();
         other.join().unwrap().unwrap();

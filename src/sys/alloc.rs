@@ -10,9 +10,8 @@
 //! covered; see docs/hardening.md for what stays and why.
 //!
 //! A global allocator cannot be written without `unsafe` (`GlobalAlloc` is
-//! an unsafe trait); audit/unsafe.md lists each block here.
-// The crate root denies unsafe_code; this module is one of its two exceptions.
-#![allow(unsafe_code)]
+//! an unsafe trait), so it lives in `sys`, the one module allowed `unsafe`;
+//! audit/unsafe.md lists each block here.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 

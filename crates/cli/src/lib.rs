@@ -1,0 +1,589 @@
+//! The command-line table of `sceau` and `sceau-recover`.
+//!
+//! Each binary declares every flag once, as a [`Flag`] (name, value name,
+//! one-line help, longer help, default), and every command once, as a
+//! [`CommandSpec`] listing its flags. From those declarations come the main
+//! help, each command's help, the usage line printed with a usage error, the
+//! walk over the arguments ([`parse_flags`]) and the way back from options to
+//! arguments ([`Args`]), which the unit tests and the `cli` fuzz target use.
+//! The binaries keep only what is theirs: the typed value of each flag.
+//!
+//! Hand-written rather than clap or lexopt: the two binaries have about
+//! twenty flags, and every dependency of a KMS plugin is code a reviewer must
+//! read (audit/dependencies.md, "Command line", has the measurements).
+
+use std::fmt::Write as _;
+
+/// One flag, declared once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag {
+    /// `--name`.
+    pub name: &'static str,
+    /// The value's placeholder (`PATH`); `None` for a switch.
+    pub value: Option<&'static str>,
+    /// One line, shown in the main help and in the command's help.
+    pub help: &'static str,
+    /// Further lines, shown only in the command's help.
+    pub long_help: &'static str,
+    /// The value used when the flag is absent, shown as `[default: …]`.
+    pub default: Option<&'static str>,
+    /// An environment variable that stands in for the flag when it is absent.
+    pub env: Option<&'static str>,
+}
+
+impl Flag {
+    /// A flag that takes a value.
+    pub const fn value(name: &'static str, value: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            value: Some(value),
+            help,
+            long_help: "",
+            default: None,
+            env: None,
+        }
+    }
+
+    /// A flag that takes no value.
+    pub const fn switch(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            value: None,
+            help,
+            long_help: "",
+            default: None,
+            env: None,
+        }
+    }
+
+    pub const fn default(self, default: &'static str) -> Self {
+        Self {
+            default: Some(default),
+            ..self
+        }
+    }
+
+    pub const fn env(self, env: &'static str) -> Self {
+        Self {
+            env: Some(env),
+            ..self
+        }
+    }
+
+    pub const fn long_help(self, long_help: &'static str) -> Self {
+        Self { long_help, ..self }
+    }
+
+    /// `--name VALUE`, as the help shows it.
+    fn synopsis(&self) -> String {
+        match self.value {
+            Some(value) => format!("{} {value}", self.name),
+            None => self.name.to_string(),
+        }
+    }
+
+    /// The one-line help with its default appended.
+    fn short_line(&self) -> String {
+        match (self.default, self.env) {
+            (Some(default), Some(env)) => format!("{} [default: {default}, or ${env}]", self.help),
+            (Some(default), None) => format!("{} [default: {default}]", self.help),
+            (None, Some(env)) => format!("{} [default: ${env}]", self.help),
+            (None, None) => self.help.to_string(),
+        }
+    }
+}
+
+/// One command (`serve`, `recover`, …), declared once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandSpec {
+    pub name: &'static str,
+    /// One line in the main help's list of commands.
+    pub summary: &'static str,
+    /// The first line of the command's own help.
+    pub about: &'static str,
+    /// What follows the program name on the usage line.
+    pub usage: &'static str,
+    pub flags: &'static [&'static Flag],
+    /// Free text after the options (examples, notes).
+    pub notes: &'static str,
+}
+
+impl CommandSpec {
+    /// The flag called `name`, if this command has it.
+    pub fn flag(&self, name: &str) -> Option<&'static Flag> {
+        self.flags.iter().copied().find(|flag| flag.name == name)
+    }
+}
+
+/// A binary: its commands, and the text around them in the main help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Program {
+    pub name: &'static str,
+    /// The first line of the main help.
+    pub about: &'static str,
+    pub commands: &'static [&'static CommandSpec],
+    /// Text after the list of commands.
+    pub notes: &'static str,
+    /// Commands whose one-line option help the main help repeats.
+    pub options_in_main_help: &'static [&'static str],
+    /// Text at the end of the main help (environment variables).
+    pub footer: &'static str,
+}
+
+/// Width of the flag column, indentation included (`      --flag VALUE  `).
+const FLAG_INDENT: &str = "      ";
+
+impl Program {
+    pub fn command(&self, name: &str) -> Option<&'static CommandSpec> {
+        self.commands.iter().copied().find(|c| c.name == name)
+    }
+
+    /// `Usage: …` of one command, or of the program when `command` is `None`.
+    pub fn usage_line(&self, command: Option<&str>) -> String {
+        match command.and_then(|name| self.command(name)) {
+            Some(spec) => format!("Usage: {} {}", self.name, spec.usage),
+            None => format!("Usage: {} <COMMAND> [OPTIONS]", self.name),
+        }
+    }
+
+    /// `program --help`.
+    pub fn main_help(&self) -> String {
+        let mut out = format!("{}\n\n{}\n\nCommands:\n", self.about, self.usage_line(None));
+        let width = self
+            .commands
+            .iter()
+            .map(|c| c.name.len())
+            .max()
+            .unwrap_or(0)
+            + 2;
+        for command in self.commands {
+            let _ = writeln!(out, "  {:width$}{}", command.name, command.summary);
+        }
+        if !self.notes.is_empty() {
+            let _ = write!(out, "\n{}", self.notes);
+        }
+        for name in self.options_in_main_help {
+            let Some(command) = self.command(name) else {
+                continue;
+            };
+            let _ = writeln!(out, "\nOptions of `{} {}`:", self.name, command.name);
+            let width = column_width(command.flags);
+            for flag in command.flags {
+                let _ = writeln!(
+                    out,
+                    "{FLAG_INDENT}{:width$}{}",
+                    flag.synopsis(),
+                    flag.short_line()
+                );
+            }
+        }
+        let _ = write!(
+            out,
+            "\nOptions:\n  -h, --help     Print help (`{0} help <COMMAND>` explains a command in full)\n  \
+             -V, --version  Print the version\n",
+            self.name
+        );
+        if !self.footer.is_empty() {
+            let _ = write!(out, "\n{}", self.footer);
+        }
+        out
+    }
+
+    /// `program COMMAND --help`, or `program help COMMAND`.
+    pub fn command_help(&self, command: &CommandSpec) -> String {
+        let mut out = format!(
+            "{}\n\n{}\n\nOptions:\n",
+            command.about,
+            self.usage_line(Some(command.name))
+        );
+        // At least wide enough for `  -h, --help  `.
+        let width = column_width(command.flags).max(8);
+        for flag in command.flags {
+            let _ = writeln!(
+                out,
+                "{FLAG_INDENT}{:width$}{}",
+                flag.synopsis(),
+                flag.short_line()
+            );
+            for line in flag.long_help.lines() {
+                let _ = writeln!(out, "{FLAG_INDENT}{:width$}{line}", "");
+            }
+        }
+        let _ = writeln!(out, "  -h, --help{:pad$}Print help", "", pad = width - 6);
+        if !command.notes.is_empty() {
+            let _ = write!(out, "\n{}", command.notes);
+        }
+        out
+    }
+
+    /// Every help text this program can print.
+    pub fn help_texts(&self) -> Vec<String> {
+        let mut texts = vec![self.main_help()];
+        texts.extend(self.commands.iter().map(|c| self.command_help(c)));
+        texts
+    }
+
+    /// The first step of parsing: help, version, or which command runs with
+    /// which arguments.
+    pub fn dispatch<'a>(&self, args: &'a [String]) -> Result<Invocation<'a>, UsageError> {
+        let Some((first, rest)) = args.split_first() else {
+            return Ok(Invocation::Help(self.main_help()));
+        };
+        match first.as_str() {
+            "-h" | "--help" => Ok(Invocation::Help(self.main_help())),
+            "-V" | "--version" => Ok(Invocation::Version),
+            "help" => match rest.first() {
+                None => Ok(Invocation::Help(self.main_help())),
+                Some(name) => self
+                    .command(name)
+                    .map(|command| Invocation::Help(self.command_help(command)))
+                    .ok_or_else(|| self.unknown_command(name)),
+            },
+            name => self
+                .command(name)
+                .map(|command| Invocation::Run(command, rest))
+                .ok_or_else(|| self.unknown_command(name)),
+        }
+    }
+
+    pub fn unknown_command(&self, name: &str) -> UsageError {
+        UsageError {
+            problem: Problem::UnknownCommand {
+                program: self.name,
+                command: name.into(),
+            },
+            command: None,
+        }
+    }
+}
+
+/// What [`Program::dispatch`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation<'a> {
+    Help(String),
+    Version,
+    /// A command and the arguments after its name.
+    Run(&'static CommandSpec, &'a [String]),
+}
+
+fn column_width(flags: &[&Flag]) -> usize {
+    flags.iter().map(|f| f.synopsis().len()).max().unwrap_or(0) + 2
+}
+
+/// The flags one command was given, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matches {
+    command: &'static CommandSpec,
+    given: Vec<(&'static Flag, Option<String>)>,
+}
+
+/// Walks `--flag value` and `--flag=value` against a command's table;
+/// `Ok(None)` when help was asked for.
+pub fn parse_flags(
+    program: &Program,
+    command: &'static CommandSpec,
+    args: &[String],
+) -> Result<Option<Matches>, UsageError> {
+    let error = |problem| UsageError {
+        problem,
+        command: Some(command.name),
+    };
+    let unknown = |option: &str| {
+        error(Problem::UnknownOption {
+            program: program.name,
+            command: command.name,
+            option: option.into(),
+        })
+    };
+    let mut given = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if !arg.starts_with('-') {
+            return Err(unknown(arg));
+        }
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value)),
+            _ => (arg.as_str(), None),
+        };
+        if matches!(name, "-h" | "--help") {
+            return Ok(None);
+        }
+        let flag = command.flag(name).ok_or_else(|| unknown(name))?;
+        let value = match (flag.value, inline) {
+            (None, None) => None,
+            (None, Some(_)) => return Err(error(Problem::UnexpectedValue(flag.name))),
+            (Some(_), Some(value)) => Some(value.to_string()),
+            (Some(_), None) => Some(
+                args.next()
+                    .cloned()
+                    .ok_or_else(|| error(Problem::MissingValue(flag.name)))?,
+            ),
+        };
+        given.push((flag, value));
+    }
+    Ok(Some(Matches { command, given }))
+}
+
+impl Matches {
+    /// Whether `flag` was given.
+    pub fn present(&self, flag: &Flag) -> bool {
+        self.given.iter().any(|(f, _)| f.name == flag.name)
+    }
+
+    /// Every value given for `flag`, in order.
+    pub fn values<'a>(&'a self, flag: &'a Flag) -> impl Iterator<Item = &'a str> + 'a {
+        self.given
+            .iter()
+            .filter(move |(f, _)| f.name == flag.name)
+            .filter_map(|(_, value)| value.as_deref())
+    }
+
+    /// Converts every value given for `flag` (so that a bad one is an error
+    /// even when a later one overrides it) and returns the last.
+    pub fn last<T>(
+        &self,
+        flag: &Flag,
+        convert: impl Fn(&str) -> Result<T, UsageError>,
+    ) -> Result<Option<T>, UsageError> {
+        let mut last = None;
+        for value in self.values(flag) {
+            last = Some(convert(value)?);
+        }
+        Ok(last)
+    }
+
+    /// The last value given for `flag`, else `fallback`, else the flag's
+    /// declared default, converted.
+    pub fn or_default<T>(
+        &self,
+        flag: &Flag,
+        fallback: Option<&str>,
+        convert: impl Fn(&str) -> Result<T, UsageError>,
+    ) -> Result<T, UsageError> {
+        match self.last(flag, &convert)? {
+            Some(value) => Ok(value),
+            None => convert(fallback.or(flag.default).unwrap_or_default()),
+        }
+    }
+
+    /// A usage error of this command.
+    pub fn error(&self, problem: Problem) -> UsageError {
+        UsageError {
+            problem,
+            command: Some(self.command.name),
+        }
+    }
+}
+
+/// Options written back as arguments: the inverse of parsing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Args(pub Vec<String>);
+
+impl Args {
+    pub fn command(name: &str) -> Self {
+        Self(name.split(' ').map(String::from).collect())
+    }
+
+    pub fn flag(mut self, flag: &Flag, value: impl Into<String>) -> Self {
+        self.0.extend([flag.name.to_string(), value.into()]);
+        self
+    }
+
+    pub fn optional(self, flag: &Flag, value: Option<impl Into<String>>) -> Self {
+        match value {
+            Some(value) => self.flag(flag, value),
+            None => self,
+        }
+    }
+
+    pub fn switch(mut self, flag: &Flag, on: bool) -> Self {
+        if on {
+            self.0.push(flag.name.to_string());
+        }
+        self
+    }
+}
+
+/// A usage error, and the command it belongs to (for its usage line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem}")]
+pub struct UsageError {
+    pub problem: Problem,
+    /// `None` for errors before a command was chosen.
+    pub command: Option<&'static str>,
+}
+
+impl UsageError {
+    pub fn new(command: Option<&'static str>, problem: Problem) -> Self {
+        Self { problem, command }
+    }
+
+    /// Names the command, for an error made without knowing it (a value
+    /// converter's).
+    pub fn in_command(self, command: &'static str) -> Self {
+        Self {
+            command: self.command.or(Some(command)),
+            ..self
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("unknown command {command:?}; see `{program} --help`")]
+    UnknownCommand {
+        program: &'static str,
+        command: String,
+    },
+    #[error("unknown option {option:?}; see `{program} {command} --help`")]
+    UnknownOption {
+        program: &'static str,
+        command: &'static str,
+        option: String,
+    },
+    #[error("{0} needs a value")]
+    MissingValue(&'static str),
+    #[error("{0} takes no value")]
+    UnexpectedValue(&'static str),
+    #[error("invalid value {value:?} for {flag}: {reason}")]
+    InvalidValue {
+        flag: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// A flag the command cannot do without: "recover needs --identity FILE".
+    #[error("{0}")]
+    Required(String),
+    #[error("{0}")]
+    Conflict(&'static str),
+    #[error("arguments must be valid UTF-8")]
+    NotUtf8,
+    #[error(
+        "`{command}` is a command of `{program}` (the offline tool, which needs no TPM); run `{program} {command}`"
+    )]
+    Moved {
+        program: &'static str,
+        command: String,
+    },
+}
+
+/// An invalid value for `flag`, as the value converters report it.
+pub fn invalid(flag: &Flag, value: &str, reason: impl Into<String>) -> UsageError {
+    UsageError::new(
+        None,
+        Problem::InvalidValue {
+            flag: flag.name,
+            value: value.into(),
+            reason: reason.into(),
+        },
+    )
+}
+
+/// Converts `std::env::args_os()` (minus the program name) to strings.
+pub fn utf8_args(
+    args: impl Iterator<Item = std::ffi::OsString>,
+) -> Result<Vec<String>, UsageError> {
+    args.map(|a| {
+        a.into_string()
+            .map_err(|_| UsageError::new(None, Problem::NotUtf8))
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAME: Flag = Flag::value("--name", "NAME", "Who").default("world");
+    const LOUD: Flag = Flag::switch("--loud", "Shout").long_help("Really shout\nevery word");
+    const GREET: CommandSpec = CommandSpec {
+        name: "greet",
+        summary: "Say hello",
+        about: "Say hello to someone",
+        usage: "greet [--name NAME] [--loud]",
+        flags: &[&NAME, &LOUD],
+        notes: "",
+    };
+    const PROGRAM: Program = Program {
+        name: "demo",
+        about: "demo: a test program",
+        commands: &[&GREET],
+        notes: "",
+        options_in_main_help: &["greet"],
+        footer: "",
+    };
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
+    fn matches(line: &str) -> Result<Option<Matches>, UsageError> {
+        parse_flags(&PROGRAM, &GREET, &args(line))
+    }
+
+    #[test]
+    fn both_spellings_and_the_last_value_win() {
+        let m = matches("--name=a --loud --name b").unwrap().unwrap();
+        assert!(m.present(&LOUD));
+        assert_eq!(m.values(&NAME).collect::<Vec<_>>(), ["a", "b"]);
+        let name = m.or_default(&NAME, None, |v| Ok(v.to_string())).unwrap();
+        assert_eq!(name, "b");
+        let none = matches("").unwrap().unwrap();
+        let name = none.or_default(&NAME, None, |v| Ok(v.to_string())).unwrap();
+        assert_eq!(name, "world");
+    }
+
+    #[test]
+    fn usage_errors_name_their_command() {
+        for (line, problem) in [
+            ("--name", Problem::MissingValue("--name")),
+            ("--loud=yes", Problem::UnexpectedValue("--loud")),
+            (
+                "stray",
+                Problem::UnknownOption {
+                    program: "demo",
+                    command: "greet",
+                    option: "stray".into(),
+                },
+            ),
+        ] {
+            let error = matches(line).unwrap_err();
+            assert_eq!(error, UsageError::new(Some("greet"), problem), "{line}");
+        }
+        assert_eq!(matches("--loud --help"), Ok(None));
+    }
+
+    #[test]
+    fn help_is_derived_from_the_table() {
+        let main = PROGRAM.main_help();
+        assert!(main.contains("greet  Say hello\n"), "{main}");
+        assert!(
+            main.contains("--name NAME  Who [default: world]\n"),
+            "{main}"
+        );
+        assert!(!main.contains("Really shout"), "{main}");
+        let help = PROGRAM.command_help(&GREET);
+        assert!(
+            help.contains("Usage: demo greet [--name NAME] [--loud]\n"),
+            "{help}"
+        );
+        assert!(help.contains("Really shout\n"), "{help}");
+        assert_eq!(
+            PROGRAM.dispatch(&args("help greet")),
+            Ok(Invocation::Help(help))
+        );
+        assert_eq!(
+            PROGRAM.dispatch(&args("help nothing")),
+            Err(PROGRAM.unknown_command("nothing"))
+        );
+    }
+
+    #[test]
+    fn args_are_the_inverse() {
+        let back = Args::command("greet")
+            .flag(&NAME, "x")
+            .switch(&LOUD, true)
+            .optional(&NAME, None::<String>);
+        assert_eq!(back.0, args("greet --name x --loud"));
+    }
+}

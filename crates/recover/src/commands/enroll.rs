@@ -1,0 +1,57 @@
+//! `sceau-recover enroll challenge|verify`: the verifier's side of
+//! enrollment; the member's side is `sceau enroll request|respond`.
+
+use anyhow::Context as _;
+use sceau_format::key_id::{KeyId, hex};
+use sceau_format::members::member_file;
+use sceau_recover::cli::EnrollStep;
+
+use super::write_new;
+
+pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
+    use sceau_format::enrollment::{self, Request};
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    };
+    match step {
+        EnrollStep::Challenge {
+            request,
+            challenge_out,
+            expected_out,
+        } => {
+            let request = Request::parse(&read(request)?)?;
+            match request.check_certificate()? {
+                Some(fingerprint) => eprintln!(
+                    "EK certificate names the EK; SHA-256 {fingerprint}: check its issuer chain against the TPM manufacturer's CA (docs/ha.md)"
+                ),
+                None => eprintln!(
+                    "no EK certificate: the answer proves the SRK and EK share a TPM, not that the TPM is genuine"
+                ),
+            }
+            let (challenge, expected) = enrollment::challenge_files(&request);
+            write_new(challenge_out, 0o644, challenge.as_bytes())?;
+            write_new(expected_out, 0o600, expected.as_bytes())?;
+        }
+        EnrollStep::Verify {
+            request,
+            expected,
+            response,
+            member_out,
+        } => {
+            let parsed = Request::parse(&read(request)?)?;
+            enrollment::verify(&parsed, &read(expected)?, &read(response)?)?;
+            let node_key_id = KeyId::from_srk_name(parsed.srk.name());
+            write_new(
+                member_out,
+                0o644,
+                member_file(&parsed.srk, &node_key_id).as_bytes(),
+            )?;
+            eprintln!(
+                "enrolled: SRK {} shares a TPM with EK {}",
+                hex(parsed.srk.name()),
+                hex(parsed.ek.name())
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! `sceau-recover recover`: opens envelopes and etcd contents with the
+//! recovery identity, without any TPM.
+
+use anyhow::{Context as _, bail};
+use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_recover::cli::{RecoverInput, RecoverOptions};
+
+/// No TPM, no sandbox; an offline operator tool.
+pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
+    use std::io::{IsTerminal as _, Read as _, Write as _};
+    if std::io::stdout().is_terminal() && !options.force {
+        bail!("refusing to write plaintext to a terminal; redirect the output or pass --force");
+    }
+    let identity = RecoveryIdentity::parse(&read_identity(&options.identity)?)?;
+    let read_input = |path: &std::path::Path| -> anyhow::Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        if path == std::path::Path::new("-") {
+            std::io::stdin().read_to_end(&mut bytes)?;
+        } else {
+            bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        }
+        Ok(bytes)
+    };
+    match &options.input {
+        RecoverInput::Envelope(path) => {
+            let input = read_input(path)?;
+            let dek = open_envelope_input(&identity, &input)?;
+            std::io::stdout().write_all(&dek)?;
+        }
+        RecoverInput::EtcdSnapshot(path) => {
+            let values = sceau_recover::etcd::values_from_snapshot(&read_input(path)?)?;
+            print_secrets(&identity, &values)?;
+        }
+        RecoverInput::EtcdJson(path) => {
+            let text = String::from_utf8(read_input(path)?).context("etcdctl JSON is not UTF-8")?;
+            let values = sceau_recover::etcd::values_from_etcdctl_json(&text)?;
+            print_secrets(&identity, &values)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the recovery identity, refusing a file that group or others can
+/// access: it holds the key that opens every envelope, and a loose mode is
+/// how a copy of it leaks. The mode is taken from the opened file, not the
+/// path, so it is the mode of the bytes read.
+fn read_identity(path: &std::path::Path) -> anyhow::Result<zeroize::Zeroizing<String>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mode = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        bail!(
+            "{path} holds the recovery private key but has mode {mode:04o} (group or others have access): run `chmod 600 {path}` and check who may have copied it",
+            path = path.display(),
+            mode = mode & 0o7777,
+        );
+    }
+    let mut text = zeroize::Zeroizing::new(String::new());
+    file.read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(text)
+}
+
+/// A raw ciphertext, or a whole stored etcd value (`k8s:enc:kms:v2:…`), which
+/// also carries the annotations that envelopes of five or more recipients need.
+fn open_envelope_input(
+    identity: &RecoveryIdentity,
+    input: &[u8],
+) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
+    use sceau_recover::kubernetes::parse_stored_value;
+    match parse_stored_value(input)? {
+        Some(object) => {
+            let annotations = object.annotations.into_iter().collect();
+            Ok(identity.open(&object.encrypted_dek_source, &annotations)?)
+        }
+        None => Ok(identity.open(input, &Default::default())?),
+    }
+}
+
+fn print_secrets(
+    identity: &RecoveryIdentity,
+    values: &[sceau_recover::etcd::StoredValue],
+) -> anyhow::Result<()> {
+    let summary = sceau_recover::report::recover_secrets(
+        identity,
+        values,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    )?;
+    eprintln!(
+        "{} Secrets recovered, {} values skipped, {} failed",
+        summary.printed, summary.skipped, summary.failed
+    );
+    if summary.failed > 0 {
+        bail!("{} encrypted values could not be recovered", summary.failed);
+    }
+    Ok(())
+}

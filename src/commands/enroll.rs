@@ -1,0 +1,46 @@
+//! `sceau enroll request|respond`: the member's side of enrollment; the
+//! verifier's side is `sceau-recover enroll challenge|verify`.
+#![forbid(unsafe_code)]
+
+use anyhow::Context as _;
+use sceau::cli::EnrollStep;
+use sceau_format::enrollment;
+use sceau_format::storage_key::StorageKey;
+
+use super::{open_tpm_for_tool, srk_storage_key};
+
+pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    };
+    match step {
+        EnrollStep::Request(options) => {
+            let mut tpm = open_tpm_for_tool(options)?;
+            let srk = srk_storage_key(&tpm)?;
+            let key_id = tpm.srk().key_id();
+            let (ctx, _) = tpm.context_and_srk();
+            let ek = sceau::tpm::enroll::endorsement_key(ctx)?;
+            let ek_key = StorageKey::from_tpm2b_public(&ek.public)
+                .context("the EK is not an ECC P-256 decryption key")?;
+            let text = enrollment::request_file(&srk, &key_id, &ek_key, ek.certificate.as_deref());
+            print!("{text}");
+        }
+        EnrollStep::Respond { tpm, challenge } => {
+            let mut tpm = open_tpm_for_tool(tpm)?;
+            let (ctx, srk) = tpm.context_and_srk();
+            let blob = enrollment::parse_challenge(&read(challenge)?, srk.name.value())?;
+            let srk_handle = srk.handle;
+            let ek = sceau::tpm::enroll::endorsement_key(ctx)?;
+            let credential = sceau::tpm::enroll::activate_credential(
+                ctx,
+                srk_handle,
+                &ek,
+                &blob.duplicate,
+                &blob.in_sym_seed,
+            )
+            .context("TPM2_ActivateCredential refused the challenge")?;
+            print!("{}", enrollment::response_file(&credential));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,282 @@
+//! `sceau serve`: the start-up sequence, as a checklist. The step numbers are
+//! those of docs/hardening.md ("Start-up order"), and the steps run in that
+//! order: the process stays single-threaded until the sandbox is in place
+//! (Landlock and capabilities are per thread), then starts the TPM thread and
+//! builds the tokio runtime by hand (no `#[tokio::main]`), installs seccomp on
+//! every thread, and only then reports READY=1.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use sceau::cli::ServeOptions;
+use sceau::kms;
+use sceau::sandbox::landlock::LandlockPolicy;
+use sceau::sandbox::{self, TpmAccess};
+use sceau::server::peer::AllowedCallers;
+use sceau::server::{self, DeferredStopSignals, StopReason, socket};
+use sceau::tpm::worker::TpmWorker;
+use sceau::tpm::{ParameterEncryption, Tcti, Tpm, TpmConfig};
+use sceau::{activation, notify, sys};
+use sceau_format::members::Membership;
+
+use super::silence_tss_log;
+
+/// Tokio threads for gRPC. TPM work runs on its own thread, so two suffice.
+const RUNTIME_THREADS: usize = 2;
+/// How long to wait for the TPM thread to flush its handles at exit.
+const WORKER_EXIT_WAIT: Duration = Duration::from_secs(3);
+
+/// Steps 0 to 3 here, 5 to 11 in [`confine_and_serve`]; READY=1 is sent only
+/// once every step has succeeded.
+pub fn run(options: ServeOptions) -> anyhow::Result<()> {
+    // 0. Re-execute once with glibc's free() wiping turned on.
+    reexec_with_malloc_wiping()?;
+    // 1. Not dumpable, no core file; tpm2-tss quiet on stderr.
+    sandbox::forbid_core_dumps().context("making the process non-dumpable")?;
+    silence_tss_log()?;
+    // 2. The socket systemd passed, if any, and the one sd_notify socket:
+    //    after the sandbox no unix socket can be created or connected.
+    let passed = sys::take_passed_fds().context("reading LISTEN_FDS")?;
+    let activated = activation::select_listener(passed)?;
+    notify::connect();
+    let socket_options = socket::SocketOptions {
+        path: options.socket.clone(),
+        mode: options.socket_mode,
+        group: options.socket_group.clone(),
+    };
+    if activated.is_none() {
+        socket::preflight(&socket_options)?;
+    }
+    // 3. The TPM: flush leftovers, recreate the SRK, start the salted
+    //    session, extending systemd's start timeout meanwhile.
+    let config = TpmConfig {
+        tcti: options.tcti.clone(),
+        srk_handle: options.srk_handle,
+        parameter_encryption: ParameterEncryption::SaltedSession,
+    };
+    notify::status("opening the TPM");
+    let tpm = notify::extending_start_timeout(|| open_tpm(&config))?;
+    //    Cluster mode: the member files, read while the filesystem is open.
+    let membership = load_membership(&options, &tpm)?;
+    //    Stop signals wait from here until their handlers exist.
+    let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
+    let (listener, socket_file) = match activated {
+        Some(listener) => (listener, None),
+        None => socket::bind(&socket_options).map(|(l, f)| (l, Some(f)))?,
+    };
+    // 5 to 11.
+    let result = confine_and_serve(
+        &options,
+        membership,
+        tpm,
+        config,
+        listener,
+        socket_file.as_ref(),
+        deferred_signals,
+    );
+    if let Some(file) = socket_file {
+        file.remove();
+    }
+    match result? {
+        StopReason::TpmLost => bail!("stopped because the TPM was lost"),
+        reason => log::info!("stopped cleanly ({reason})"),
+    }
+    Ok(())
+}
+
+fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
+    let tcti = &config.tcti;
+    log::info!("opening the TPM at {tcti}");
+    if !tcti.has_resource_manager() {
+        log::warn!(
+            "{tcti} has no resource manager: sceau flushes the objects and sessions it finds \
+             and assumes it is this TPM's only user"
+        );
+    }
+    let started = Instant::now();
+    let tpm = Tpm::open(config).with_context(|| format!("opening the TPM at {tcti}"))?;
+    let srk = tpm.srk();
+    log::info!(
+        "SRK {:?}{} ready in {:?}; Name {}",
+        srk.algorithm,
+        srk.persistent
+            .map(|h| format!(" (persistent {h:#010x})"))
+            .unwrap_or_default(),
+        started.elapsed(),
+        sceau::tpm::srk::hex(srk.name.value()),
+    );
+    Ok(tpm)
+}
+
+/// Cluster mode: reads the member files before the sandbox closes the
+/// filesystem, and logs every member's Name so operators can audit it.
+/// `--recovery-key` alone makes a cluster of this node and the recovery key.
+fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<Arc<Membership>>> {
+    let own_public = || tpm.srk().tpm2b_public();
+    let membership = match (&options.members, &options.recovery_key) {
+        (None, None) => {
+            log::warn!(
+                "no --recovery-key: the Secrets this node encrypts have no backup and are lost \
+                 with this TPM (docs/recovery.md)"
+            );
+            return Ok(None);
+        }
+        (Some(dir), recovery) => {
+            sceau::cluster::load::load(dir, recovery.as_deref(), &own_public()?)
+                .with_context(|| format!("loading the members in {}", dir.display()))?
+        }
+        (None, Some(recovery)) => {
+            { sceau::cluster::load::alone_with_recovery(recovery, &own_public()?) }
+                .with_context(|| format!("loading the recovery key {}", recovery.display()))?
+        }
+    };
+    for recipient in membership.describe() {
+        log::info!("cluster {recipient}");
+    }
+    log::info!("cluster mode: key_id {}", membership.key_id());
+    Ok(Some(Arc::new(membership)))
+}
+
+/// Sandboxes the process, moves the TPM to its thread, builds the runtime,
+/// installs seccomp, and serves until stopped.
+fn confine_and_serve(
+    options: &ServeOptions,
+    membership: Option<Arc<Membership>>,
+    tpm: Tpm,
+    config: TpmConfig,
+    listener: std::os::unix::net::UnixListener,
+    socket_file: Option<&socket::SocketFile>,
+    deferred_signals: DeferredStopSignals,
+) -> anyhow::Result<StopReason> {
+    // 5 to 7. Landlock, capabilities, no_new_privs, still on one thread; the
+    //    TCTI library stays loaded so that a lost TPM can be reopened.
+    let tpm_access = TpmAccess::for_tcti(&options.tcti);
+    let policy = LandlockPolicy {
+        tpm: tpm_access.clone(),
+        removable_socket_dir: socket_file.and_then(|f| f.path().parent()).map(Into::into),
+    };
+    pin_tcti_library(&options.tcti);
+    let files = sandbox::confine(&policy, options.landlock)?;
+
+    // 8. The TPM thread, then the runtime, inheriting 5 to 7.
+    let key_id = match &membership {
+        Some(membership) => membership.key_id().clone(),
+        None => tpm.srk().key_id(),
+    };
+    let (worker, death, worker_thread) = TpmWorker::spawn(tpm, config, options.request_deadline)
+        .context("starting the TPM thread")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .thread_name("sceau-grpc")
+        .enable_all()
+        .build()
+        .context("building the async runtime")?;
+    // 9. seccomp on every thread.
+    let allow_inet = matches!(tpm_access, Some(TpmAccess::Tcp { .. }));
+    sandbox::seccomp::install(allow_inet, files, options.seccomp)?;
+
+    // 10. Serve; 11. READY=1 and the watchdog, once serving.
+    let worker = Arc::new(worker);
+    let service =
+        kms::service_for(worker.clone(), membership).context("starting the wrapping thread")?;
+    let callers = AllowedCallers::root_and(&options.allowed_uids);
+    let reason = runtime.block_on(async {
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        let stop = server::stop_requested(death)?;
+        drop(deferred_signals);
+        if let Some(interval) = notify::watchdog_interval() {
+            tokio::spawn(feed_watchdog(worker, interval));
+        }
+        match socket_file {
+            Some(file) => log::info!("serving key_id={key_id} on {}", file.path().display()),
+            None => log::info!("serving key_id={key_id} on the socket systemd passed"),
+        }
+        notify::ready(&key_id);
+        anyhow::Ok(server::serve(listener, service, callers, options.request_deadline, stop).await?)
+    })?;
+    drop(runtime);
+    wait_for_worker(worker_thread);
+    Ok(reason)
+}
+
+/// glibc tunables that make free() overwrite every freed C heap block
+/// (`perturb`; it skips blocks kept in the per-thread cache, hence
+/// `tcache_count=0`). They cover what tpm2-tss and OpenSSL allocate, which
+/// the Rust allocator never sees. glibc reads tunables only at exec.
+const MALLOC_WIPING_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165";
+/// Set on the re-executed process, so that it never re-executes again.
+const REEXEC_MARKER: &str = "SCEAU_REEXECUTED";
+
+/// Re-executes sceau once with [`MALLOC_WIPING_TUNABLES`] added to
+/// GLIBC_TUNABLES, before anything else happens (same pid, same fds, so
+/// socket activation is unaffected). A no-op when they are already set.
+fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    if !sceau::hooks::enabled(sceau::hooks::Protection::MallocTunables) {
+        return Ok(());
+    }
+    // The marker, not the tunables, says "already done": glibc erases
+    // GLIBC_TUNABLES for a secure-execution (setuid, file capabilities)
+    // binary, and checking for them would then re-execute forever.
+    if std::env::var_os(REEXEC_MARKER).is_some() {
+        if !std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains(MALLOC_WIPING_TUNABLES)) {
+            log::warn!("glibc ignored GLIBC_TUNABLES; freed C heap blocks are not wiped");
+        }
+        return Ok(());
+    }
+    let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    let tunables = match current.as_str() {
+        "" => MALLOC_WIPING_TUNABLES.to_string(),
+        other => format!("{other}:{MALLOC_WIPING_TUNABLES}"),
+    };
+    let mut args = std::env::args_os();
+    let program = args.next().unwrap_or_else(|| "sceau".into());
+    let error = std::process::Command::new("/proc/self/exe")
+        .arg0(program)
+        .args(args)
+        .env("GLIBC_TUNABLES", tunables)
+        .env(REEXEC_MARKER, "1")
+        .exec();
+    Err(error).context("re-executing with glibc's free() wiping enabled")
+}
+
+/// Keeps the TCTI library loaded, so that the TPM thread can reopen a lost
+/// connection after Landlock has closed /usr/lib. Without it the reopen
+/// fails cleanly and sceau exits for its supervisor to restart it.
+fn pin_tcti_library(tcti: &Tcti) {
+    let kind = tcti.kind();
+    if let Err(e) = sys::pin_tcti_library(kind) {
+        log::warn!(
+            "could not keep the {kind} TCTI loaded ({e}); a lost TPM connection will end sceau"
+        );
+    }
+}
+
+/// Pings the systemd watchdog at half its interval, but only while the TPM
+/// answers: a wedged TPM thread then turns into a restart.
+async fn feed_watchdog(worker: Arc<TpmWorker>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval / 2);
+    loop {
+        ticks.tick().await;
+        match worker.health().await {
+            Ok(()) => notify::watchdog(),
+            Err(fault) => log::warn!("TPM unhealthy ({fault}); withholding the watchdog ping"),
+        }
+    }
+}
+
+/// The worker flushes the SRK and the session when its queue closes. A TPM
+/// that hangs must not keep the process alive, so the wait is bounded.
+fn wait_for_worker(worker_thread: std::thread::JoinHandle<()>) {
+    let deadline = Instant::now() + WORKER_EXIT_WAIT;
+    while !worker_thread.is_finished() {
+        if Instant::now() >= deadline {
+            log::warn!("the TPM thread did not finish within {WORKER_EXIT_WAIT:?}; exiting anyway");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = worker_thread.join();
+}
