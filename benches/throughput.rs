@@ -16,18 +16,10 @@
 #[global_allocator]
 static ALLOCATOR: sceau::sys::alloc::WipeOnFree = sceau::sys::alloc::WipeOnFree;
 
-#[allow(dead_code, unused_imports)]
-// Until the test kit is a crate of its own: the harness signals and
-// sandboxes child processes through libc and seccompiler.
-#[allow(unsafe_code)]
-#[path = "../tests/integration/harness/mod.rs"]
-mod harness;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::{Swtpm, TempDir};
 use sceau::client::{KmsClient, connect};
 use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
 use sceau::secret::Dek;
@@ -37,6 +29,8 @@ use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau_format::members::{Membership, member_file};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::storage_key::StorageKey;
+use sceau_testkit::process::send_signal;
+use sceau_testkit::{Swtpm, TempDir, random_bytes};
 
 /// Rounds alternate the paths, so that load from other tenants of the
 /// machine hits both alike; each ratio is the median of per-round ratios.
@@ -172,7 +166,7 @@ fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmCo
 /// (b): Create, then Load+Unseal+Flush, called directly on an open TPM.
 fn in_process(tpm: &mut Tpm, ops: usize) -> Row {
     let deks: Vec<Dek> = (0..ops)
-        .map(|_| Dek::copy_from(&harness::random_bytes(32)))
+        .map(|_| Dek::copy_from(&random_bytes(32)))
         .collect();
     let mut sealed = Vec::new();
     let encrypt = measure(&deks, |dek| sealed.push(tpm.seal(dek).expect("seal")));
@@ -426,7 +420,7 @@ async fn one_encrypt(state: &mut ClientState) {
     let reply = state
         .client
         .encrypt(EncryptRequest {
-            plaintext: harness::random_bytes(32),
+            plaintext: random_bytes(32),
             uid: String::new(),
         })
         .await
@@ -470,7 +464,7 @@ fn startup_and_rss(tmp: &TempDir, swtpm: &Swtpm) -> (Duration, u64) {
         drop(runtime);
         std::thread::sleep(Duration::from_secs(1));
         rss = vm_rss_kib(child.id());
-        harness::process::send_signal(&child, libc::SIGTERM);
+        send_signal(&child, libc::SIGTERM);
         child.wait().unwrap();
     }
     startups.sort();

@@ -171,7 +171,9 @@ start_etcd() {
 }
 
 # ---------------------------------------------------------------- swtpm, sceau
-start_swtpms() { # one throwaway swtpm per node
+# start_swtpms: one throwaway swtpm per node, through lib.sh's start_swtpm (the
+# test kit's sceau-rig); swtpm_pids holds the rigs, which stop their swtpm on SIGTERM.
+start_swtpms() {
     local i
     for i in "${!node_names[@]}"; do
         start_swtpm "$(node_file "$i" tpm)"

@@ -51,24 +51,29 @@ free_port_pair() {
     echo "$port"
 }
 
-# Starts a throwaway swtpm (TCP, control channel on port+1) with its state in
-# DIR, on a free port pair below the kernel's ephemeral range (32768+), where
-# probing cannot see ports held by outgoing connections. Sets swtpm_port and
-# swtpm_pid; logs to DIR.log. The caller stops it: kill "$swtpm_pid".
+# Starts a throwaway swtpm with its state in DIR through the test kit's
+# sceau-rig (crates/testkit; `cargo build` at the top builds it into
+# target/debug, the quick start sets sceau_rig to its release build): the same
+# starter as the Rust tests, on a free loopback port pair below the kernel's
+# ephemeral range (32768+), where probing cannot see ports held by outgoing
+# connections; PORT, if given, is tried first. Returns once swtpm answers.
+# Sets swtpm_port, and swtpm_pid to the rig's pid, which stops and reaps swtpm
+# when it gets SIGTERM or SIGINT. The rig's messages go to DIR.log, swtpm's to
+# DIR/swtpm.log. The caller stops it: kill "$swtpm_pid".
 start_swtpm() {
-    local dir=$1
-    swtpm_port=$(free_port_pair $((20000 + RANDOM % 12000)))
+    local dir=$1 ready=$1.ready line=""
     mkdir -p "$dir"
-    swtpm socket --tpm2 --tpmstate dir="$dir" \
-        --server type=tcp,port="$swtpm_port",bindaddr=127.0.0.1 \
-        --ctrl type=tcp,port=$((swtpm_port + 1)),bindaddr=127.0.0.1 \
-        --flags not-need-init,startup-clear >"$dir.log" 2>&1 &
+    rm -f "$ready"
+    mkfifo "$ready"
+    "${sceau_rig:-target/debug/sceau-rig}" swtpm --state "$dir" ${2:+--port "$2"} >"$ready" 2>"$dir.log" &
     swtpm_pid=$!
-    for _ in $(seq 100); do
-        (echo >/dev/tcp/127.0.0.1/"$swtpm_port") 2>/dev/null && return 0
-        kill -0 "$swtpm_pid" 2>/dev/null || break
-        sleep 0.1
-    done
+    # The rig prints one line, port=P, once swtpm answers; it gives up (and
+    # closes the fifo) after a bounded number of tries.
+    read -r line <"$ready" || true
+    rm -f "$ready"
+    swtpm_port=${line#port=}
+    [[ $swtpm_port =~ ^[0-9]+$ ]] && return 0
+    wait "$swtpm_pid" 2>/dev/null || true
     cat "$dir.log" >&2
     echo "swtpm did not start" >&2
     return 1

@@ -8,25 +8,26 @@ source scripts/lib.sh
 
 install_packages
 require_cargo
-cargo build --release --locked --bin sceau
+# sceau-rig is the test kit's swtpm starter (crates/testkit), used by start_swtpm.
+cargo build --release --locked --bin sceau --bin sceau-rig
+# shellcheck disable=SC2034 # read by start_swtpm (lib.sh)
+sceau_rig=target/release/sceau-rig
 
 run_dir="$PWD/run"
 rm -rf "$run_dir"
-mkdir -p "$run_dir/tpm-state"
-port=$(free_port_pair 2321)
+mkdir -p "$run_dir"
 
 cleanup() {
     [ -n "${sceau_pid:-}" ] && kill "$sceau_pid" 2>/dev/null && wait "$sceau_pid" 2>/dev/null
-    [ -f "$run_dir/swtpm.pid" ] && kill "$(cat "$run_dir/swtpm.pid")" 2>/dev/null
+    [ -n "${swtpm_pid:-}" ] && kill "$swtpm_pid" 2>/dev/null && wait "$swtpm_pid" 2>/dev/null
     rm -rf "$run_dir"
 }
 trap cleanup EXIT
 trap 'exit 0' INT TERM
 
-swtpm socket --tpm2 --tpmstate dir="$run_dir/tpm-state" \
-    --server type=tcp,port="$port",bindaddr=127.0.0.1 \
-    --ctrl type=tcp,port=$((port + 1)),bindaddr=127.0.0.1 \
-    --flags not-need-init,startup-clear --daemon --pid file="$run_dir/swtpm.pid"
+# swtpm's usual port 2321 if it is free, else another pair.
+start_swtpm "$run_dir/tpm-state" 2321
+port=$swtpm_port
 echo "software TPM on 127.0.0.1:$port (throwaway state in $run_dir/tpm-state)"
 
 ./target/release/sceau serve --socket "$run_dir/kms.sock" \

@@ -3,15 +3,26 @@
 //! Every test starts its own swtpm (on its own loopback port pair, with its
 //! own state directory) and its own sceau process, so the tests run in
 //! parallel without sharing anything. tpm2-tools serve as an independent
-//! implementation to cross-check key ids and envelopes.
+//! implementation to cross-check key ids and envelopes. The runners and
+//! checks are the shared test kit, `sceau-testkit` (crates/testkit).
 
-// The harness signals and sandboxes its child processes with libc and
-// seccompiler calls, each with a SAFETY note.
-#![allow(unsafe_code)]
+/// The shared test kit (crates/testkit, package `sceau-testkit`) under the
+/// name the tests use, plus the one path only this package's tests can name.
+mod harness {
+    pub use sceau_testkit::*;
 
-mod harness;
+    pub mod sceau {
+        pub use sceau_testkit::sceau::*;
+
+        /// The daemon under test, as Cargo names it for this package's tests;
+        /// the kit finds the same file itself (`sceau_testkit::sceau::bin`).
+        pub const BIN: &str = env!("CARGO_BIN_EXE_sceau");
+    }
+}
 
 mod bus_capture;
+// Reads its own effective uid and gid with libc (audit/unsafe.md).
+#[allow(unsafe_code)]
 mod cli;
 mod cluster;
 mod concurrency;

@@ -76,8 +76,9 @@ fn sceau_recover_runs_where_no_tss2_library_can_be_found() {
     // A cluster envelope for one member and the recovery key, made here
     // with the same code the daemon uses.
     let identity = RecoveryIdentity::generate();
-    let member =
-        StorageKey::from_point(&p256::SecretKey::random(&mut rand_core::OsRng).public_key());
+    let member = StorageKey::from_point(
+        &p256::SecretKey::random(&mut sceau_format::random::SystemRandom).public_key(),
+    );
     let membership = Membership::from_keys(
         member.clone(),
         vec![member],

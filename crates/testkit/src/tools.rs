@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::process::{Finished, run_with_timeout};
-use super::swtpm::Swtpm;
+use crate::process::{Finished, run_with_timeout};
+use crate::swtpm::Swtpm;
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 

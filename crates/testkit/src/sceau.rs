@@ -1,29 +1,56 @@
-//! The sceau daemon under test, run as a real child process.
+//! The sceau daemon under test, run as a real child process, and where the
+//! binaries under test are.
 
 use std::ffi::OsString;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::process::{
+use crate::process::{
     create_file, kill_and_reap, poll_until, read_lossy, send_signal, wait_timeout,
 };
-use super::rpc::{self, Client};
-use super::swtpm::Swtpm;
-use super::tempdir::TempDir;
+use crate::rpc::{self, Client};
+use crate::swtpm::Swtpm;
+use crate::tempdir::TempDir;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_sceau");
+/// The `sceau` binary under test. Cargo names it (`CARGO_BIN_EXE_sceau`) for
+/// the root package's own tests only, so the kit finds it where Cargo puts
+/// it: in the profile directory (`target/debug`, `target/release`) above the
+/// `deps` directory that holds the running test or bench executable.
+pub fn bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| beside_test_executable("sceau", "cargo build --bin sceau"))
+}
 
-/// `sceau-recover`, the offline tools' binary. Cargo names only the tested
-/// package's own binaries, so it is found beside `sceau`; scripts/test.sh
-/// builds the whole workspace first.
-pub fn recover_bin() -> std::path::PathBuf {
-    let path = std::path::Path::new(BIN).with_file_name("sceau-recover");
+/// `sceau-recover`, the offline tools' binary, found beside `sceau`. Cargo
+/// builds a package's binaries for `cargo test` only when that package has
+/// integration tests; `cargo build` at the top always does.
+pub fn recover_bin() -> PathBuf {
+    beside_test_executable("sceau-recover", "cargo build -p sceau-recover")
+}
+
+/// The kit's own `sceau-rig` (src/bin/sceau-rig.rs), found beside `sceau`;
+/// the kit's integration test (tests/rig.rs) makes `cargo test --workspace`
+/// build it.
+pub fn rig_bin() -> PathBuf {
+    beside_test_executable("sceau-rig", "cargo build -p sceau-testkit")
+}
+
+/// `name` in Cargo's profile directory of the running executable; panics,
+/// saying how to build it, if it is not there.
+fn beside_test_executable(name: &str, build: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let mut dir = exe.parent().expect("the test executable's directory");
+    if dir.file_name().is_some_and(|d| d == "deps") {
+        dir = dir.parent().expect("the profile directory above deps");
+    }
+    let path = dir.join(name);
     assert!(
         path.exists(),
-        "{} is missing: run `cargo build -p sceau-recover` (scripts/test.sh does)",
+        "{} is missing: run `{build}` (or `cargo build` at the top)",
         path.display()
     );
     path
@@ -69,8 +96,8 @@ impl Sceau {
         Self::spawn_with(tmp, socket, args, env, |_| {})
     }
 
-    /// As `spawn`, with `prepare` applied to the command last (e.g.
-    /// `no_landlock::deny_landlock`).
+    /// As `spawn`, with `prepare` applied to the command before its output
+    /// is redirected (e.g. `no_landlock::deny_landlock`, which rebuilds it).
     pub fn spawn_with(
         tmp: &TempDir,
         socket: &Path,
@@ -84,20 +111,20 @@ impl Sceau {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         let log = create_file(&stderr_path);
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(bin());
         command
             .args(args)
             // A developer's own SCEAU_TCTI must not leak into the tests; a test
             // that wants one passes it in `env`, which is applied afterwards.
             .env_remove("SCEAU_TCTI")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone sceau log handle"))
-            .stderr(log);
+            .envs(env.iter().copied());
         prepare(&mut command);
         let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone sceau log handle"))
+            .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot spawn {BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin().display()));
         Sceau {
             child,
             socket: socket.to_path_buf(),

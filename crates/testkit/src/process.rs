@@ -1,5 +1,7 @@
-//! Child-process helpers shared by the swtpm, sceau and tpm2-tools wrappers.
-//! Everything here is bounded in time: a test may fail, but it must never hang.
+//! Child-process helpers shared by the swtpm, sceau and tpm2-tools wrappers,
+//! and the tests' one way to run a command to completion
+//! ([`run_with_timeout`]). Everything here is bounded in time: a test may
+//! fail, but it must never hang.
 
 use std::fs::File;
 use std::path::Path;
@@ -70,15 +72,21 @@ pub fn kill_and_reap(child: &mut Child) {
 
 /// Sends `signal` to a child we spawned (and have not reaped yet, so the pid
 /// cannot have been reused).
+///
+/// Through kill(1) rather than kill(2): std sends only SIGKILL
+/// ([`Child::kill`]), and calling libc would make the kit `unsafe`. A fork
+/// and exec per signal costs a millisecond, which no test here measures.
 pub fn send_signal(child: &Child, signal: libc::c_int) {
-    let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    let rc = unsafe { libc::kill(pid, signal) };
-    assert_eq!(
-        rc,
-        0,
-        "kill({pid}, {signal}): {}",
-        std::io::Error::last_os_error()
+    let pid = child.id().to_string();
+    let finished = Command::new("kill")
+        .args(["-s", &signal.to_string(), &pid])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kill(1) (procps)");
+    assert!(
+        finished.status.success(),
+        "kill -s {signal} {pid}: {}",
+        String::from_utf8_lossy(&finished.stderr).trim()
     );
 }
 

@@ -1,5 +1,26 @@
-//! Test harness: temporary directories, a private swtpm per test, the sceau
-//! process, tpm2-tools, and gRPC helpers.
+//! sceau's test kit: everything the integration tests (`tests/integration`)
+//! and the benchmark (`benches/throughput.rs`) need to run the real daemon
+//! against a software TPM, and `sceau-rig`, the binary through which the
+//! scripts start their swtpm the same way.
+//!
+//! - [`tempdir`]: private, self-removing directories (`SCEAU_IT_KEEP` keeps them);
+//! - [`swtpm`]: one swtpm per test on its own loopback port pair, which a test
+//!   can kill, freeze or restart; a TPM that never answers;
+//! - [`sceau`]: the daemon as a child process, its log and readiness line, and
+//!   where the binaries under test are;
+//! - [`process`]: bounded waits, signals, and [`process::run_with_timeout`],
+//!   the one helper that runs a command to completion;
+//! - [`tools`]: tpm2-tools as an independent second implementation;
+//! - [`rpc`]: the gRPC client (`sceau::client`) and the checks every test
+//!   applies to sceau's answers;
+//! - [`envelope`]: the tests' own reading of the version-1 envelope;
+//! - [`bus_proxy`]: a TCP proxy that records the TPM bus;
+//! - [`memscan`]: a scan of a live process's memory for secrets;
+//! - [`notify`]: a stand-in for systemd's notification socket;
+//! - [`no_landlock`]: a command run as on a kernel without Landlock.
+//!
+//! The kit is a dev-dependency of `sceau` only; it has no unsafe code
+//! (`[workspace.lints]` forbids it).
 
 pub mod bus_proxy;
 pub mod envelope;

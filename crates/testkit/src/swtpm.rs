@@ -1,4 +1,5 @@
-//! One software TPM (swtpm) per test, on its own loopback TCP port pair.
+//! One software TPM (swtpm) per test, on its own loopback TCP port pair. The
+//! scripts start theirs through `sceau-rig swtpm`, which uses this too.
 
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -6,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::process::{kill_and_reap, read_lossy, send_signal};
+use crate::process::{kill_and_reap, read_lossy, send_signal};
 
 /// Test ports live below Linux's default ephemeral range (32768+), so the
 /// outgoing connections of sceau and tpm2-tools can never be handed one of them.
@@ -26,13 +27,19 @@ impl Swtpm {
     /// Starts a freshly manufactured TPM whose state lives in `dir` (which must
     /// not be shared with another swtpm).
     pub fn start(dir: &Path) -> Swtpm {
+        Self::start_preferring(dir, None)
+    }
+
+    /// As [`Swtpm::start`], trying the pair `port`, `port` + 1 first when it
+    /// is given and free (the quick start asks for swtpm's usual 2321).
+    pub fn start_preferring(dir: &Path, port: Option<u16>) -> Swtpm {
         let mut tpm = Swtpm {
             child: None,
             port: 0,
             state_dir: dir.to_path_buf(),
             log: dir.join("swtpm.log"),
         };
-        tpm.launch(None);
+        tpm.launch(port);
         tpm
     }
 

@@ -1,15 +1,17 @@
-//! gRPC client helpers and the checks every test applies to sceau's answers.
+//! gRPC client helpers, built on `sceau::client`, and the checks every test
+//! applies to sceau's answers.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sceau::pb::key_management_service_client::KeyManagementServiceClient;
+use sceau::client::KmsClient;
 use sceau::pb::{DecryptRequest, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse};
 use sha2::{Digest, Sha256};
 use tonic::{Code, Status};
 
-pub type Client = KeyManagementServiceClient<sceau::client::Connection>;
+/// sceau's own unix-socket client (`sceau::client`), which `sceau check` uses.
+pub type Client = KmsClient;
 
 /// Far above sceau's own request deadline (2.5 s by default): a call that
 /// reaches it is a hang, not a slow TPM.
