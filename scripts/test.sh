@@ -7,6 +7,9 @@ source scripts/lib.sh
 
 install_packages
 require_cargo
+# The integration tests run sceau-recover too; cargo test builds only the
+# binaries of packages that have integration tests, so build it first.
+cargo build --locked -p sceau-recover
 # insecure-test-hooks lets the bus-capture control case turn parameter
 # encryption off in-process; the sceau binary has no way to reach it.
 cargo test --locked --workspace --features sceau/insecure-test-hooks "$@"

@@ -37,9 +37,9 @@ SCEAU_PACKAGES+=(mmdebstrap debian-archive-keyring qemu-system-x86 swtpm e2fspro
 install_packages
 require_cargo
 
-echo "== building sceau (cargo build --release --locked)"
+echo "== building sceau (cargo build --release --locked -p sceau -p sceau-recover, as scripts/size.sh)"
 t0=$SECONDS
-cargo build --release --locked --quiet
+cargo build --release --locked --quiet -p sceau -p sceau-recover
 t_cargo=$((SECONDS - t0))
 
 # --- the cached guest image --------------------------------------------------

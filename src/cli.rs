@@ -4,10 +4,12 @@
 //! This file adds only the typed value of each flag.
 #![forbid(unsafe_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use sceau_cli::{Args, CommandSpec, Flag, Invocation, Matches, Problem, Program, invalid};
+use sceau_cli::{
+    Args, CommandSpec, Flag, Matches, Parsed, Problem, Program, invalid, path, path_arg,
+};
 pub use sceau_cli::{UsageError, utf8_args};
 
 use crate::sandbox::Enforcement;
@@ -183,20 +185,7 @@ pub const ENROLL: CommandSpec = CommandSpec {
     about: "Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)",
     usage: "enroll request|respond [OPTIONS]",
     flags: &[&TCTI, &SRK_HANDLE, &CHALLENGE],
-    notes: "\
-The four steps:
-  sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
-  sceau-recover enroll challenge --request node.request \\
-      --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
-  sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
-  sceau-recover enroll verify --request node.request --expected node.expected \\
-      --response node.response --member-out members/node.pub                  (verifier)
-
-The request carries the SRK public, the EK public (TCG default ECC template) and the EK
-certificate when the TPM has one; `challenge` checks that the certificate names the EK and
-prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
-holding both keys can answer the challenge; `verify` then writes the member file.
-",
+    notes: sceau_cli::ENROLL_STEPS,
 };
 
 pub const PROGRAM: Program = Program {
@@ -289,19 +278,10 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
             },
         ));
     }
-    let (spec, rest) = match PROGRAM.dispatch(args)? {
-        Invocation::Help(text) => return Ok(Command::Help(text)),
-        Invocation::Version => return Ok(Command::Version),
-        Invocation::Run(spec, rest) => (spec, rest),
-    };
-    // `enroll` takes its step before the flags.
-    let (step, rest) = match (spec.name, rest.split_first()) {
-        ("enroll", None) => return Ok(Command::Help(PROGRAM.command_help(&ENROLL))),
-        ("enroll", Some((step, rest))) if !step.starts_with('-') => (Some(step.as_str()), rest),
-        _ => (None, rest),
-    };
-    let Some(matches) = sceau_cli::parse_flags(&PROGRAM, spec, rest)? else {
-        return Ok(Command::Help(PROGRAM.command_help(spec)));
+    let (spec, step, matches) = match PROGRAM.parse(args, &["enroll"])? {
+        Parsed::Help(text) => return Ok(Command::Help(text)),
+        Parsed::Version => return Ok(Command::Version),
+        Parsed::Run(command, step, matches) => (command, step, matches),
     };
     let command = match spec.name {
         "serve" => serve(&matches, env_tcti).map(Command::Serve),
@@ -429,10 +409,6 @@ fn parse_tcti(value: &str) -> Result<Tcti, UsageError> {
         .map_err(|e: crate::tpm::tcti::InvalidTcti| invalid(&TCTI, value, e.to_string()))
 }
 
-fn path(value: &str) -> Result<PathBuf, UsageError> {
-    Ok(PathBuf::from(value))
-}
-
 fn parse_mode(value: &str) -> Result<u32, UsageError> {
     let digits = value.strip_prefix("0o").unwrap_or(value);
     match u32::from_str_radix(digits, 8) {
@@ -521,10 +497,6 @@ fn deadline_arg(deadline: Duration) -> String {
     }
 }
 
-fn path_arg(path: &Path) -> String {
-    path.display().to_string()
-}
-
 impl Command {
     /// Arguments that parse back to this command, every flag explicit (the
     /// inverse of [`parse`], which the unit tests and the `cli` fuzz target
@@ -575,9 +547,7 @@ mod tests {
     use super::*;
     use crate::tpm::worker::DEFAULT_DEADLINE;
 
-    fn args(line: &str) -> Vec<String> {
-        line.split_whitespace().map(String::from).collect()
-    }
+    use sceau_cli::words as args;
 
     fn serve(line: &str, env: Option<&str>) -> ServeOptions {
         match parse(&args(line), env).unwrap() {
@@ -735,34 +705,15 @@ mod tests {
             parse(&args("srk-public --srk-handle 0x81000001"), None).unwrap(),
             respond.unwrap(),
         ];
-        for spec in PROGRAM.commands {
-            let help = PROGRAM.command_help(spec);
-            assert_eq!(
-                parse(&args(&format!("{} --help", spec.name)), None),
-                Ok(Command::Help(help.clone()))
-            );
-            assert_eq!(
-                parse(&args(&format!("help {}", spec.name)), None),
-                Ok(Command::Help(help.clone()))
-            );
-            let example = examples
-                .iter()
-                .find_map(|c| c.to_args().filter(|a| a[0] == spec.name))
-                .unwrap_or_else(|| panic!("no example of {}", spec.name));
-            for flag in spec.flags {
-                assert!(
-                    help.contains(flag.name),
-                    "{} help lacks {}",
-                    spec.name,
-                    flag.name
-                );
-                assert!(
-                    example.iter().any(|a| a == flag.name),
-                    "{example:?} lacks {}",
-                    flag.name
-                );
-            }
-        }
+        let inverses: Vec<Vec<String>> = examples.iter().filter_map(Command::to_args).collect();
+        sceau_cli::check_table(
+            &PROGRAM,
+            |a| match parse(a, None) {
+                Ok(Command::Help(text)) => Some(text),
+                _ => None,
+            },
+            &inverses,
+        );
         let main = PROGRAM.main_help();
         for flag in SERVE.flags.iter().chain(CHECK.flags) {
             assert!(main.contains(flag.name), "{}", flag.name);

@@ -525,7 +525,7 @@ fn vectors() -> Vec<Vector> {
         .collect()
 }
 
-/// bbolt's on-disk format (src/recovery/bbolt.rs describes it), written for
+/// bbolt's on-disk format (crates/recover/src/bbolt.rs describes it), written for
 /// a 1 KiB page size, which etcd never uses but bbolt and sceau accept: it
 /// keeps the seed small.
 mod bolt {

@@ -1,9 +1,9 @@
-//! Cluster mode's key files: the armor (`src/cluster/armor.rs`), storage
-//! key publics (`StorageKey::from_tpm2b_public`, `src/cluster/storage_key.rs`),
+//! Cluster mode's key files: the armor (`crates/format/src/armor.rs`), storage
+//! key publics (`StorageKey::from_tpm2b_public`, `crates/format/src/storage_key.rs`),
 //! what `members::parse_pinned` does with a member file, the enrollment
 //! files (`Request::parse`, `parse_challenge`, `verify`,
-//! `src/cluster/enrollment.rs`) and the recovery identity file
-//! (`RecoveryIdentity::parse`, `src/cluster/recovery_key.rs`).
+//! `crates/format/src/enrollment.rs`) and the recovery identity file
+//! (`RecoveryIdentity::parse`, `crates/format/src/recovery_key.rs`).
 //!
 //! Input: a mode byte (`sceau_fuzz::codec::key_file_mode`), then the file,
 //! read as UTF-8 with invalid sequences replaced (the files are text; `sceau`
@@ -40,12 +40,12 @@ use sceau_format::enrollment::{
     CHALLENGE_LABEL, EK_CERTIFICATE_LABEL, EK_LABEL, EXPECTED_LABEL, EnrollmentError,
     RESPONSE_LABEL, Request, parse_challenge, request_file, verify,
 };
+use sceau_format::key_id::KeyId;
+use sceau_format::key_id::hex;
 use sceau_format::members::{MEMBER_LABEL, RECOVERY_PUBLIC_LABEL};
 use sceau_format::recovery_key::{IDENTITY_LABEL, RecoveryIdentity};
 use sceau_format::storage_key::{SRK_ATTRIBUTES, StorageKey, coordinates};
 use sceau_format::wire::{Reader, Writer, sha256_name};
-use sceau_format::key_id::KeyId;
-use sceau_format::key_id::hex;
 use sceau_fuzz::codec::{KEY_FILE_LABELS, KeyFileMode, key_file_mode};
 use sceau_fuzz::pinned;
 

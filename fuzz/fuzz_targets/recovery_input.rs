@@ -1,6 +1,6 @@
 //! `sceau-recover recover`'s readers of untrusted etcd data: the etcd snapshot
-//! walker (`values_from_snapshot`, over `src/recovery/bbolt.rs`), etcdctl
-//! JSON (`values_from_etcdctl_json`, over `src/recovery/json.rs`), the KMS v2
+//! walker (`values_from_snapshot`, over `crates/recover/src/bbolt.rs`), etcdctl
+//! JSON (`values_from_etcdctl_json`, over `crates/recover/src/json.rs`), the KMS v2
 //! stored value (`parse_stored_value`, `decrypt_data`), the decrypted object
 //! (`decode_object`, `describe_secret`, `Secret::to_json`) and the report
 //! loop that ties them together (`report::recover_secrets`).
@@ -37,6 +37,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::wire::sha256_name;
+use sceau_fuzz::codec::{self, Cursor, RecoveryMode, recovery_mode};
+use sceau_fuzz::pinned;
 use sceau_recover::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
 use sceau_recover::json::{self, Json};
 use sceau_recover::kubernetes::{
@@ -44,8 +46,6 @@ use sceau_recover::kubernetes::{
     decode_object, decrypt_data, describe_secret, parse_stored_value,
 };
 use sceau_recover::report::recover_secrets;
-use sceau_fuzz::codec::{self, Cursor, RecoveryMode, recovery_mode};
-use sceau_fuzz::pinned;
 
 struct Fixture {
     identity: RecoveryIdentity,

@@ -25,10 +25,10 @@ use std::collections::HashMap;
 use sceau_format::armor;
 use sceau_format::duplicate::ImportBlob;
 use sceau_format::enrollment::{EXPECTED_LABEL, Request, response_file};
-use sceau_format::wrapped::{ClusterEnvelope, RECIPIENTS_ANNOTATION, Role};
 use sceau_format::members::MEMBER_LABEL;
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::storage_key::{StorageKey, coordinates};
+use sceau_format::wrapped::{ClusterEnvelope, RECIPIENTS_ANNOTATION, Role};
 
 /// The DEK sources (base64) the kube-apiserver used for the values in
 /// `tests/fixtures/recovery/vectors.json` (its `seed` and `aes_gcm_key`).

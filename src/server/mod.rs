@@ -44,7 +44,7 @@ use sceau_format::wrapped::MAX_RECIPIENTS;
 /// The largest request sceau could ever accept is a Decrypt in cluster mode:
 /// a ciphertext of at most [`MAX_CIPHERTEXT_LEN`] (1 KiB) plus sceau's own
 /// `recipients.sceau.io` annotation, at most [`MAX_RECIPIENTS`] (16) entries
-/// of about 215 bytes each (src/cluster/envelope.rs), counted here as 256.
+/// of about 215 bytes each (crates/format/src/wrapped.rs), counted here as 256.
 /// An Encrypt carries at most a 1 KiB DEK. The last 1 KiB covers key_id,
 /// uid, the annotation key and protobuf framing (a few dozen bytes in
 /// practice). 6 KiB in all, against tonic's default of 4 MiB.

@@ -169,12 +169,7 @@ impl Program {
             let _ = writeln!(out, "\nOptions of `{} {}`:", self.name, command.name);
             let width = column_width(command.flags);
             for flag in command.flags {
-                let _ = writeln!(
-                    out,
-                    "{FLAG_INDENT}{:width$}{}",
-                    flag.synopsis(),
-                    flag.short_line()
-                );
+                write_flag_line(&mut out, flag, width);
             }
         }
         let _ = write!(
@@ -199,12 +194,7 @@ impl Program {
         // At least wide enough for `  -h, --help  `.
         let width = column_width(command.flags).max(8);
         for flag in command.flags {
-            let _ = writeln!(
-                out,
-                "{FLAG_INDENT}{:width$}{}",
-                flag.synopsis(),
-                flag.short_line()
-            );
+            write_flag_line(&mut out, flag, width);
             for line in flag.long_help.lines() {
                 let _ = writeln!(out, "{FLAG_INDENT}{:width$}{line}", "");
             }
@@ -265,6 +255,71 @@ pub enum Invocation<'a> {
     /// A command and the arguments after its name.
     Run(&'static CommandSpec, &'a [String]),
 }
+
+/// A command line, dispatched and its flags walked.
+#[derive(Debug)]
+pub enum Parsed<'a> {
+    Help(String),
+    Version,
+    /// The command, its step if it takes one (`enroll request`), its flags.
+    Run(&'static CommandSpec, Option<&'a str>, Matches),
+}
+
+impl Program {
+    /// [`Program::dispatch`], then [`parse_flags`]. The commands named in
+    /// `stepped` take a step before their flags (`enroll request …`); such
+    /// a command alone prints its help.
+    pub fn parse<'a>(
+        &self,
+        args: &'a [String],
+        stepped: &[&str],
+    ) -> Result<Parsed<'a>, UsageError> {
+        let (command, rest) = match self.dispatch(args)? {
+            Invocation::Help(text) => return Ok(Parsed::Help(text)),
+            Invocation::Version => return Ok(Parsed::Version),
+            Invocation::Run(command, rest) => (command, rest),
+        };
+        let takes_step = stepped.contains(&command.name);
+        let (step, rest) = match rest.split_first() {
+            None if takes_step => return Ok(Parsed::Help(self.command_help(command))),
+            Some((step, rest)) if takes_step && !step.starts_with('-') => {
+                (Some(step.as_str()), rest)
+            }
+            _ => (None, rest),
+        };
+        Ok(match parse_flags(self, command, rest)? {
+            None => Parsed::Help(self.command_help(command)),
+            Some(matches) => Parsed::Run(command, step, matches),
+        })
+    }
+}
+
+/// A flag's synopsis and one-line help, in a column `width` wide.
+fn write_flag_line(out: &mut String, flag: &Flag, width: usize) {
+    let _ = writeln!(
+        out,
+        "{FLAG_INDENT}{:width$}{}",
+        flag.synopsis(),
+        flag.short_line()
+    );
+}
+
+/// The four steps of enrollment, shown by both `sceau enroll --help` (the
+/// member's steps) and `sceau-recover enroll --help` (the verifier's).
+pub const ENROLL_STEPS: &str = "\
+The four steps:
+  sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
+  sceau-recover enroll challenge --request node.request \\
+      --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
+  sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
+  sceau-recover enroll verify --request node.request --expected node.expected \\
+      --response node.response --member-out members/node.pub                  (verifier)
+
+The request carries the SRK public, the EK public (TCG default ECC template) and the EK
+certificate when the TPM has one; `challenge` checks that the certificate names the EK and
+prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
+holding both keys can answer the challenge; `verify` then writes the member file.
+";
 
 fn column_width(flags: &[&Flag]) -> usize {
     flags.iter().map(|f| f.synopsis().len()).max().unwrap_or(0) + 2
@@ -488,6 +543,62 @@ pub fn utf8_args(
             .map_err(|_| UsageError::new(None, Problem::NotUtf8))
     })
     .collect()
+}
+
+/// The value parser of a path flag: any text names a path.
+pub fn path(value: &str) -> Result<std::path::PathBuf, UsageError> {
+    Ok(value.into())
+}
+
+/// A path as an argument, for the inverse (arguments are UTF-8 here).
+pub fn path_arg(path: &std::path::Path) -> String {
+    path.display().to_string()
+}
+
+/// A command line written as one string, split at white space (tests and
+/// examples; real arguments come from the operating system).
+pub fn words(line: &str) -> Vec<String> {
+    line.split_whitespace().map(String::from).collect()
+}
+
+/// For the binaries' unit tests: each command's help is what both
+/// `help CMD` and `CMD --help` give (`help_of` runs the binary's parser and
+/// returns the help it chose, if any), it names every flag of the command,
+/// and some example's arguments (`inverses`, the way back from parsed
+/// options) write each flag. So a flag cannot be declared without reaching
+/// the help and the inverse.
+pub fn check_table(
+    program: &Program,
+    help_of: impl Fn(&[String]) -> Option<String>,
+    inverses: &[Vec<String>],
+) {
+    for spec in program.commands {
+        let help = program.command_help(spec);
+        for asked in [
+            format!("{} --help", spec.name),
+            format!("help {}", spec.name),
+        ] {
+            let args: Vec<String> = asked.split(' ').map(String::from).collect();
+            assert_eq!(help_of(&args).as_deref(), Some(help.as_str()), "{asked}");
+        }
+        for flag in spec.flags {
+            assert!(
+                help.contains(flag.name),
+                "{} help lacks {}",
+                spec.name,
+                flag.name
+            );
+            assert!(
+                inverses
+                    .iter()
+                    .any(|a| a.first().map(String::as_str) == Some(spec.name)
+                        && a.iter().any(|x| x == flag.name)),
+                "no example of {} writes {}",
+                spec.name,
+                flag.name
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 //! arguments and the inverse ([`Command::to_args`]). In the library, not the
 //! binary, so that the `cli` fuzz target reaches it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use sceau_cli::{Args, CommandSpec, Flag, Invocation, Matches, Problem, Program};
+use sceau_cli::{Args, CommandSpec, Flag, Matches, Parsed, Problem, Program, path, path_arg};
 pub use sceau_cli::{UsageError, utf8_args};
 
 // Every flag of `sceau-recover`, once.
@@ -106,20 +106,7 @@ pub const ENROLL: CommandSpec = CommandSpec {
         &RESPONSE,
         &MEMBER_OUT,
     ],
-    notes: "\
-The four steps:
-  sceau enroll request [--tcti TCTI] [--srk-handle HANDLE] > node.request      (on the member)
-  sceau-recover enroll challenge --request node.request \\
-      --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
-  sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
-  sceau-recover enroll verify --request node.request --expected node.expected \\
-      --response node.response --member-out members/node.pub                  (verifier)
-
-The request carries the SRK public, the EK public (TCG default ECC template) and the EK
-certificate when the TPM has one; `challenge` checks that the certificate names the EK and
-prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
-holding both keys can answer the challenge; `verify` then writes the member file.
-",
+    notes: sceau_cli::ENROLL_STEPS,
 };
 
 pub const PROGRAM: Program = Program {
@@ -188,19 +175,10 @@ pub struct RecoverOptions {
 
 /// Parses the arguments after the program name.
 pub fn parse(args: &[String]) -> Result<Command, UsageError> {
-    let (spec, rest) = match PROGRAM.dispatch(args)? {
-        Invocation::Help(text) => return Ok(Command::Help(text)),
-        Invocation::Version => return Ok(Command::Version),
-        Invocation::Run(spec, rest) => (spec, rest),
-    };
-    // `enroll` takes its step before the flags.
-    let (step, rest) = match (spec.name, rest.split_first()) {
-        ("enroll", None) => return Ok(Command::Help(PROGRAM.command_help(&ENROLL))),
-        ("enroll", Some((step, rest))) if !step.starts_with('-') => (Some(step.as_str()), rest),
-        _ => (None, rest),
-    };
-    let Some(matches) = sceau_cli::parse_flags(&PROGRAM, spec, rest)? else {
-        return Ok(Command::Help(PROGRAM.command_help(spec)));
+    let (spec, step, matches) = match PROGRAM.parse(args, &["enroll"])? {
+        Parsed::Help(text) => return Ok(Command::Help(text)),
+        Parsed::Version => return Ok(Command::Version),
+        Parsed::Run(command, step, matches) => (command, step, matches),
     };
     let command = match spec.name {
         "recovery-keygen" => recovery_keygen(&matches).map(Command::RecoveryKeygen),
@@ -209,10 +187,6 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         other => unreachable!("{other} is in PROGRAM but has no parser"),
     };
     command.map_err(|error| error.in_command(spec.name))
-}
-
-fn path(value: &str) -> Result<PathBuf, UsageError> {
-    Ok(PathBuf::from(value))
 }
 
 /// A flag the command cannot do without.
@@ -300,10 +274,6 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
     }
 }
 
-fn path_arg(path: &Path) -> String {
-    path.display().to_string()
-}
-
 impl Command {
     /// Arguments that parse back to this command, every flag explicit (the
     /// inverse of [`parse`], which the unit tests and the `cli` fuzz target
@@ -352,9 +322,7 @@ impl Command {
 mod tests {
     use super::*;
 
-    fn args(line: &str) -> Vec<String> {
-        line.split_whitespace().map(String::from).collect()
-    }
+    use sceau_cli::words as args;
 
     #[test]
     fn recover_defaults_to_standard_input() {
@@ -411,32 +379,14 @@ mod tests {
         .map(|line| parse(&args(line)).unwrap())
         .collect();
         let inverses: Vec<Vec<String>> = examples.iter().filter_map(Command::to_args).collect();
-        for spec in PROGRAM.commands {
-            let help = PROGRAM.command_help(spec);
-            assert_eq!(
-                parse(&args(&format!("help {}", spec.name))),
-                Ok(Command::Help(help.clone()))
-            );
-            assert_eq!(
-                parse(&args(&format!("{} --help", spec.name))),
-                Ok(Command::Help(help.clone()))
-            );
-            for flag in spec.flags {
-                assert!(
-                    help.contains(flag.name),
-                    "{} help lacks {}",
-                    spec.name,
-                    flag.name
-                );
-                assert!(
-                    inverses
-                        .iter()
-                        .any(|a| a[0] == spec.name && a.contains(&flag.name.into())),
-                    "no inverse writes {}",
-                    flag.name
-                );
-            }
-        }
+        sceau_cli::check_table(
+            &PROGRAM,
+            |a| match parse(a) {
+                Ok(Command::Help(text)) => Some(text),
+                _ => None,
+            },
+            &inverses,
+        );
         for (example, again) in examples.iter().zip(&inverses) {
             assert_eq!(parse(again).as_ref(), Ok(example), "{again:?}");
         }
