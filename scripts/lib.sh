@@ -4,7 +4,7 @@
 # systemd brings systemd-analyze and systemd-socket-activate; util-linux brings
 # setpriv and prlimit (the non-root caller and fd-exhaustion tests); python3 runs
 # the refused-uid client of server_limits.rs.
-SCEAU_PACKAGES=(libtss2-dev pkg-config gcc swtpm swtpm-tools tpm2-tools systemd util-linux python3)
+SCEAU_PACKAGES=(libtss2-dev pkg-config gcc binutils swtpm swtpm-tools tpm2-tools systemd util-linux python3)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).
 install_packages() {
