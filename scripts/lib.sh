@@ -3,7 +3,7 @@
 # Debian 12 packages sceau builds and tests against.
 # systemd brings systemd-analyze and systemd-socket-activate; util-linux brings
 # setpriv and prlimit (the non-root caller and fd-exhaustion tests); python3 runs
-# the refused-uid client of server_limits.rs.
+# the refused-uid client of server_limits.rs; binutils brings strip (scripts/size.sh).
 SCEAU_PACKAGES=(libtss2-dev pkg-config gcc binutils swtpm swtpm-tools tpm2-tools systemd util-linux python3)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).
