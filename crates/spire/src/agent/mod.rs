@@ -1,0 +1,1 @@
+//! The agent plugin: proves the node's TPM to the server plugin.

@@ -1,0 +1,1 @@
+//! The subset of HCL that the plugins' `plugin_data` uses.

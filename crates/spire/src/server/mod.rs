@@ -1,0 +1,1 @@
+//! The server plugin: verifies a node's TPM without one of its own.
