@@ -71,8 +71,9 @@ impl ServerConfig {
                     None => String::new(),
                 };
                 Some(
-                    TrustStore::from_pem(&roots_text, &intermediates_text)
-                        .map_err(|e| ConfigError(format!("ek_roots_path or ek_intermediates_path: {e}")))?,
+                    TrustStore::from_pem(&roots_text, &intermediates_text).map_err(|e| {
+                        ConfigError(format!("ek_roots_path or ek_intermediates_path: {e}"))
+                    })?,
                 )
             }
             (None, Some(_)) => {
@@ -106,11 +107,17 @@ impl ServerConfig {
             }
         };
         let mut quote_pcrs = Vec::new();
-        for index in body.integers("quote_pcrs").map_err(error)?.unwrap_or_default() {
+        for index in body
+            .integers("quote_pcrs")
+            .map_err(error)?
+            .unwrap_or_default()
+        {
             let index = u8::try_from(index)
                 .ok()
                 .filter(|i| *i < PCR_COUNT)
-                .ok_or_else(|| ConfigError(format!("quote_pcrs: PCR {index} does not exist (0 to 23)")))?;
+                .ok_or_else(|| {
+                    ConfigError(format!("quote_pcrs: PCR {index} does not exist (0 to 23)"))
+                })?;
             quote_pcrs.push(index);
         }
         quote_pcrs.sort_unstable();
@@ -141,11 +148,15 @@ impl ServerConfig {
 }
 
 fn read_text(path: &Path, key: &str) -> Result<String, ConfigError> {
-    let unreadable = |e: std::io::Error| ConfigError(format!("{key}: cannot read {}: {e}", path.display()));
+    let unreadable =
+        |e: std::io::Error| ConfigError(format!("{key}: cannot read {}: {e}", path.display()));
     let file = std::fs::File::open(path).map_err(unreadable)?;
     let metadata = file.metadata().map_err(unreadable)?;
     if !metadata.is_file() {
-        return Err(ConfigError(format!("{key}: {} is not a regular file", path.display())));
+        return Err(ConfigError(format!(
+            "{key}: {} is not a regular file",
+            path.display()
+        )));
     }
     if metadata.len() > MAX_FILE_LEN {
         return Err(ConfigError(format!(

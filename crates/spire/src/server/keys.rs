@@ -78,11 +78,9 @@ impl Key {
                 exponent, modulus, ..
             } => {
                 let exponent = if *exponent == 0 { 65537 } else { *exponent };
-                let key = RsaPublicKey::new(
-                    BigUint::from_bytes_be(modulus),
-                    BigUint::from(exponent),
-                )
-                .map_err(|_| KeyError::Malformed("RSA modulus or exponent"))?;
+                let key =
+                    RsaPublicKey::new(BigUint::from_bytes_be(modulus), BigUint::from(exponent))
+                        .map_err(|_| KeyError::Malformed("RSA modulus or exponent"))?;
                 Self::checked_rsa(key)
             }
             structures::PublicKey::Ecc { curve, x, y, .. } => {
@@ -177,7 +175,12 @@ impl Key {
 
     /// Checks an X.509 signature: PKCS #1 v1.5 for RSA keys, DER ECDSA for
     /// EC keys, over `hash(message)`.
-    pub fn verify_x509(&self, hash: Hash, message: &[u8], signature: &[u8]) -> Result<(), KeyError> {
+    pub fn verify_x509(
+        &self,
+        hash: Hash,
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), KeyError> {
         let digest = hash.digest(message);
         let verified = match self {
             Key::Rsa(key) => key.verify(hash.pkcs1v15(), &digest, signature).is_ok(),

@@ -87,7 +87,9 @@ impl NodeAttestor for ServerPlugin {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-            .ok_or_else(|| Status::failed_precondition("sceau_tpm: the plugin is not configured"))?;
+            .ok_or_else(|| {
+                Status::failed_precondition("sceau_tpm: the plugin is not configured")
+            })?;
         let mut inbound = request.into_inner();
         let (outbound, stream) = mpsc::channel(2);
         tokio::spawn(async move {
@@ -132,11 +134,12 @@ async fn attest(
             )));
         }
     };
-    let verified =
-        verify::check_payload(config, &payload, SystemTime::now()).map_err(|r| unknown(refused(&r)))?;
+    let verified = verify::check_payload(config, &payload, SystemTime::now())
+        .map_err(|r| unknown(refused(&r)))?;
     let ek = verified.pub_hash.clone();
     let with_ek = |status: Status| (ek.clone(), status);
-    let (pending, challenge) = verify::issue_challenge(config, verified).map_err(|r| with_ek(refused(&r)))?;
+    let (pending, challenge) =
+        verify::issue_challenge(config, verified).map_err(|r| with_ek(refused(&r)))?;
     outbound
         .send(Ok(AttestResponse {
             response: Some(Outbound::Challenge(challenge.encode())),
@@ -144,8 +147,11 @@ async fn attest(
         .await
         .map_err(|_| with_ek(Status::cancelled("sceau_tpm: the agent went away")))?;
     let response = match receive(inbound, ANSWER_TIMEOUT).await.map_err(with_ek)? {
-        Inbound::ChallengeResponse(bytes) => ChallengeResponse::decode(&bytes)
-            .map_err(|e| with_ek(refused(&Refusal::Malformed(format!("challenge response: {e}")))))?,
+        Inbound::ChallengeResponse(bytes) => ChallengeResponse::decode(&bytes).map_err(|e| {
+            with_ek(refused(&Refusal::Malformed(format!(
+                "challenge response: {e}"
+            ))))
+        })?,
         Inbound::Payload(_) => {
             return Err(with_ek(Status::invalid_argument(
                 "sceau_tpm: a second payload came instead of the challenge response",
@@ -163,7 +169,10 @@ async fn attest(
     })
 }
 
-async fn receive(inbound: &mut Streaming<AttestRequest>, limit: Duration) -> Result<Inbound, Status> {
+async fn receive(
+    inbound: &mut Streaming<AttestRequest>,
+    limit: Duration,
+) -> Result<Inbound, Status> {
     match tokio::time::timeout(limit, inbound.message()).await {
         Err(_) => Err(Status::deadline_exceeded(format!(
             "sceau_tpm: the agent did not answer within {} s",

@@ -180,7 +180,11 @@ impl Attestation {
                     pcr_digest: r.tpm2b("pcrDigest")?.to_vec(),
                 }
             }
-            _ => return Err(StructureError::Unsupported("attestation type (creation or quote)")),
+            _ => {
+                return Err(StructureError::Unsupported(
+                    "attestation type (creation or quote)",
+                ));
+            }
         };
         r.finish("attestation")?;
         Ok(Self {
@@ -221,7 +225,11 @@ impl Signature {
                 r: r.tpm2b("ECDSA r")?.to_vec(),
                 s: r.tpm2b("ECDSA s")?.to_vec(),
             },
-            _ => return Err(StructureError::Unsupported("signature scheme (RSASSA, RSAPSS, ECDSA)")),
+            _ => {
+                return Err(StructureError::Unsupported(
+                    "signature scheme (RSASSA, RSAPSS, ECDSA)",
+                ));
+            }
         };
         r.finish("signature")?;
         Ok(signature)

@@ -18,7 +18,9 @@ use der::asn1::ObjectIdentifier;
 use der::{Decode as _, Encode as _};
 use x509_cert::Certificate;
 use x509_cert::ext::pkix::name::GeneralName;
-use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages, SubjectAltName};
+use x509_cert::ext::pkix::{
+    BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages, SubjectAltName,
+};
 use x509_cert::name::Name;
 
 use super::keys::{Hash, Key};
@@ -118,7 +120,8 @@ impl Parsed {
         let now = now
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
-        if now < validity.not_before.to_unix_duration() || now > validity.not_after.to_unix_duration()
+        if now < validity.not_before.to_unix_duration()
+            || now > validity.not_after.to_unix_duration()
         {
             return Err(CertificateError::Expired(self.label()));
         }
@@ -187,7 +190,11 @@ impl Parsed {
         };
         let usage = ExtendedKeyUsage::from_der(value).map_err(|_| CertificateError::Usage)?;
         let allowed = [OID_EK_CERTIFICATE_USAGE, OID_ANY_EXTENDED_KEY_USAGE];
-        if usage.0.iter().any(|oid| allowed.contains(&oid.to_string().as_str())) {
+        if usage
+            .0
+            .iter()
+            .any(|oid| allowed.contains(&oid.to_string().as_str()))
+        {
             Ok(())
         } else {
             Err(CertificateError::Usage)
@@ -411,10 +418,6 @@ fn string_value(value: &der::Any) -> Option<String> {
         _ => return None,
     }
     let text = std::str::from_utf8(value.value()).ok()?;
-    let clean: String = text
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(128)
-        .collect();
+    let clean: String = text.chars().filter(|c| !c.is_control()).take(128).collect();
     (!clean.is_empty()).then_some(clean)
 }
