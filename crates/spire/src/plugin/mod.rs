@@ -149,8 +149,10 @@ pub fn run<P: Plugin>(plugin: Arc<P>) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    // From here on the host reads stderr: every message is a log line.
+    // From here on the host reads stderr: every message is a log line,
+    // panics included (the host would show a raw panic at debug level).
     log::install(program);
+    std::panic::set_hook(Box::new(|panic| ::log::error!("internal error: {panic}")));
     if let Invocation::Unknown(arg) = Invocation::from_args(std::env::args_os().skip(1)) {
         ::log::error!(
             "{program} takes no arguments, but was given {arg:?}; remove plugin_args from its NodeAttestor block"
