@@ -13,9 +13,17 @@
 //!   `{ "key": value, … }` with the same kinds of values.
 //!
 //! Refused: blocks, nested lists or objects, duplicate keys, heredocs,
-//! templates (`${…}`), fractional or negative numbers, more than
-//! [`MAX_INPUT_BYTES`] of text. The text comes from a file an operator
-//! wrote, so every refusal says where and what to change.
+//! fractional or negative numbers, more than [`MAX_INPUT_BYTES`] of text.
+//! The text comes from a file an operator wrote, so every refusal says
+//! where and what to change.
+//!
+//! SPIRE reads its configuration with HCL version 1, whose decoder keeps
+//! `${…}` in a string as it is (SPIRE's `-expandEnv` expands variables in
+//! the whole file before); so does this parser. What SPIRE's printer
+//! writes for a `plugin_data` block was checked with its hcl v1.0.1-vault-7:
+//! one `key = value` per line, a blank line between them, comments kept,
+//! lists of more than one line with a trailing comma, nothing for an empty
+//! block.
 
 use std::fmt;
 
@@ -538,21 +546,6 @@ impl Parser<'_> {
                     self.bump();
                     self.escape(syntax, &mut bytes)?;
                 }
-                b'$' | b'%' if syntax == Syntax::Hcl && self.peek_at(1) == Some(b'{') => {
-                    return Err(self.error(format_args!(
-                        "`{}{{` starts a template, which is not supported; write `{}{}{{` for the characters themselves",
-                        byte as char, byte as char, byte as char
-                    )));
-                }
-                b'$' | b'%'
-                    if syntax == Syntax::Hcl
-                        && self.peek_at(1) == Some(byte)
-                        && self.peek_at(2) == Some(b'{') =>
-                {
-                    // `$${` and `%%{` are HCL's escapes for a literal `${` / `%{`.
-                    self.at += 2;
-                    bytes.push(byte);
-                }
                 byte if byte < 0x20 && byte != b'\t' => {
                     return Err(self
                         .error("a string holds a control character; use an escape such as `\\n`"));
@@ -724,10 +717,11 @@ mod tests {
 
     #[test]
     fn resolves_string_escapes() {
-        let body = parse(r#"s = "a\"b\\c\nd\te\u00e9 ü $${x} %%{y}""#);
+        // `${…}` stays as it is, as in HCL 1's decoder, which SPIRE uses.
+        let body = parse(r#"s = "a\"b\\c\nd\te\u00e9 ü ${x} $${y} %{z}""#);
         assert_eq!(
             body.string("s").unwrap().unwrap(),
-            "a\"b\\c\nd\te\u{e9} ü ${x} %{y}"
+            "a\"b\\c\nd\te\u{e9} ü ${x} $${y} %{z}"
         );
     }
 
@@ -757,15 +751,29 @@ mod tests {
 
     #[test]
     fn reads_what_spire_prints_for_plugin_data() {
-        // SPIRE re-prints `plugin_data { … }` with hcl's printer.
-        let body = parse(
-            "ca_path = \"/opt/ca\"\n\nhash_path = \"/opt/hashes\"\n\npcrs = [\n  0,\n  7,\n]",
-        );
+        // SPIRE 1.15.3's printer (hcl v1.0.1-vault-7), run on
+        // `plugin_data { ca_path = "/opt/ca"   hash_path = "/x\"y\\z"
+        // pcrs = [0, 7] names = ["a",⏎ "b",] flag = true # comment⏎ n = 12 }`:
+        let printed = "ca_path = \"/opt/ca\"\n\nhash_path = \"/x\\\"y\\\\z\"\n\npcrs = [0, 7]\n\nnames = [\n  \"a\",\n  \"b\",\n]\n\nflag = true\n\n# comment\nn = 12";
+        let body = parse(printed);
+        assert_eq!(body.string("ca_path").unwrap(), Some("/opt/ca".to_owned()));
         assert_eq!(
             body.string("hash_path").unwrap(),
-            Some("/opt/hashes".to_owned())
+            Some("/x\"y\\z".to_owned())
         );
         assert_eq!(body.integers("pcrs").unwrap(), Some(vec![0, 7]));
+        assert_eq!(
+            body.strings("names").unwrap(),
+            Some(vec!["a".to_owned(), "b".to_owned()])
+        );
+        assert_eq!(body.boolean("flag").unwrap(), Some(true));
+        assert_eq!(
+            body.integers("n").unwrap_err().to_string(),
+            "plugin_data line 15: `n` is a number; it must be a list of whole numbers, like `key = [1, 2]`"
+        );
+        // An empty block is printed as nothing; a nested one is refused.
+        assert!(parse("").is_empty());
+        assert!(refused("nested {\n  a = 1\n}").contains("line 1: `nested` is a block"));
     }
 
     #[test]
@@ -850,7 +858,6 @@ mod tests {
                 "line 2: `a` is set twice (first on line 1)",
             ),
             ("a = <<EOF\nx\nEOF\n", "line 1: `a`: heredoc strings"),
-            ("\n\na = \"${var.x}\"\n", "line 3: `${` starts a template"),
             (
                 "a = \"x\n\"",
                 "line 1: a string is not closed before the end of the line",
