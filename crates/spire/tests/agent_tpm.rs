@@ -269,3 +269,154 @@ fn a_tcti_without_a_second_connection_is_refused_up_front() {
     let err = Attestation::begin(&settings).unwrap_err();
     assert!(err.to_string().contains("device:/dev/tpmrm0"), "{err}");
 }
+
+mod plugin_stream {
+    //! The AidAttestation stream as SPIRE's agent drives it, through the
+    //! generated client talking to the generated server in process.
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use sceau_spire::agent::AgentPlugin;
+    use sceau_spire::pb::agent_attestor::node_attestor_client::NodeAttestorClient;
+    use sceau_spire::pb::agent_attestor::node_attestor_server::NodeAttestorServer;
+    use sceau_spire::pb::agent_attestor::payload_or_challenge_response::Data;
+    use sceau_spire::pb::agent_attestor::{
+        Challenge as ChallengeMessage, PayloadOrChallengeResponse,
+    };
+    use sceau_spire::plugin::{CoreConfig, Plugin as _};
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
+    use tonic::Code;
+
+    use super::*;
+
+    type Client = NodeAttestorClient<NodeAttestorServer<AgentPlugin>>;
+
+    fn client(plugin: &Arc<AgentPlugin>) -> Client {
+        NodeAttestorClient::new(NodeAttestorServer::from_arc(Arc::clone(plugin)))
+    }
+
+    fn configured(tpm: &Swtpm) -> Arc<AgentPlugin> {
+        let plugin = Arc::new(AgentPlugin::new());
+        let hcl = format!("tcti = \"{}\"\nek_algorithm = \"ecc\"\n", tpm.tcti());
+        plugin.validate(&CoreConfig::default(), &hcl).unwrap();
+        plugin.configure(&CoreConfig::default(), &hcl).unwrap();
+        plugin
+    }
+
+    async fn next(stream: &mut tonic::Streaming<PayloadOrChallengeResponse>) -> Data {
+        tokio::time::timeout(Duration::from_secs(30), stream.message())
+            .await
+            .expect("the plugin answers")
+            .expect("no error")
+            .expect("a message")
+            .data
+            .expect("data")
+    }
+
+    /// The plugin releases the TPM after the stream; wait for it.
+    async fn wait_flushed(tpm: &Swtpm) {
+        for _ in 0..100 {
+            if loaded_handles(tpm) == (0, 0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("handles left loaded: {:?}", loaded_handles(tpm));
+    }
+
+    #[tokio::test]
+    async fn refuses_before_configure() {
+        let plugin = Arc::new(AgentPlugin::new());
+        let (_sender, receiver) = mpsc::channel::<ChallengeMessage>(1);
+        let status = client(&plugin)
+            .aid_attestation(ReceiverStream::new(receiver))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(status.message(), "not configured");
+    }
+
+    #[tokio::test]
+    async fn payload_challenge_response_then_nothing_stays_loaded() {
+        let tmp = TempDir::new("spire-agent-stream");
+        let tpm = Swtpm::start(&tmp.subdir("tpm"));
+        let plugin = configured(&tpm);
+        let (sender, receiver) = mpsc::channel(1);
+        let mut stream = client(&plugin)
+            .aid_attestation(ReceiverStream::new(receiver))
+            .await
+            .unwrap()
+            .into_inner();
+        let Data::Payload(payload) = next(&mut stream).await else {
+            panic!("the payload comes first");
+        };
+        let payload = Payload::decode(&payload).unwrap();
+        let ek = StorageKey::from_tpmt_public(&payload.ek_public).unwrap();
+        let made = make_credential(&ek, &sha256_name(&payload.ak_public));
+        let challenge = Challenge {
+            credential_blob: made.blob.duplicate.clone(),
+            encrypted_secret: made.blob.in_sym_seed.clone(),
+            nonce: [7; 32],
+            quote_pcrs: vec![7],
+        };
+        sender
+            .send(ChallengeMessage {
+                challenge: challenge.encode(),
+            })
+            .await
+            .unwrap();
+        let Data::ChallengeResponse(response) = next(&mut stream).await else {
+            panic!("then the challenge response");
+        };
+        let response = ChallengeResponse::decode(&response).unwrap();
+        assert_eq!(response.credential.as_slice(), made.expected.as_slice());
+        assert_eq!(response.pcr_values.len(), 1);
+        drop(sender);
+        wait_flushed(&tpm).await;
+    }
+
+    /// SPIRE may end the stream after the payload (no challenge): the TPM
+    /// objects go then too. A malformed challenge is refused by name.
+    #[tokio::test]
+    async fn an_early_end_or_a_bad_challenge_releases_the_tpm() {
+        let tmp = TempDir::new("spire-agent-early");
+        let tpm = Swtpm::start(&tmp.subdir("tpm"));
+        let plugin = configured(&tpm);
+
+        let (sender, receiver) = mpsc::channel(1);
+        let mut stream = client(&plugin)
+            .aid_attestation(ReceiverStream::new(receiver))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(matches!(next(&mut stream).await, Data::Payload(_)));
+        drop(sender);
+        wait_flushed(&tpm).await;
+
+        let (sender, receiver) = mpsc::channel(1);
+        let mut stream = client(&plugin)
+            .aid_attestation(ReceiverStream::new(receiver))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(matches!(next(&mut stream).await, Data::Payload(_)));
+        sender
+            .send(ChallengeMessage {
+                challenge: b"STC1 garbage".to_vec(),
+            })
+            .await
+            .unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(30), stream.message())
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(
+            status.message().starts_with("the server's challenge: "),
+            "{status:?}"
+        );
+        wait_flushed(&tpm).await;
+    }
+}
