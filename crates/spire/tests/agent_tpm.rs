@@ -420,3 +420,38 @@ mod plugin_stream {
         wait_flushed(&tpm).await;
     }
 }
+
+/// The credential is the proof the server checks: an interposer on the TPM
+/// bus must not read it from ActivateCredential's response (the AK's
+/// session is salted to the SRK with response encryption).
+#[test]
+fn the_credential_never_crosses_the_bus_in_the_clear() {
+    let tmp = TempDir::new("spire-agent-bus");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let proxy = sceau_testkit::bus_proxy::RecordingProxy::start(tpm.port());
+    let settings = TpmSettings {
+        tcti: proxy.tcti().parse().unwrap(),
+        ek_algorithm: EkAlgorithm::EccP256,
+    };
+    let (mut attestation, payload) = Attestation::begin(&settings).unwrap();
+    let ek = StorageKey::from_tpmt_public(&payload.ek_public).unwrap();
+    let made = make_credential(&ek, &sha256_name(&payload.ak_public));
+    let challenge = Challenge {
+        credential_blob: made.blob.duplicate.clone(),
+        encrypted_secret: made.blob.in_sym_seed.clone(),
+        nonce: [0; 32],
+        quote_pcrs: Vec::new(),
+    };
+    let response = attestation.answer(&challenge).unwrap();
+    assert_eq!(response.credential.as_slice(), made.expected.as_slice());
+    drop(attestation);
+    let bus = proxy.recorded();
+    // The proxy saw the attestation (the AK's x coordinate went by) ...
+    let ak_x = &payload.ak_public[22..54];
+    assert!(sceau_testkit::bus_proxy::occurrences(&bus, ak_x) > 0);
+    // ... but not the credential.
+    assert_eq!(
+        sceau_testkit::bus_proxy::occurrences(&bus, made.expected.as_slice()),
+        0
+    );
+}
