@@ -23,13 +23,17 @@ const KEYS: &[&str] = &["tcti", "ek_algorithm"];
 
 /// Parses `plugin_data`.
 pub fn parse(hcl_text: &str) -> Result<TpmSettings, ConfigError> {
-    let body = hcl::Body::parse(hcl_text)?;
-    body.check_keys(KEYS)?;
-    let tcti_text = body.string("tcti")?.unwrap_or_else(|| DEFAULT_TCTI.into());
+    let refused = |e: hcl::HclError| ConfigError(e.to_string());
+    let body = hcl::Body::parse(hcl_text).map_err(refused)?;
+    body.check_keys(KEYS).map_err(refused)?;
+    let tcti_text = body
+        .string("tcti")
+        .map_err(refused)?
+        .unwrap_or_else(|| DEFAULT_TCTI.into());
     let tcti = tcti_text
         .parse::<Tcti>()
         .map_err(|e| ConfigError(format!("tcti {tcti_text:?}: {e}")))?;
-    let ek_algorithm = match body.string("ek_algorithm")?.as_deref() {
+    let ek_algorithm = match body.string("ek_algorithm").map_err(refused)?.as_deref() {
         None | Some("rsa") => EkAlgorithm::Rsa2048,
         Some("ecc") => EkAlgorithm::EccP256,
         Some(other) => {
@@ -45,7 +49,10 @@ pub fn parse(hcl_text: &str) -> Result<TpmSettings, ConfigError> {
 /// `key = "string"` lines, `#` and `//` comments. Removed when the real
 /// parser lands.
 mod standin_hcl {
-    use crate::plugin::ConfigError;
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    pub struct HclError(String);
+    use HclError as ConfigError;
 
     pub struct Body(Vec<(String, String)>);
 

@@ -29,6 +29,19 @@ use crate::pb::agent_attestor::{Challenge as ChallengeMessage, PayloadOrChalleng
 use crate::plugin::{ConfigError, CoreConfig, Plugin, Service};
 use tpm::{AgentTpmError, Attestation, TpmSettings};
 
+/// tpm2-tss prints its own diagnostics to stderr, TPM return codes
+/// included, and SPIRE turns the plugin's stderr into log lines: a TPM
+/// without an EK certificate would log three ESAPI errors per attestation.
+/// The plugin logs its own one-line account instead. Call this first in
+/// `main`, while the process has one thread (`sceau::sys::set_env` checks
+/// it); an operator's explicit TSS2_LOG is kept.
+pub fn silence_tss_log() -> std::io::Result<()> {
+    if std::env::var_os("TSS2_LOG").is_none() {
+        sceau::sys::set_env("TSS2_LOG", "all+none")?;
+    }
+    Ok(())
+}
+
 /// How long the server may take to send its challenge after the payload.
 pub const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long an attestation waits for the one before it to finish.
