@@ -142,6 +142,17 @@ impl Attestation {
     /// Opens the TPM, makes and certifies a fresh AK, reads the EK and its
     /// certificate, and returns the payload for the server.
     pub fn begin(settings: &TpmSettings) -> Result<(Self, Payload), AgentTpmError> {
+        let template = ak_template().map_err(|e| AgentTpmError::step("AK template", e))?;
+        Self::begin_with_ak_template(settings, template)
+    }
+
+    /// As [`Attestation::begin`], with another AK template. Only the test
+    /// agent (`examples/rogue_agent.rs`) uses it, to prove that the server
+    /// refuses AKs that are not restricted signing keys.
+    pub fn begin_with_ak_template(
+        settings: &TpmSettings,
+        ak_template: Public,
+    ) -> Result<(Self, Payload), AgentTpmError> {
         // Refuse a TCTI that cannot carry CertifyCreation before any TPM work.
         let raw = RawChannel::for_tcti(&settings.tcti)?;
         let config = TpmConfig {
@@ -160,7 +171,7 @@ impl Attestation {
             ek: None,
             answered: false,
         };
-        let payload = attestation.make_payload(&raw, settings.ek_algorithm)?;
+        let payload = attestation.make_payload(&raw, settings.ek_algorithm, ak_template)?;
         Ok((attestation, payload))
     }
 
@@ -168,10 +179,10 @@ impl Attestation {
         &mut self,
         raw: &RawChannel,
         ek_algorithm: EkAlgorithm,
+        template: Public,
     ) -> Result<Payload, AgentTpmError> {
         let (ctx, srk) = self.tpm.context_and_srk();
         let srk = srk.handle;
-        let template = ak_template().map_err(|e| AgentTpmError::step("AK template", e))?;
         let created = ctx
             .execute_with_session(Some(AuthSession::Password), |c| {
                 c.create(srk, template, None, None, None, None)
