@@ -276,12 +276,6 @@ impl Attestation {
         }
         Ok(response)
     }
-
-    /// The context, for tests that inspect the TPM through the same
-    /// connection (transient handles, names).
-    pub fn context(&mut self) -> &mut Context {
-        self.tpm.context_and_srk().0
-    }
 }
 
 impl Drop for Attestation {
