@@ -14,7 +14,7 @@ use super::tpm::{EkAlgorithm, TpmSettings};
 use crate::plugin::ConfigError;
 // TODO(plumbing): switch to `crate::plugin::hcl` once it lands; the
 // stand-in below has the same names.
-use standin_hcl as hcl;
+use crate::plugin::hcl;
 
 /// The TPM the agent uses when `tcti` is not set: the kernel's resource
 /// manager, which the second connection for CertifyCreation needs.
@@ -43,62 +43,6 @@ pub fn parse(hcl_text: &str) -> Result<TpmSettings, ConfigError> {
         }
     };
     Ok(TpmSettings { tcti, ek_algorithm })
-}
-
-/// A stand-in for `crate::plugin::hcl` with the calls this module makes:
-/// `key = "string"` lines, `#` and `//` comments. Removed when the real
-/// parser lands.
-mod standin_hcl {
-    #[derive(Debug, thiserror::Error)]
-    #[error("{0}")]
-    pub struct HclError(String);
-    use HclError as ConfigError;
-
-    pub struct Body(Vec<(String, String)>);
-
-    impl Body {
-        pub fn parse(text: &str) -> Result<Self, ConfigError> {
-            let mut pairs = Vec::new();
-            for line in text.lines() {
-                let line = line.trim();
-                if line.is_empty() || line.starts_with('#') || line.starts_with("//") {
-                    continue;
-                }
-                let (key, value) = line.split_once('=').ok_or_else(|| {
-                    ConfigError(format!("expected key = \"value\", not {line:?}"))
-                })?;
-                let value = value.trim();
-                let value = value
-                    .strip_prefix('"')
-                    .and_then(|v| v.strip_suffix('"'))
-                    .ok_or_else(|| ConfigError(format!("{}: expected a string", key.trim())))?;
-                pairs.push((key.trim().to_owned(), value.to_owned()));
-            }
-            Ok(Self(pairs))
-        }
-
-        pub fn check_keys(&self, allowed: &[&str]) -> Result<(), ConfigError> {
-            match self
-                .0
-                .iter()
-                .find(|(key, _)| !allowed.contains(&key.as_str()))
-            {
-                Some((key, _)) => Err(ConfigError(format!(
-                    "unknown key {key:?}; expected one of {}",
-                    allowed.join(", ")
-                ))),
-                None => Ok(()),
-            }
-        }
-
-        pub fn string(&self, key: &str) -> Result<Option<String>, ConfigError> {
-            Ok(self
-                .0
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone()))
-        }
-    }
 }
 
 #[cfg(test)]
