@@ -11,10 +11,7 @@
 use sceau::tpm::Tcti;
 
 use super::tpm::{EkAlgorithm, TpmSettings};
-use crate::plugin::ConfigError;
-// TODO(plumbing): switch to `crate::plugin::hcl` once it lands; the
-// stand-in below has the same names.
-use crate::plugin::hcl;
+use crate::plugin::{ConfigError, hcl};
 
 /// The TPM the agent uses when `tcti` is not set: the kernel's resource
 /// manager, which the second connection for CertifyCreation needs.
