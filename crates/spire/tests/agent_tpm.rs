@@ -455,3 +455,61 @@ fn the_credential_never_crosses_the_bus_in_the_clear() {
         0
     );
 }
+
+/// The hook the rogue test agent uses: another AK template is created and
+/// certified as asked (here without `restricted`), so the server's refusal
+/// of such an AK can be tested with a real TPM's payload.
+#[test]
+fn another_ak_template_is_certified_as_asked() {
+    use tss_esapi::attributes::ObjectAttributesBuilder;
+    use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
+    use tss_esapi::interface_types::ecc::EccCurve;
+    use tss_esapi::structures::{
+        EccPoint, EccScheme, HashScheme, KeyDerivationFunctionScheme, PublicBuilder,
+        PublicEccParametersBuilder,
+    };
+
+    let tmp = TempDir::new("spire-agent-unrestricted");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let attributes = ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_sensitive_data_origin(true)
+        .with_user_with_auth(true)
+        .with_no_da(true)
+        .with_sign_encrypt(true)
+        .build()
+        .unwrap();
+    let parameters = PublicEccParametersBuilder::new()
+        .with_ecc_scheme(EccScheme::EcDsa(HashScheme::new(HashingAlgorithm::Sha256)))
+        .with_curve(EccCurve::NistP256)
+        .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
+        .with_is_signing_key(true)
+        .with_is_decryption_key(false)
+        .with_restricted(false)
+        .build()
+        .unwrap();
+    let template = PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::Ecc)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attributes)
+        .with_ecc_parameters(parameters)
+        .with_ecc_unique_identifier(EccPoint::default())
+        .build()
+        .unwrap();
+    let (attestation, payload) =
+        Attestation::begin_with_ak_template(&settings(&tpm, EkAlgorithm::EccP256), template)
+            .unwrap();
+    let mut r = Reader::new(&payload.ak_public);
+    r.take(4, "type and nameAlg").unwrap();
+    assert_eq!(r.u32("attributes").unwrap(), AK_ATTRIBUTES & !0x0001_0000);
+    let attest = parse_attest(&payload.creation_attestation);
+    assert_eq!(attest.kind, ST_ATTEST_CREATION);
+    let mut info = Reader::new(&attest.tail);
+    assert_eq!(
+        info.tpm2b("objectName").unwrap(),
+        sha256_name(&payload.ak_public)
+    );
+    drop(attestation);
+    assert_eq!(loaded_handles(&tpm), (0, 0));
+}
