@@ -513,3 +513,47 @@ fn another_ak_template_is_certified_as_asked() {
     drop(attestation);
     assert_eq!(loaded_handles(&tpm), (0, 0));
 }
+
+/// An RSA EK's credential (RSA-OAEP seed), made by a second TPM from the
+/// payload's EK public area and AK Name, opens on the attesting TPM.
+#[test]
+fn an_rsa_ek_challenge_is_answered() {
+    use tss_esapi::interface_types::resource_handles::Hierarchy;
+    use tss_esapi::structures::{Digest, Name, Public};
+    use tss_esapi::traits::UnMarshall as _;
+
+    let tmp = TempDir::new("spire-agent-rsa-challenge");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let verifier = Swtpm::start(&tmp.subdir("verifier"));
+    let (mut attestation, payload) =
+        Attestation::begin(&settings(&tpm, EkAlgorithm::Rsa2048)).unwrap();
+
+    let expected = sceau_testkit::random_bytes(32);
+    let mut ctx = Context::new(verifier.tcti().parse::<TctiNameConf>().unwrap()).unwrap();
+    let ek = ctx
+        .load_external_public(
+            Public::unmarshall(&payload.ek_public).unwrap(),
+            Hierarchy::Null,
+        )
+        .unwrap();
+    let (blob, secret) = ctx
+        .make_credential(
+            ek,
+            Digest::try_from(expected.clone()).unwrap(),
+            Name::try_from(sha256_name(&payload.ak_public).to_vec()).unwrap(),
+        )
+        .unwrap();
+    ctx.flush_context(ek.into()).unwrap();
+    let challenge = Challenge {
+        credential_blob: blob.value().to_vec(),
+        encrypted_secret: secret.value().to_vec(),
+        nonce: [1; 32],
+        quote_pcrs: (0..10).collect(),
+    };
+    let response = attestation.answer(&challenge).unwrap();
+    assert_eq!(response.credential.as_slice(), expected.as_slice());
+    // More PCRs than one PCR_Read returns: all ten values, in order.
+    assert_eq!(response.pcr_values.len(), 10);
+    drop(attestation);
+    assert_eq!(loaded_handles(&tpm), (0, 0));
+}
