@@ -312,7 +312,7 @@ async fn validate_reports_notes_or_the_refusal() {
     assert_eq!(
         invalid.notes,
         [
-            "plugin_data line 1: `greeting` is a block; this plugin takes only `key = value` settings"
+            "plugin data, line 1: `greeting` is a block; this plugin takes only `key = value` settings"
         ]
     );
     // Validation applies nothing.
