@@ -478,6 +478,51 @@ async fn the_broker_and_stdio_streams_stay_open_until_shutdown() {
 }
 
 #[tokio::test]
+async fn connections_beyond_the_limit_are_closed() {
+    let served = start().await;
+    let check = |connection: &Connection| {
+        let mut health = HealthClient::with_origin(connection.clone(), origin());
+        async move {
+            tokio::time::timeout(
+                CALL_TIMEOUT,
+                health.check(HealthCheckRequest {
+                    service: "plugin".to_owned(),
+                }),
+            )
+            .await
+            .expect("the call hung")
+        }
+    };
+    let mut held = Vec::new();
+    for _ in 0..plugin::MAX_CONNECTIONS {
+        let connection = connect(&served.socket).await;
+        check(&connection).await.unwrap();
+        held.push(connection);
+    }
+    let extra = connect(&served.socket).await;
+    assert!(
+        check(&extra).await.is_err(),
+        "a connection beyond the limit was served"
+    );
+    // Once one closes, a new one is served again.
+    drop(held.pop());
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    loop {
+        let again = connect(&served.socket).await;
+        if check(&again).await.is_ok() {
+            held.push(again);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connection is served after one closed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shut_down(served, &held[0]).await;
+}
+
+#[tokio::test]
 async fn the_stop_future_ends_serving_and_removes_the_socket() {
     let mut served = start().await;
     let connection = connect(&served.socket).await;

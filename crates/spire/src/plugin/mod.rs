@@ -31,7 +31,9 @@ use tonic::body::Body;
 use tonic::codegen::http;
 
 pub use handshake::{HandshakeError, PluginSocket, SocketOptions};
-pub use serve::{ServeError, StopReason, serve};
+pub use serve::{
+    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, SHUTDOWN_GRACE, ServeError, StopReason, serve,
+};
 pub use services::CONFIG_SERVICE_NAME;
 
 /// The largest gRPC message a plugin process decodes. Our messages are at
