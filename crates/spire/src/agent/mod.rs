@@ -26,7 +26,7 @@ use crate::payload::Challenge;
 use crate::pb::agent_attestor::node_attestor_server::{NodeAttestor, NodeAttestorServer};
 use crate::pb::agent_attestor::payload_or_challenge_response::Data;
 use crate::pb::agent_attestor::{Challenge as ChallengeMessage, PayloadOrChallengeResponse};
-use crate::plugin::{ConfigError, CoreConfig, Plugin, Service};
+use crate::plugin::{ConfigError, CoreConfig, MAX_MESSAGE_BYTES, Plugin, Service};
 use tpm::{AgentTpmError, Attestation, TpmSettings};
 
 /// tpm2-tss prints its own diagnostics to stderr, TPM return codes
@@ -93,7 +93,9 @@ impl Plugin for AgentPlugin {
     }
 
     fn service(self: Arc<Self>) -> Service {
-        tower::util::BoxCloneSyncService::new(NodeAttestorServer::from_arc(self))
+        tower::util::BoxCloneSyncService::new(
+            NodeAttestorServer::from_arc(self).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 }
 

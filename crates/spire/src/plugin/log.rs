@@ -55,10 +55,19 @@ pub fn install(module: &'static str) {
 
 impl Log for Logger {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        // Libraries' own records (none of ours use `log` today) only at
-        // warn and above, so that debug shows sceau's view of the protocol.
-        let ours = metadata.target().starts_with("sceau");
-        metadata.level() <= self.level && (ours || metadata.level() <= Level::Warn)
+        // Libraries' own records only at warn and above, so that debug shows
+        // sceau's view of the protocol. tss-esapi's are TSS text (it logs an
+        // absent EK certificate as an error, for example): the agent reports
+        // TPM failures in its own words, so those appear only at debug.
+        let target = metadata.target();
+        let shown = if target.starts_with("sceau") {
+            true
+        } else if target.starts_with("tss_esapi") {
+            self.level >= LevelFilter::Debug
+        } else {
+            metadata.level() <= Level::Warn
+        };
+        shown && metadata.level() <= self.level
     }
 
     fn log(&self, record: &Record<'_>) {
@@ -306,5 +315,16 @@ mod tests {
         let quiet = Logger::new("m", LevelFilter::Info);
         assert!(!quiet.enabled(&metadata(Level::Debug, "sceau_spire::plugin")));
         assert!(quiet.enabled(&metadata(Level::Info, "sceau_spire::server")));
+    }
+
+    #[test]
+    fn tss_esapi_records_show_only_at_debug() {
+        let metadata = |level, target| Metadata::builder().level(level).target(target).build();
+        let info = Logger::new("sceau-spire-agent", LevelFilter::Info);
+        assert!(!info.enabled(&metadata(Level::Error, "tss_esapi::context")));
+        assert!(info.enabled(&metadata(Level::Warn, "other_library")));
+        assert!(info.enabled(&metadata(Level::Info, "sceau_spire::agent")));
+        let debug = Logger::new("sceau-spire-agent", LevelFilter::Debug);
+        assert!(debug.enabled(&metadata(Level::Error, "tss_esapi::context")));
     }
 }

@@ -35,7 +35,7 @@ use crate::pb::server_attestor::attest_request::Request as Inbound;
 use crate::pb::server_attestor::attest_response::Response as Outbound;
 use crate::pb::server_attestor::node_attestor_server::{NodeAttestor, NodeAttestorServer};
 use crate::pb::server_attestor::{AgentAttributes, AttestRequest, AttestResponse};
-use crate::plugin::{ConfigError, CoreConfig, Plugin, Service};
+use crate::plugin::{ConfigError, CoreConfig, MAX_MESSAGE_BYTES, Plugin, Service};
 
 /// The name agent IDs carry (`spiffe://<td>/spire/agent/sceau_tpm/<hash>`)
 /// and the one both sides are configured under (`NodeAttestor "sceau_tpm"`).
@@ -70,7 +70,9 @@ impl Plugin for ServerPlugin {
     }
 
     fn service(self: Arc<Self>) -> Service {
-        tower::util::BoxCloneSyncService::new(NodeAttestorServer::from_arc(self))
+        tower::util::BoxCloneSyncService::new(
+            NodeAttestorServer::from_arc(self).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 }
 
