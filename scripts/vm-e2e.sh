@@ -40,6 +40,9 @@ require_cargo
 echo "== building sceau (cargo build --release --locked -p sceau -p sceau-recover, as scripts/size.sh)"
 t0=$SECONDS
 cargo build --release --locked --quiet -p sceau -p sceau-recover
+# The SPIRE agent's TPM work through the guest's /dev/tpmrm0 (issue 12): a
+# test-only example, debug build (the test step has built it), stripped.
+cargo build --locked --quiet -p sceau-spire --example attest_once
 t_cargo=$((SECONDS - t0))
 
 # --- the cached guest image --------------------------------------------------
@@ -108,6 +111,7 @@ trap 'exit 143' TERM
 # --- the payload disk: the fresh binary, the repo's units, the checks ---------
 mkdir "$work/payload"
 install -m 0755 target/release/sceau "$work/payload/sceau"
+strip -o "$work/payload/attest_once" target/debug/examples/attest_once
 install -m 0644 systemd/sceau.socket systemd/sceau.service tests/vm/guest-checks.sh "$work/payload/"
 size_mb=$(($(du -sm "$work/payload" | cut -f1) + 32))
 mkfs.ext4 -q -F -L payload -E root_owner=0:0 -d "$work/payload" "$work/payload.img" "${size_mb}M"

@@ -259,5 +259,18 @@ else
     fail "stop" "sceau.socket=$sock_state sceau.service=$svc_state node: $(ls -l /run/sceau/kms.sock 2>&1)"
 fi
 
+# The SPIRE agent plugin's TPM work through the kernel's resource manager
+# (issue 12): EK, AK, TPM2_CertifyCreation on a second open of /dev/tpmrm0
+# with the AK's saved context, ActivateCredential and a quote, checked by the
+# server plugin's code in the same process.
+for algorithm in rsa ecc; do
+    out=$(timeout 120 "$P/attest_once" device:/dev/tpmrm0 "$algorithm" 2>&1)
+    if [ $? -eq 0 ]; then
+        pass "SPIRE attestation through /dev/tpmrm0: $out"
+    else
+        fail "SPIRE attestation through /dev/tpmrm0 ($algorithm EK)" "$(echo "$out" | tail -3 | tr '\n' ' ' | cut -c1-300)"
+    fi
+done
+
 info "guest: $passed passed, $failed failed; checks took $(awk -v s="$checks_start" '{printf "%.1f", $1 - s}' /proc/uptime) s"
 [ "$failed" -eq 0 ]
