@@ -9,9 +9,8 @@
 # bounded; the trap set by start_spire_rig stops every process started here
 # and removes $tmp.
 
-# Beyond lib.sh's packages: openssl checks the EK certificates independently;
-# swtpm_localca (swtpm-tools) makes its CA with certtool, from gnutls-bin.
-SCEAU_PACKAGES+=(openssl gnutls-bin)
+# Packages: lib.sh's list has all it needs (swtpm-tools and gnutls-bin for
+# the EK-certificate TPMs, tpm2-tools and openssl for the checks).
 
 spire_pids=() # spire-server and spire-agent processes, stopped on exit
 rig_pids=()   # sceau-rig swtpm processes, stopped (after SPIRE) on exit
