@@ -49,7 +49,33 @@ fn main() -> std::io::Result<()> {
     write_all(&root.join("cli"), cli_seeds())?;
     write_all(&root.join("cluster_envelope"), cluster_envelope_seeds())?;
     write_all(&root.join("key_files"), key_files_seeds())?;
-    write_all(&root.join("recovery_input"), recovery_input_seeds())
+    write_all(&root.join("recovery_input"), recovery_input_seeds())?;
+    write_all(&root.join("spire_attestation"), spire_attestation_seeds())
+}
+
+/// The SPIRE attestor's three messages: the pinned software forgery's
+/// payload (which passes the payload checks), a challenge and a response.
+fn spire_attestation_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use sceau_spire::payload::{Challenge, ChallengeResponse};
+    let (payload, _) = sceau_spire::server::verify::test_support::forgery_with_ek(3);
+    let challenge = Challenge {
+        credential_blob: vec![0x11; 68],
+        encrypted_secret: vec![0x22; 68],
+        nonce: [0x33; 32],
+        quote_pcrs: vec![0, 7],
+    };
+    let response = ChallengeResponse {
+        credential: zeroize::Zeroizing::new(vec![0x44; 32]),
+        quote: vec![0x55; 145],
+        quote_signature: vec![0x66; 72],
+        pcr_values: vec![[0x77; 32], [0x88; 32]],
+    };
+    let seed = |mode: u8, bytes: Vec<u8>| [vec![mode], bytes].concat();
+    vec![
+        ("payload", seed(0, payload.encode())),
+        ("challenge", seed(1, challenge.encode())),
+        ("response", seed(2, response.encode())),
+    ]
 }
 
 fn write_all(dir: &Path, seeds: Vec<(&str, Vec<u8>)>) -> std::io::Result<()> {

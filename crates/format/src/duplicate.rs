@@ -107,18 +107,28 @@ pub fn outer_wrap(key: &StorageKey, label: &str, name: &[u8], plaintext: &[u8]) 
     let ephemeral_public = ephemeral.public_key();
     let shared = ecdh_z(&ephemeral, key.point());
     let (ephemeral_x, ephemeral_y) = coordinates(&ephemeral_public);
-    let keys = WrappingKeys::derive(kdfe(&shared, label, &ephemeral_x, &key.x(), 256), name);
+    let seed = kdfe(&shared, label, &ephemeral_x, &key.x(), 256);
+    let mut in_sym_seed = Writer::default();
+    in_sym_seed.tpm2b(&ephemeral_x).tpm2b(&ephemeral_y);
+    ImportBlob {
+        duplicate: wrap_with_seed(seed, name, plaintext),
+        in_sym_seed: in_sym_seed.finish(),
+    }
+}
+
+/// The half of the outer wrapper that follows the seed, whichever way the
+/// seed reached the key's holder (ECDH and KDFe above; RSA-OAEP for an RSA
+/// endorsement key in the SPIRE attestor): AES-128-CFB of `plaintext` under
+/// KDFa(seed, "STORAGE", `name`), then the HMAC under KDFa(seed,
+/// "INTEGRITY"). Returns TPM2B_PRIVATE (or TPM2B_ID_OBJECT) contents.
+pub fn wrap_with_seed(seed: Zeroizing<Vec<u8>>, name: &[u8], plaintext: &[u8]) -> Vec<u8> {
+    let keys = WrappingKeys::derive(seed, name);
     let mut encrypted = Zeroizing::new(plaintext.to_vec());
     cfb(&keys.storage).encrypt(&mut encrypted);
     let outer_hmac = hmac_sha256(&keys.integrity, &[&encrypted, name]);
     let mut duplicate = Writer::default();
     duplicate.tpm2b(&outer_hmac).raw(&encrypted);
-    let mut in_sym_seed = Writer::default();
-    in_sym_seed.tpm2b(&ephemeral_x).tpm2b(&ephemeral_y);
-    ImportBlob {
-        duplicate: duplicate.finish(),
-        in_sym_seed: in_sym_seed.finish(),
-    }
+    duplicate.finish()
 }
 
 /// The secrets one recipient's outer wrapper derives, each of which opens

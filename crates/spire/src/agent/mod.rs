@@ -1,1 +1,241 @@
 //! The agent plugin: proves the node's TPM to the server plugin.
+//!
+//! SPIRE's agent opens one `AidAttestation` stream per attestation. The
+//! plugin sends the payload (EK, EK certificate, a fresh AK certified by
+//! TPM2_CertifyCreation), waits for the server's challenge, answers it
+//! (TPM2_ActivateCredential, TPM2_Quote) and then drops every TPM object it
+//! loaded. TPM work runs in `spawn_blocking`; attestations are serialized so
+//! that a TPM without a resource manager never holds two at once.
+//!
+//! - `config`: the `plugin_data` keys (`tcti`, `ek_algorithm`);
+//! - `tpm`: the TPM commands, blocking;
+//! - `raw`: TPM2_CertifyCreation, which tss-esapi 7.7 lacks.
+
+pub mod config;
+mod raw;
+pub mod tpm;
+
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, mpsc};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::payload::Challenge;
+use crate::pb::agent_attestor::node_attestor_server::{NodeAttestor, NodeAttestorServer};
+use crate::pb::agent_attestor::payload_or_challenge_response::Data;
+use crate::pb::agent_attestor::{Challenge as ChallengeMessage, PayloadOrChallengeResponse};
+use crate::plugin::{ConfigError, CoreConfig, Plugin, Service};
+use tpm::{AgentTpmError, Attestation, TpmSettings};
+
+/// tpm2-tss prints its own diagnostics to stderr, TPM return codes
+/// included, and SPIRE turns the plugin's stderr into log lines: a TPM
+/// without an EK certificate would log three ESAPI errors per attestation.
+/// The plugin logs its own one-line account instead. Call this first in
+/// `main`, while the process has one thread (`sceau::sys::set_env` checks
+/// it); an operator's explicit TSS2_LOG is kept.
+pub fn silence_tss_log() -> std::io::Result<()> {
+    if std::env::var_os("TSS2_LOG").is_none() {
+        sceau::sys::set_env("TSS2_LOG", "all+none")?;
+    }
+    Ok(())
+}
+
+/// How long the server may take to send its challenge after the payload.
+pub const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an attestation waits for the one before it to finish.
+const QUEUE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The agent-side NodeAttestor.
+#[derive(Debug, Default)]
+pub struct AgentPlugin {
+    settings: RwLock<Option<Arc<TpmSettings>>>,
+    /// One attestation at a time uses the TPM.
+    busy: Arc<Mutex<()>>,
+}
+
+type ResponseStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<PayloadOrChallengeResponse, Status>> + Send>>;
+
+impl AgentPlugin {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn current(&self) -> Option<Arc<TpmSettings>> {
+        self.settings
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl Plugin for AgentPlugin {
+    const SERVICE_NAME: &'static str = "spire.plugin.agent.nodeattestor.v1.NodeAttestor";
+
+    fn validate(&self, _core: &CoreConfig, hcl: &str) -> Result<Vec<String>, ConfigError> {
+        config::parse(hcl).map(|_| Vec::new())
+    }
+
+    fn configure(&self, _core: &CoreConfig, hcl: &str) -> Result<(), ConfigError> {
+        let settings = Arc::new(config::parse(hcl)?);
+        log::info!(
+            "configured: TPM at {}, {:?} EK",
+            settings.tcti,
+            settings.ek_algorithm
+        );
+        *self
+            .settings
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(settings);
+        Ok(())
+    }
+
+    fn service(self: Arc<Self>) -> Service {
+        tower::util::BoxCloneSyncService::new(NodeAttestorServer::from_arc(self))
+    }
+}
+
+#[tonic::async_trait]
+impl NodeAttestor for AgentPlugin {
+    type AidAttestationStream = ResponseStream;
+
+    async fn aid_attestation(
+        &self,
+        request: Request<Streaming<ChallengeMessage>>,
+    ) -> Result<Response<ResponseStream>, Status> {
+        let Some(settings) = self.current() else {
+            return Err(Status::failed_precondition("not configured"));
+        };
+        let inbound = request.into_inner();
+        let (sender, receiver) = mpsc::channel(2);
+        let busy = Arc::clone(&self.busy);
+        tokio::spawn(async move {
+            let outcome = attest(settings, inbound, &sender, busy).await;
+            if let Err(status) = outcome {
+                // The one log line for a failed attestation; SPIRE logs the
+                // status too.
+                log::warn!("TPM attestation failed: {}", status.message());
+                let _ = sender.send(Err(status)).await;
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// One attestation, start to end. The TPM objects live in `attestation`,
+/// which [`release`] drops on a blocking thread on every path.
+async fn attest(
+    settings: Arc<TpmSettings>,
+    mut inbound: Streaming<ChallengeMessage>,
+    sender: &mpsc::Sender<Result<PayloadOrChallengeResponse, Status>>,
+    busy: Arc<Mutex<()>>,
+) -> Result<(), Status> {
+    let _turn = tokio::time::timeout(QUEUE_TIMEOUT, busy.lock_owned())
+        .await
+        .map_err(|_| Status::unavailable("another TPM attestation is still running"))?;
+    let started = std::time::Instant::now();
+    let (attestation, payload) = blocking(move || Attestation::begin(&settings)).await?;
+    log::info!("TPM payload ready in {} ms", started.elapsed().as_millis());
+    let mut attestation = Guard(Some(attestation));
+    send(sender, Data::Payload(payload.encode())).await?;
+    let message = match tokio::time::timeout(CHALLENGE_TIMEOUT, inbound.message()).await {
+        Err(_) => {
+            return Err(Status::deadline_exceeded(format!(
+                "no challenge from the server within {} s",
+                CHALLENGE_TIMEOUT.as_secs()
+            )));
+        }
+        // The stream ended: the server needed no challenge, or gave up.
+        Ok(Ok(None)) => {
+            release(attestation).await;
+            return Ok(());
+        }
+        Ok(Err(status)) => {
+            log::info!("the attestation stream ended: {}", status.message());
+            release(attestation).await;
+            return Ok(());
+        }
+        Ok(Ok(Some(message))) => message,
+    };
+    let challenge = Challenge::decode(&message.challenge)
+        .map_err(|e| Status::invalid_argument(format!("the server's challenge: {e}")))?;
+    let started = std::time::Instant::now();
+    let mut taken = attestation.0.take().expect("held until answered");
+    let (taken, answer) = tokio::task::spawn_blocking(move || {
+        let answer = taken.answer(&challenge);
+        (taken, answer)
+    })
+    .await
+    .map_err(|_| Status::internal("the TPM task panicked"))?;
+    attestation.0 = Some(taken);
+    let response = answer.map_err(status_of)?;
+    log::info!(
+        "TPM challenge answered in {} ms",
+        started.elapsed().as_millis()
+    );
+    send(sender, Data::ChallengeResponse(response.encode())).await?;
+    release(attestation).await;
+    Ok(())
+}
+
+/// Holds the attestation between steps; if the task ends early (the client
+/// went away, a send failed) its drop still flushes, on a blocking thread.
+struct Guard(Option<Attestation>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(attestation) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(attestation))),
+                Err(_) => drop(attestation),
+            }
+        }
+    }
+}
+
+/// Flushes the TPM objects now, and waits for it.
+async fn release(mut guard: Guard) {
+    if let Some(attestation) = guard.0.take() {
+        let _ = tokio::task::spawn_blocking(move || drop(attestation)).await;
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, AgentTpmError> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| Status::internal("the TPM task panicked"))?
+        .map_err(status_of)
+}
+
+async fn send(
+    sender: &mpsc::Sender<Result<PayloadOrChallengeResponse, Status>>,
+    data: Data,
+) -> Result<(), Status> {
+    sender
+        .send(Ok(PayloadOrChallengeResponse { data: Some(data) }))
+        .await
+        .map_err(|_| Status::cancelled("SPIRE closed the attestation stream"))
+}
+
+/// A TPM failure as a status: the error's one line, and a code saying
+/// whether trying again may help.
+fn status_of(error: AgentTpmError) -> Status {
+    use sceau::tpm::fault::Fault;
+    let message = error.to_string();
+    match error {
+        AgentTpmError::Open { .. }
+        | AgentTpmError::Step {
+            fault: Fault::Busy | Fault::Unreachable | Fault::Timeout,
+            ..
+        }
+        | AgentTpmError::PcrsChanging => Status::unavailable(message),
+        AgentTpmError::CredentialRejected => Status::invalid_argument(message),
+        AgentTpmError::SecondConnection(_) => Status::failed_precondition(message),
+        _ => Status::internal(message),
+    }
+}

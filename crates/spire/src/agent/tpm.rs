@@ -1,0 +1,464 @@
+//! The agent's TPM work for one attestation, blocking (run it in
+//! `spawn_blocking`), through the daemon's TPM layer: the same TCTI parsing,
+//! SRK template and salted sessions as `sceau serve`, and the EK and
+//! credential activation of `sceau enroll` (sceau::tpm::enroll).
+//!
+//! [`Attestation::begin`] makes the payload: an ECC P-256 attestation key
+//! (AK) created under the SRK and certified by itself with
+//! TPM2_CertifyCreation, and the EK (RSA-2048 or ECC P-256, TCG default
+//! template) with its certificate. [`Attestation::answer`] opens the
+//! server's credential with TPM2_ActivateCredential and quotes the PCRs it
+//! asks for. Dropping the [`Attestation`] flushes every object and session
+//! it loaded, whichever way the attestation ended.
+
+use sceau::tpm::enroll::{self, EndorsementKey};
+use sceau::tpm::fault::{Fault, Recovery, TpmError};
+use sceau::tpm::session::start_salted;
+use sceau::tpm::srk::SrkError;
+use sceau::tpm::{ParameterEncryption, Tcti, Tpm, TpmConfig};
+use sha2::{Digest as _, Sha256};
+use tss_esapi::Context;
+use tss_esapi::abstraction::AsymmetricAlgorithmSelection;
+use tss_esapi::attributes::ObjectAttributesBuilder;
+use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle};
+use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
+use tss_esapi::interface_types::ecc::EccCurve;
+use tss_esapi::interface_types::key_bits::RsaKeyBits;
+use tss_esapi::interface_types::session_handles::AuthSession;
+use tss_esapi::structures::{
+    AttestInfo, CreationData, Data, EccPoint, EccScheme, HashScheme, KeyDerivationFunctionScheme,
+    PcrSelectionListBuilder, PcrSlot, Public, PublicBuilder, PublicEccParametersBuilder,
+    SignatureScheme,
+};
+use tss_esapi::traits::Marshall as _;
+use tss_esapi::tss2_esys::{TPMS_CREATION_DATA, TPMT_TK_CREATION};
+
+use super::raw::{RawChannel, RawError};
+use crate::payload::{Challenge, ChallengeResponse, PCR_DIGEST_LEN, Payload};
+
+/// TPM2_PCR_Read returns at most eight digests per call (TPML_DIGEST).
+const PCRS_PER_READ: usize = 8;
+
+/// Which TCG default EK template the agent uses (`ek_algorithm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EkAlgorithm {
+    /// RSA-2048, template L-1, certificate at NV 0x01C00002.
+    #[default]
+    Rsa2048,
+    /// ECC NIST P-256, template L-2, certificate at NV 0x01C0000A.
+    EccP256,
+}
+
+impl EkAlgorithm {
+    fn selection(self) -> AsymmetricAlgorithmSelection {
+        match self {
+            Self::Rsa2048 => AsymmetricAlgorithmSelection::Rsa(RsaKeyBits::Rsa2048),
+            Self::EccP256 => AsymmetricAlgorithmSelection::Ecc(EccCurve::NistP256),
+        }
+    }
+}
+
+/// What the agent's TPM work needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TpmSettings {
+    pub tcti: Tcti,
+    pub ek_algorithm: EkAlgorithm,
+}
+
+/// A failed attestation step, as one line for SPIRE's log. The TPM's own
+/// return code and the TSS's text are not in it: only the step and the
+/// daemon's fault class (the detail goes to the debug log).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentTpmError {
+    #[error(
+        "cannot use the TPM at {tcti} ({fault}); check the plugin's `tcti` setting and the agent's access to it"
+    )]
+    Open { tcti: String, fault: Fault },
+    #[error("TPM {step} failed ({fault})")]
+    Step { step: &'static str, fault: Fault },
+    #[error(
+        "the server's credential does not open on this TPM (another EK or AK); attestation must start again"
+    )]
+    CredentialRejected,
+    #[error("{0}")]
+    SecondConnection(String),
+    #[error("the TPM returned a malformed {0}")]
+    Malformed(&'static str),
+    #[error("the PCRs changed while they were being quoted, twice; try again")]
+    PcrsChanging,
+    #[error("the attestation was already used for a challenge")]
+    AlreadyAnswered,
+}
+
+impl AgentTpmError {
+    fn step(step: &'static str, error: TpmError) -> Self {
+        log::debug!("TPM {step}: {error}");
+        Self::Step {
+            step,
+            fault: fault_of(&error),
+        }
+    }
+}
+
+impl From<RawError> for AgentTpmError {
+    fn from(error: RawError) -> Self {
+        match error {
+            RawError::Tpm(e) => Self::step(e.operation, e),
+            RawError::Malformed(what) => Self::Malformed(what),
+            other => Self::SecondConnection(other.to_string()),
+        }
+    }
+}
+
+/// The daemon's classification, reduced to the word a log reader acts on.
+fn fault_of(error: &TpmError) -> Fault {
+    match error.recovery() {
+        Recovery::Report(fault) => fault,
+        Recovery::RetryLater => Fault::Busy,
+        Recovery::Reconnect => Fault::Unreachable,
+        Recovery::NewSession => Fault::Failure,
+    }
+}
+
+/// One attestation's TPM state: the open TPM (context, SRK), the loaded AK
+/// and EK. Dropping it flushes them; the SRK and any session left are
+/// flushed when the context closes.
+pub struct Attestation {
+    tpm: Tpm,
+    ak: Option<KeyHandle>,
+    ek: Option<EndorsementKey>,
+    answered: bool,
+}
+
+impl std::fmt::Debug for Attestation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attestation")
+            .field("answered", &self.answered)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Attestation {
+    /// Opens the TPM, makes and certifies a fresh AK, reads the EK and its
+    /// certificate, and returns the payload for the server.
+    pub fn begin(settings: &TpmSettings) -> Result<(Self, Payload), AgentTpmError> {
+        let template = ak_template().map_err(|e| AgentTpmError::step("AK template", e))?;
+        Self::begin_with_ak_template(settings, template)
+    }
+
+    /// As [`Attestation::begin`], with another AK template. Only the test
+    /// agent (`examples/rogue_agent.rs`) uses it, to prove that the server
+    /// refuses AKs that are not restricted signing keys.
+    pub fn begin_with_ak_template(
+        settings: &TpmSettings,
+        ak_template: Public,
+    ) -> Result<(Self, Payload), AgentTpmError> {
+        // Refuse a TCTI that cannot carry CertifyCreation before any TPM work.
+        let raw = RawChannel::for_tcti(&settings.tcti)?;
+        let config = TpmConfig {
+            tcti: settings.tcti.clone(),
+            srk_handle: None,
+            parameter_encryption: ParameterEncryption::SaltedSession,
+        };
+        let mut tpm = Tpm::open(&config).map_err(|e| open_error(&settings.tcti, e))?;
+        // Tpm::open starts the daemon's long-lived DEK session; the agent
+        // starts its own for the one command that needs it, and keeps a
+        // session slot free for the EK's policy session.
+        tpm.discard_session();
+        let mut attestation = Self {
+            tpm,
+            ak: None,
+            ek: None,
+            answered: false,
+        };
+        let payload = attestation.make_payload(&raw, settings.ek_algorithm, ak_template)?;
+        Ok((attestation, payload))
+    }
+
+    fn make_payload(
+        &mut self,
+        raw: &RawChannel,
+        ek_algorithm: EkAlgorithm,
+        template: Public,
+    ) -> Result<Payload, AgentTpmError> {
+        let (ctx, srk) = self.tpm.context_and_srk();
+        let srk = srk.handle;
+        let created = ctx
+            .execute_with_session(Some(AuthSession::Password), |c| {
+                c.create(srk, template, None, None, None, None)
+            })
+            .map_err(|e| AgentTpmError::step("Create (AK)", TpmError::new("Create", e)))?;
+        let ak_public = created
+            .out_public
+            .marshall()
+            .map_err(|e| AgentTpmError::step("marshal AK", TpmError::new("marshal", e)))?;
+        let creation_data = marshal_creation_data(created.creation_data)?;
+        let ticket = TPMT_TK_CREATION::try_from(created.creation_ticket)
+            .map_err(|e| AgentTpmError::step("creation ticket", TpmError::new("ticket", e)))?;
+        let ak = ctx
+            .execute_with_session(Some(AuthSession::Password), |c| {
+                c.load(srk, created.out_private, created.out_public)
+            })
+            .map_err(|e| AgentTpmError::step("Load (AK)", TpmError::new("Load", e)))?;
+        self.ak = Some(ak);
+        let (ctx, _) = self.tpm.context_and_srk();
+        let saved = ctx.context_save(ak.into()).map_err(|e| {
+            AgentTpmError::step("ContextSave (AK)", TpmError::new("ContextSave", e))
+        })?;
+        let (creation_attestation, creation_signature) =
+            raw.certify_creation(&saved, created.creation_hash.value(), &ticket)?;
+        // The EK comes last: a TPM without a resource manager holds three
+        // objects, and CertifyCreation's second copy of the AK needed one.
+        let ek = enroll::endorsement_key_for(ctx, ek_algorithm.selection())
+            .map_err(|e| AgentTpmError::step("CreatePrimary (EK)", e))?;
+        let ek_public = tpmt_from_tpm2b(&ek.public)?;
+        let ek_certificate = ek.certificate.clone().unwrap_or_default();
+        self.ek = Some(ek);
+        Ok(Payload {
+            ek_public,
+            ek_certificate,
+            ak_public,
+            creation_data,
+            creation_attestation,
+            creation_signature,
+        })
+    }
+
+    /// Answers the server's challenge: ActivateCredential (AK as the
+    /// credential's object, EK as its key), then a quote of the PCRs it
+    /// names with its nonce. An attestation answers once.
+    pub fn answer(&mut self, challenge: &Challenge) -> Result<ChallengeResponse, AgentTpmError> {
+        if std::mem::replace(&mut self.answered, true) {
+            return Err(AgentTpmError::AlreadyAnswered);
+        }
+        let (Some(ak), Some(ek)) = (self.ak, self.ek.as_ref()) else {
+            return Err(AgentTpmError::AlreadyAnswered);
+        };
+        let (ctx, srk) = self.tpm.context_and_srk();
+        let srk = srk.handle;
+        // The credential is a secret: the AK's authorization runs in a
+        // session salted to the SRK with response encryption.
+        let session = start_salted(ctx, srk).map_err(|e| AgentTpmError::step("session", e))?;
+        let credential = enroll::activate_credential_for(
+            ctx,
+            ak,
+            session,
+            ek,
+            &challenge.credential_blob,
+            &challenge.encrypted_secret,
+        );
+        flush(ctx, SessionHandle::from(session).into(), "salted session");
+        let credential = credential.map_err(|e| match fault_of(&e) {
+            Fault::EnvelopeRejected => {
+                log::debug!("ActivateCredential: {e}");
+                AgentTpmError::CredentialRejected
+            }
+            _ => AgentTpmError::step("ActivateCredential", e),
+        })?;
+        let mut response = ChallengeResponse {
+            credential,
+            quote: Vec::new(),
+            quote_signature: Vec::new(),
+            pcr_values: Vec::new(),
+        };
+        if !challenge.quote_pcrs.is_empty() {
+            let mut quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs)?;
+            if !quoted.consistent {
+                log::info!("the PCRs changed between TPM2_Quote and TPM2_PCR_Read; quoting again");
+                quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs)?;
+                if !quoted.consistent {
+                    return Err(AgentTpmError::PcrsChanging);
+                }
+            }
+            response.quote = quoted.attest;
+            response.quote_signature = quoted.signature;
+            response.pcr_values = quoted.values;
+        }
+        Ok(response)
+    }
+}
+
+impl Drop for Attestation {
+    fn drop(&mut self) {
+        let (ctx, _) = self.tpm.context_and_srk();
+        if let Some(ak) = self.ak.take() {
+            flush(ctx, ak.into(), "AK");
+        }
+        if let Some(ek) = self.ek.take() {
+            flush(ctx, ek.handle().into(), "EK");
+        }
+        // The SRK is flushed when the context inside `tpm` closes.
+    }
+}
+
+fn flush(ctx: &mut Context, handle: ObjectHandle, what: &str) {
+    if let Err(e) = ctx.flush_context(handle) {
+        log::warn!("FlushContext of the {what} failed; the TPM drops it at its next reset ({e})");
+    }
+}
+
+fn open_error(tcti: &Tcti, error: SrkError) -> AgentTpmError {
+    let fault = match &error {
+        SrkError::Tpm(e) => fault_of(e),
+        _ => Fault::Failure,
+    };
+    log::debug!("opening the TPM at {tcti}: {error}");
+    AgentTpmError::Open {
+        tcti: tcti.to_string(),
+        fault,
+    }
+}
+
+/// The AK: ECC P-256, nameAlg SHA-256, a restricted ECDSA-SHA256 signing key
+/// that never leaves this TPM (fixedTPM, fixedParent, sensitiveDataOrigin),
+/// used with an empty authValue (userWithAuth) and exempt from the
+/// dictionary-attack counter (noDA).
+pub fn ak_template() -> Result<Public, TpmError> {
+    let wrap = |e| TpmError::new("AK template", e);
+    let attributes = ObjectAttributesBuilder::new()
+        .with_fixed_tpm(true)
+        .with_fixed_parent(true)
+        .with_sensitive_data_origin(true)
+        .with_user_with_auth(true)
+        .with_no_da(true)
+        .with_restricted(true)
+        .with_sign_encrypt(true)
+        .build()
+        .map_err(wrap)?;
+    let parameters = PublicEccParametersBuilder::new()
+        .with_ecc_scheme(EccScheme::EcDsa(HashScheme::new(HashingAlgorithm::Sha256)))
+        .with_curve(EccCurve::NistP256)
+        .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
+        .with_is_signing_key(true)
+        .with_is_decryption_key(false)
+        .with_restricted(true)
+        .build()
+        .map_err(wrap)?;
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::Ecc)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(attributes)
+        .with_ecc_parameters(parameters)
+        .with_ecc_unique_identifier(EccPoint::default())
+        .build()
+        .map_err(wrap)
+}
+
+/// TPMS_CREATION_DATA as the TPM marshals it: the bytes whose SHA-256 is
+/// the creationHash. tss-esapi 7.7 keeps the fields private and has no
+/// marshaller for it, so they are read from the tpm2-tss structure.
+fn marshal_creation_data(data: CreationData) -> Result<Vec<u8>, AgentTpmError> {
+    let raw = TPMS_CREATION_DATA::from(data);
+    let bad = || AgentTpmError::Malformed("creation data");
+    let sized = |bytes: &[u8], size: u16| bytes.get(..usize::from(size)).map(<[u8]>::to_vec);
+    let mut out = sceau_format::wire::Writer::default();
+    out.u32(raw.pcrSelect.count);
+    let count = usize::try_from(raw.pcrSelect.count).map_err(|_| bad())?;
+    for selection in raw.pcrSelect.pcrSelections.get(..count).ok_or_else(bad)? {
+        let select = selection
+            .pcrSelect
+            .get(..usize::from(selection.sizeofSelect))
+            .ok_or_else(bad)?;
+        out.u16(selection.hash)
+            .u8(selection.sizeofSelect)
+            .raw(select);
+    }
+    out.tpm2b(&sized(&raw.pcrDigest.buffer, raw.pcrDigest.size).ok_or_else(bad)?)
+        .u8(raw.locality)
+        .u16(raw.parentNameAlg)
+        .tpm2b(&sized(&raw.parentName.name, raw.parentName.size).ok_or_else(bad)?)
+        .tpm2b(&sized(&raw.parentQualifiedName.name, raw.parentQualifiedName.size).ok_or_else(bad)?)
+        .tpm2b(&sized(&raw.outsideInfo.buffer, raw.outsideInfo.size).ok_or_else(bad)?);
+    Ok(out.finish())
+}
+
+/// The TPMT_PUBLIC inside a marshalled TPM2B_PUBLIC.
+fn tpmt_from_tpm2b(tpm2b: &[u8]) -> Result<Vec<u8>, AgentTpmError> {
+    let mut r = sceau_format::wire::Reader::new(tpm2b);
+    let inner = r
+        .tpm2b("TPM2B_PUBLIC")
+        .map_err(|_| AgentTpmError::Malformed("EK public area"))?;
+    r.finish("TPM2B_PUBLIC")
+        .map_err(|_| AgentTpmError::Malformed("EK public area"))?;
+    Ok(inner.to_vec())
+}
+
+struct Quoted {
+    attest: Vec<u8>,
+    signature: Vec<u8>,
+    values: Vec<[u8; PCR_DIGEST_LEN]>,
+    /// The values read hash to the digest the quote signed.
+    consistent: bool,
+}
+
+/// TPM2_Quote of `pcrs` (SHA-256 bank) with `nonce`, then TPM2_PCR_Read of
+/// the same PCRs. Whether a PCR was extended in between is decided by
+/// hashing the values read and comparing with the quote's pcrDigest, which
+/// is stricter than comparing update counters.
+fn quote(
+    ctx: &mut Context,
+    ak: KeyHandle,
+    nonce: &[u8],
+    pcrs: &[u8],
+) -> Result<Quoted, AgentTpmError> {
+    let selection = pcr_selection(pcrs)?;
+    let qualifying = Data::try_from(nonce.to_vec())
+        .map_err(|e| AgentTpmError::step("Quote", TpmError::new("nonce", e)))?;
+    let scheme = SignatureScheme::EcDsa {
+        hash_scheme: HashScheme::new(HashingAlgorithm::Sha256),
+    };
+    let (attest, signature) = ctx
+        .execute_with_session(Some(AuthSession::Password), |c| {
+            c.quote(ak, qualifying, scheme, selection)
+        })
+        .map_err(|e| AgentTpmError::step("Quote", TpmError::new("Quote", e)))?;
+    let AttestInfo::Quote { info } = attest.attested() else {
+        return Err(AgentTpmError::Malformed("quote"));
+    };
+    let quoted_digest = info.pcr_digest().value().to_vec();
+    let marshal = |e| AgentTpmError::step("marshal quote", TpmError::new("marshal", e));
+    let attest = attest.marshall().map_err(marshal)?;
+    let signature = signature.marshall().map_err(marshal)?;
+    let mut values = Vec::with_capacity(pcrs.len());
+    for chunk in pcrs.chunks(PCRS_PER_READ) {
+        let (_, _, digests) = ctx
+            .execute_without_session(|c| c.pcr_read(pcr_selection(chunk)?))
+            .map_err(|e| AgentTpmError::step("PCR_Read", TpmError::new("PCR_Read", e)))?;
+        if digests.len() != chunk.len() {
+            return Err(AgentTpmError::Malformed("PCR_Read answer"));
+        }
+        for digest in digests.value() {
+            values.push(
+                <[u8; PCR_DIGEST_LEN]>::try_from(digest.value())
+                    .map_err(|_| AgentTpmError::Malformed("PCR value"))?,
+            );
+        }
+    }
+    let mut hash = Sha256::new();
+    for value in &values {
+        hash.update(value);
+    }
+    let consistent = hash.finalize().as_slice() == quoted_digest.as_slice();
+    Ok(Quoted {
+        attest,
+        signature,
+        values,
+        consistent,
+    })
+}
+
+fn pcr_selection(pcrs: &[u8]) -> Result<tss_esapi::structures::PcrSelectionList, tss_esapi::Error> {
+    let slots = pcrs
+        .iter()
+        .map(|index| PcrSlot::try_from(1u32 << index))
+        .collect::<Result<Vec<_>, _>>()?;
+    PcrSelectionListBuilder::new()
+        .with_selection(HashingAlgorithm::Sha256, &slots)
+        .build()
+}
+
+impl From<tss_esapi::Error> for AgentTpmError {
+    fn from(error: tss_esapi::Error) -> Self {
+        Self::step("PCR selection", TpmError::new("PCR selection", error))
+    }
+}

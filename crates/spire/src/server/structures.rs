@@ -1,0 +1,253 @@
+//! The TPM structures the server reads from an agent, parsed with the
+//! project's bounded wire `Reader` (TPM 2.0 Part 2): TPMT_PUBLIC for RSA and
+//! ECC keys, TPMS_ATTEST for creation certifications and quotes, and
+//! TPMT_SIGNATURE. Every parser refuses trailing bytes, so the bytes that
+//! were hashed or signed are exactly the bytes that were read.
+
+use sceau_format::wire::{ALG_ECC, ALG_NULL, ALG_SHA256, Reader, WireError};
+
+pub const ALG_RSA: u16 = 0x0001;
+pub const ALG_RSASSA: u16 = 0x0014;
+pub const ALG_RSAPSS: u16 = 0x0016;
+pub const ALG_ECDSA: u16 = 0x0018;
+pub const ALG_ECDAA: u16 = 0x001A;
+pub const ECC_NIST_P256: u16 = 0x0003;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StructureError {
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("unsupported {0}")]
+    Unsupported(&'static str),
+}
+
+/// TPMA_OBJECT bits (Part 2 §8.3).
+pub mod attributes {
+    pub const FIXED_TPM: u32 = 1 << 1;
+    pub const FIXED_PARENT: u32 = 1 << 4;
+    pub const SENSITIVE_DATA_ORIGIN: u32 = 1 << 5;
+    pub const ADMIN_WITH_POLICY: u32 = 1 << 7;
+    pub const RESTRICTED: u32 = 1 << 16;
+    pub const DECRYPT: u32 = 1 << 17;
+    pub const SIGN: u32 = 1 << 18;
+}
+
+/// TPM_GENERATED_VALUE: only the TPM itself puts this in front of what a
+/// restricted signing key signs.
+pub const TPM_GENERATED: u32 = 0xff54_4347;
+pub const ST_ATTEST_QUOTE: u16 = 0x8018;
+pub const ST_ATTEST_CREATION: u16 = 0x801A;
+
+/// A key's public area.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicArea {
+    pub name_alg: u16,
+    pub attributes: u32,
+    pub auth_policy: Vec<u8>,
+    /// TPMT_SYM_DEF_OBJECT: (algorithm, key bits, mode), or NULL.
+    pub symmetric: Option<(u16, u16, u16)>,
+    /// The signing or key-exchange scheme and its hash, or NULL.
+    pub scheme: Option<(u16, u16)>,
+    pub key: PublicKey,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublicKey {
+    Rsa {
+        bits: u16,
+        /// The public exponent (a TPM writes 0 for 65537).
+        exponent: u32,
+        modulus: Vec<u8>,
+    },
+    Ecc {
+        curve: u16,
+        kdf: Option<(u16, u16)>,
+        x: Vec<u8>,
+        y: Vec<u8>,
+    },
+}
+
+impl PublicArea {
+    pub fn has(&self, bits: u32) -> bool {
+        self.attributes & bits == bits
+    }
+
+    pub fn parse(tpmt_public: &[u8]) -> Result<Self, StructureError> {
+        let mut r = Reader::new(tpmt_public);
+        let key_type = r.u16("type")?;
+        let name_alg = r.u16("nameAlg")?;
+        let attributes = r.u32("objectAttributes")?;
+        let auth_policy = r.tpm2b("authPolicy")?.to_vec();
+        let symmetric = match r.u16("symmetric algorithm")? {
+            ALG_NULL => None,
+            algorithm => Some((
+                algorithm,
+                r.u16("symmetric key bits")?,
+                r.u16("symmetric mode")?,
+            )),
+        };
+        let scheme = match r.u16("scheme")? {
+            ALG_NULL => None,
+            ALG_ECDAA => return Err(StructureError::Unsupported("ECDAA scheme")),
+            scheme => Some((scheme, r.u16("scheme hash")?)),
+        };
+        let key = match key_type {
+            ALG_RSA => {
+                let bits = r.u16("RSA key bits")?;
+                let exponent = r.u32("RSA exponent")?;
+                let modulus = r.tpm2b("RSA modulus")?.to_vec();
+                PublicKey::Rsa {
+                    bits,
+                    exponent,
+                    modulus,
+                }
+            }
+            ALG_ECC => {
+                let curve = r.u16("curve")?;
+                let kdf = match r.u16("KDF")? {
+                    ALG_NULL => None,
+                    kdf => Some((kdf, r.u16("KDF hash")?)),
+                };
+                let x = r.tpm2b("ECC x")?.to_vec();
+                let y = r.tpm2b("ECC y")?.to_vec();
+                PublicKey::Ecc { curve, kdf, x, y }
+            }
+            _ => return Err(StructureError::Unsupported("key type (RSA or ECC)")),
+        };
+        r.finish("public area")?;
+        Ok(Self {
+            name_alg,
+            attributes,
+            auth_policy,
+            symmetric,
+            scheme,
+            key,
+        })
+    }
+}
+
+/// A TPMS_ATTEST, with the parts of a creation or quote attestation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attestation {
+    pub magic: u32,
+    pub kind: u16,
+    pub extra_data: Vec<u8>,
+    pub attested: Attested,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attested {
+    Creation {
+        object_name: Vec<u8>,
+        creation_hash: Vec<u8>,
+    },
+    Quote {
+        /// (hash algorithm, selection bitmap) per bank.
+        selections: Vec<(u16, Vec<u8>)>,
+        pcr_digest: Vec<u8>,
+    },
+}
+
+impl Attestation {
+    pub fn parse(tpms_attest: &[u8]) -> Result<Self, StructureError> {
+        let mut r = Reader::new(tpms_attest);
+        let magic = r.u32("magic")?;
+        let kind = r.u16("type")?;
+        r.tpm2b("qualifiedSigner")?;
+        let extra_data = r.tpm2b("extraData")?.to_vec();
+        // TPMS_CLOCK_INFO (clock, resetCount, restartCount, safe), then the
+        // firmware version: nothing here depends on them.
+        r.take(8 + 4 + 4 + 1, "clockInfo")?;
+        r.take(8, "firmwareVersion")?;
+        let attested = match kind {
+            ST_ATTEST_CREATION => Attested::Creation {
+                object_name: r.tpm2b("objectName")?.to_vec(),
+                creation_hash: r.tpm2b("creationHash")?.to_vec(),
+            },
+            ST_ATTEST_QUOTE => {
+                let count = r.u32("PCR selection count")?;
+                if count > 16 {
+                    return Err(StructureError::Unsupported("at most 16 PCR banks"));
+                }
+                let mut selections = Vec::new();
+                for _ in 0..count {
+                    let hash = r.u16("PCR bank")?;
+                    let size = r.u8("sizeofSelect")?;
+                    selections.push((hash, r.take(usize::from(size), "pcrSelect")?.to_vec()));
+                }
+                Attested::Quote {
+                    selections,
+                    pcr_digest: r.tpm2b("pcrDigest")?.to_vec(),
+                }
+            }
+            _ => {
+                return Err(StructureError::Unsupported(
+                    "attestation type (creation or quote)",
+                ));
+            }
+        };
+        r.finish("attestation")?;
+        Ok(Self {
+            magic,
+            kind,
+            extra_data,
+            attested,
+        })
+    }
+}
+
+/// A TPMT_SIGNATURE of one of the schemes an AK may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signature {
+    Rsa {
+        scheme: u16,
+        hash: u16,
+        signature: Vec<u8>,
+    },
+    Ecdsa {
+        hash: u16,
+        r: Vec<u8>,
+        s: Vec<u8>,
+    },
+}
+
+impl Signature {
+    pub fn parse(tpmt_signature: &[u8]) -> Result<Self, StructureError> {
+        let mut r = Reader::new(tpmt_signature);
+        let signature = match r.u16("signature algorithm")? {
+            scheme @ (ALG_RSASSA | ALG_RSAPSS) => Signature::Rsa {
+                scheme,
+                hash: r.u16("signature hash")?,
+                signature: r.tpm2b("RSA signature")?.to_vec(),
+            },
+            ALG_ECDSA => Signature::Ecdsa {
+                hash: r.u16("signature hash")?,
+                r: r.tpm2b("ECDSA r")?.to_vec(),
+                s: r.tpm2b("ECDSA s")?.to_vec(),
+            },
+            _ => {
+                return Err(StructureError::Unsupported(
+                    "signature scheme (RSASSA, RSAPSS, ECDSA)",
+                ));
+            }
+        };
+        r.finish("signature")?;
+        Ok(signature)
+    }
+
+    pub fn hash(&self) -> u16 {
+        match self {
+            Signature::Rsa { hash, .. } | Signature::Ecdsa { hash, .. } => *hash,
+        }
+    }
+}
+
+/// The SHA-256 bank's selection bitmap for `pcrs` (3 bytes, PCR 0 in bit 0
+/// of the first byte), as TPM2_Quote reports it.
+pub fn sha256_selection(pcrs: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    let mut bitmap = vec![0u8; 3];
+    for index in pcrs {
+        bitmap[usize::from(index / 8)] |= 1 << (index % 8);
+    }
+    vec![(ALG_SHA256, bitmap)]
+}

@@ -1,0 +1,677 @@
+//! The server's checks, in the order an attestation meets them:
+//!
+//! 1. [`check_payload`]: the EK is a TPM endorsement key of a supported
+//!    kind; it is trusted (allow list, certificate chain, or both); **the
+//!    certificate's key is the EK the credential will be made for**; the AK
+//!    is a restricted signing key the TPM created (its creation certified
+//!    by itself with TPM_GENERATED, the creation data hash and Name
+//!    matching, the signature verifying).
+//! 2. [`issue_challenge`]: a credential for the EK bound to the AK's Name,
+//!    with a fresh secret, and a fresh nonce for the quote.
+//! 3. [`check_response`]: the secret, compared in constant time, and the
+//!    quote over the nonce and the asked PCRs, signed by the AK.
+//!
+//! Each refusal is a [`Refusal`] whose text is one line for the log and the
+//! gRPC status; none carries TPM return codes.
+
+use std::time::SystemTime;
+
+use sceau_format::wire::{ALG_AES, ALG_CFB, ALG_SHA256, NAME_LEN, sha256_name};
+use sha2::{Digest as _, Sha256};
+use subtle::ConstantTimeEq as _;
+
+use super::config::{EkTrust, ServerConfig};
+use super::credential::{self, Credential};
+use super::keys::Key;
+use super::structures::{
+    Attestation, Attested, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE, Signature,
+    TPM_GENERATED, attributes as attr, sha256_selection,
+};
+use super::x509::Parsed;
+use crate::payload::{Challenge, ChallengeResponse, Payload, SECRET_LEN};
+
+/// Why an attestation was refused. Display is the one line logged and sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("malformed {0}")]
+    Malformed(String),
+    #[error("the EK is not an endorsement key sceau accepts: {0}")]
+    EkKind(&'static str),
+    #[error("the EK {0} is not on the allow list")]
+    NotAllowed(String),
+    #[error("the EK certificate is not trusted: {0}")]
+    Certificate(String),
+    #[error(
+        "the EK certificate certifies another key than the EK the agent presented (a genuine certificate with a foreign key)"
+    )]
+    CertificateKeyMismatch,
+    #[error("the EK has no certificate, and the configuration requires one")]
+    NoCertificate,
+    #[error("the AK is not acceptable: {0}")]
+    Ak(&'static str),
+    #[error("the AK's creation attestation is not acceptable: {0}")]
+    Creation(&'static str),
+    #[error("the credential was not activated: the answer does not match")]
+    Credential,
+    #[error("the quote is not acceptable: {0}")]
+    Quote(&'static str),
+}
+
+/// What a payload that passed every check established.
+#[derive(Debug, Clone)]
+pub struct VerifiedPayload {
+    pub ek: Key,
+    pub pub_hash: String,
+    pub ak: Key,
+    pub ak_name: [u8; NAME_LEN],
+    /// Selectors known before the challenge (EK hash, certificate facts).
+    pub selectors: Vec<String>,
+}
+
+/// What the server remembers between its challenge and the answer.
+pub struct Pending {
+    pub verified: VerifiedPayload,
+    credential: Credential,
+    nonce: [u8; SECRET_LEN],
+    quote_pcrs: Vec<u8>,
+}
+
+/// The TCG default EK policy, PolicySecret(TPM_RH_ENDORSEMENT) (EK
+/// Credential Profile, templates L-1 and L-2).
+const EK_POLICY: [u8; 32] = [
+    0x83, 0x71, 0x97, 0x67, 0x44, 0x84, 0xb3, 0xf8, 0x1a, 0x90, 0xcc, 0x8d, 0x46, 0xa5, 0xd7, 0x24,
+    0xfd, 0x52, 0xd7, 0x6e, 0x06, 0x52, 0x0b, 0x64, 0xf2, 0xa1, 0xda, 0x1b, 0x33, 0x14, 0x69, 0xaa,
+];
+
+pub fn check_payload(
+    config: &ServerConfig,
+    payload: &Payload,
+    now: SystemTime,
+) -> Result<VerifiedPayload, Refusal> {
+    let ek = check_ek_public(&payload.ek_public)?;
+    let pub_hash = ek.pub_hash();
+    let mut selectors = vec![
+        format!("pub_hash:{pub_hash}"),
+        format!("ek:{}", ek.algorithm()),
+    ];
+
+    let on_list = config
+        .ek_hashes
+        .as_ref()
+        .is_some_and(|list| list.contains(&pub_hash));
+    let certified = config.trust_store.as_ref().map(|store| {
+        if payload.ek_certificate.is_empty() {
+            Err(Refusal::NoCertificate)
+        } else {
+            check_certificate(store, &payload.ek_certificate, &ek, now)
+        }
+    });
+    match (config.ek_trust, certified) {
+        // A certificate for another key is a lie, whatever else holds.
+        (_, Some(Err(Refusal::CertificateKeyMismatch))) => {
+            return Err(Refusal::CertificateKeyMismatch);
+        }
+        (EkTrust::Both, _) if config.ek_hashes.is_some() && !on_list => {
+            return Err(Refusal::NotAllowed(pub_hash));
+        }
+        (_, Some(Ok(facts))) => selectors.extend(facts),
+        (EkTrust::Both, Some(Err(refusal))) => return Err(refusal),
+        (EkTrust::Either, Some(Err(refusal))) if !on_list => return Err(refusal),
+        (_, None) if !on_list => return Err(Refusal::NotAllowed(pub_hash)),
+        // On the allow list; a certificate that does not verify adds no
+        // selectors but does not undo the list.
+        _ => {}
+    }
+
+    let (ak, ak_name) = check_ak(payload)?;
+    Ok(VerifiedPayload {
+        ek,
+        pub_hash,
+        ak,
+        ak_name,
+        selectors,
+    })
+}
+
+/// The EK's public area: a restricted decryption key bound to its TPM with
+/// the TCG default template's parameters, which the credential depends on
+/// (SHA-256 nameAlg, AES-128-CFB).
+fn check_ek_public(tpmt_public: &[u8]) -> Result<Key, Refusal> {
+    let area = PublicArea::parse(tpmt_public)
+        .map_err(|e| Refusal::Malformed(format!("EK public area: {e}")))?;
+    if area.name_alg != ALG_SHA256 {
+        return Err(Refusal::EkKind("its name algorithm is not SHA-256"));
+    }
+    let required = attr::FIXED_TPM
+        | attr::FIXED_PARENT
+        | attr::SENSITIVE_DATA_ORIGIN
+        | attr::RESTRICTED
+        | attr::DECRYPT;
+    if !area.has(required) || area.has(attr::SIGN) {
+        return Err(Refusal::EkKind(
+            "it is not a restricted decryption key fixed to its TPM",
+        ));
+    }
+    if area.auth_policy != EK_POLICY {
+        return Err(Refusal::EkKind(
+            "its policy is not the TCG endorsement policy",
+        ));
+    }
+    if area.symmetric != Some((ALG_AES, 128, ALG_CFB)) {
+        return Err(Refusal::EkKind(
+            "its symmetric algorithm is not AES-128-CFB",
+        ));
+    }
+    match &area.key {
+        PublicKey::Rsa { bits: 2048, .. } | PublicKey::Ecc { .. } => {}
+        PublicKey::Rsa { .. } => return Err(Refusal::EkKind("an RSA EK must have 2048 bits")),
+    }
+    Key::from_tpm(&area.key).map_err(|e| Refusal::Malformed(format!("EK key: {e}")))
+}
+
+/// The certificate chains to a root, and certifies exactly `ek`. Returns
+/// the selectors the certificate vouches for.
+fn check_certificate(
+    store: &super::x509::TrustStore,
+    der: &[u8],
+    ek: &Key,
+    now: SystemTime,
+) -> Result<Vec<String>, Refusal> {
+    let certificate = Parsed::from_der(der).map_err(|e| Refusal::Certificate(e.to_string()))?;
+    store
+        .verify(&certificate, now)
+        .map_err(|e| Refusal::Certificate(e.to_string()))?;
+    // The check spire-tpm-plugin lacks: without it, any genuine EK
+    // certificate (they are public) vouches for whatever key the agent
+    // sends, and a machine without a TPM passes.
+    if certificate.key() != Some(ek) {
+        return Err(Refusal::CertificateKeyMismatch);
+    }
+    let identity = certificate.tpm_identity();
+    let mut selectors = Vec::new();
+    for (name, value) in [
+        ("manufacturer", identity.manufacturer),
+        ("model", identity.model),
+        ("version", identity.version),
+    ] {
+        if let Some(value) = value {
+            selectors.push(format!("{name}:{value}"));
+        }
+    }
+    if let Some(issuer) = certificate.issuer_common_name() {
+        selectors.push(format!("issuer:cn:{issuer}"));
+    }
+    Ok(selectors)
+}
+
+/// The AK: a restricted signing key created in a TPM, which certified its
+/// own creation.
+fn check_ak(payload: &Payload) -> Result<(Key, [u8; NAME_LEN]), Refusal> {
+    let area = PublicArea::parse(&payload.ak_public)
+        .map_err(|e| Refusal::Malformed(format!("AK public area: {e}")))?;
+    if area.name_alg != ALG_SHA256 {
+        return Err(Refusal::Ak("its name algorithm is not SHA-256"));
+    }
+    if !area.has(attr::FIXED_TPM) {
+        return Err(Refusal::Ak("it is not fixedTPM"));
+    }
+    if !area.has(attr::FIXED_PARENT) {
+        return Err(Refusal::Ak("it is not fixedParent"));
+    }
+    if !area.has(attr::SENSITIVE_DATA_ORIGIN) {
+        return Err(Refusal::Ak(
+            "it was not generated by the TPM (sensitiveDataOrigin)",
+        ));
+    }
+    if !area.has(attr::RESTRICTED) {
+        return Err(Refusal::Ak(
+            "it is not restricted, so it could sign data the TPM did not produce",
+        ));
+    }
+    if !area.has(attr::SIGN) || area.has(attr::DECRYPT) {
+        return Err(Refusal::Ak("it is not a signing-only key"));
+    }
+    // TPM2_LoadExternal takes a public area alone, with any attributes,
+    // and gives it the Name a real AK would have. Its auth value is then
+    // unavailable, but a policy is not: an AK whose ADMIN role is a policy
+    // (an empty one is satisfied by any fresh policy session) could have its
+    // credential activated by a TPM that never held its private key.
+    if area.has(attr::ADMIN_WITH_POLICY) || !area.auth_policy.is_empty() {
+        return Err(Refusal::Ak(
+            "it has an authorization policy, which would let a key that is not in the TPM activate the credential",
+        ));
+    }
+    let ak =
+        Key::from_tpm(&area.key).map_err(|_| Refusal::Ak("its key is not RSA ≥ 2048 or P-256"))?;
+    let ak_name = sha256_name(&payload.ak_public);
+
+    let attestation = Attestation::parse(&payload.creation_attestation)
+        .map_err(|e| Refusal::Malformed(format!("AK creation attestation: {e}")))?;
+    if attestation.magic != TPM_GENERATED {
+        return Err(Refusal::Creation("it was not generated by a TPM"));
+    }
+    let Attested::Creation {
+        object_name,
+        creation_hash,
+    } = &attestation.attested
+    else {
+        return Err(Refusal::Creation("it is not a creation attestation"));
+    };
+    debug_assert_eq!(attestation.kind, ST_ATTEST_CREATION);
+    if object_name.as_slice() != ak_name.as_slice() {
+        return Err(Refusal::Creation("it certifies another object than the AK"));
+    }
+    if creation_hash.as_slice() != Sha256::digest(&payload.creation_data).as_slice() {
+        return Err(Refusal::Creation(
+            "its creation hash does not match the creation data",
+        ));
+    }
+    let signature = Signature::parse(&payload.creation_signature)
+        .map_err(|e| Refusal::Malformed(format!("AK creation signature: {e}")))?;
+    ak.verify_tpm(&payload.creation_attestation, &signature)
+        .map_err(|_| Refusal::Creation("its signature does not verify with the AK"))?;
+    Ok((ak, ak_name))
+}
+
+/// A fresh credential and nonce for a verified payload.
+pub fn issue_challenge(
+    config: &ServerConfig,
+    verified: VerifiedPayload,
+) -> Result<(Pending, Challenge), Refusal> {
+    let credential = credential::make(&verified.ek, &verified.ak_name)
+        .map_err(|_| Refusal::EkKind("no credential can be made for its key type"))?;
+    let mut nonce = [0u8; SECRET_LEN];
+    sceau_format::random::fill(&mut nonce);
+    let challenge = Challenge {
+        credential_blob: credential.blob.clone(),
+        encrypted_secret: credential.secret.clone(),
+        nonce,
+        quote_pcrs: config.quote_pcrs.clone(),
+    };
+    Ok((
+        Pending {
+            verified,
+            credential,
+            nonce,
+            quote_pcrs: config.quote_pcrs.clone(),
+        },
+        challenge,
+    ))
+}
+
+/// Checks the answer; returns every selector of the attested node.
+pub fn check_response(
+    pending: Pending,
+    response: &ChallengeResponse,
+) -> Result<Vec<String>, Refusal> {
+    let matches: bool = response
+        .credential
+        .as_slice()
+        .ct_eq(pending.credential.expected.as_slice())
+        .into();
+    if !matches {
+        return Err(Refusal::Credential);
+    }
+    let mut selectors = pending.verified.selectors;
+    if pending.quote_pcrs.is_empty() {
+        return Ok(selectors);
+    }
+    if response.pcr_values.len() != pending.quote_pcrs.len() {
+        return Err(Refusal::Quote("it does not carry one value per asked PCR"));
+    }
+    let attestation =
+        Attestation::parse(&response.quote).map_err(|_| Refusal::Quote("it is malformed"))?;
+    if attestation.magic != TPM_GENERATED || attestation.kind != ST_ATTEST_QUOTE {
+        return Err(Refusal::Quote("it is not a TPM-generated quote"));
+    }
+    if attestation.extra_data != pending.nonce {
+        return Err(Refusal::Quote("it is not over this challenge's nonce"));
+    }
+    let Attested::Quote {
+        selections,
+        pcr_digest,
+    } = &attestation.attested
+    else {
+        return Err(Refusal::Quote("it is not a quote"));
+    };
+    if *selections != sha256_selection(&pending.quote_pcrs) {
+        return Err(Refusal::Quote("it covers other PCRs than the ones asked"));
+    }
+    let mut hash = Sha256::new();
+    for value in &response.pcr_values {
+        hash.update(value);
+    }
+    if hash.finalize().as_slice() != pcr_digest.as_slice() {
+        return Err(Refusal::Quote("the PCR values do not match its digest"));
+    }
+    let signature = Signature::parse(&response.quote_signature)
+        .map_err(|_| Refusal::Quote("its signature is malformed"))?;
+    pending
+        .verified
+        .ak
+        .verify_tpm(&response.quote, &signature)
+        .map_err(|_| Refusal::Quote("its signature does not verify with the AK"))?;
+    for (index, value) in pending.quote_pcrs.iter().zip(&response.pcr_values) {
+        selectors.push(format!(
+            "pcr:sha256:{index}:{}",
+            sceau_format::key_id::hex(value)
+        ));
+    }
+    Ok(selectors)
+}
+
+/// Payloads a software "TPM" makes, for the tests of this crate and of
+/// its integration tests (feature `test-support`): right in every field the
+/// server can check before the challenge, which is the point.
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support {
+    use super::*;
+    use crate::server::structures::{ALG_ECDSA, ECC_NIST_P256};
+    use p256::ecdsa::SigningKey;
+    use p256::ecdsa::signature::hazmat::PrehashSigner as _;
+    use p256::elliptic_curve::sec1::ToEncodedPoint as _;
+    use sceau_format::wire::{ALG_ECC, ALG_NULL, Writer};
+
+    pub const AK_ATTRIBUTES: u32 = attr::FIXED_TPM
+        | attr::FIXED_PARENT
+        | attr::SENSITIVE_DATA_ORIGIN
+        | 0x40 // userWithAuth
+        | 0x400 // noDA
+        | attr::RESTRICTED
+        | attr::SIGN;
+    pub const EK_ATTRIBUTES: u32 = 0x0003_00b2;
+
+    /// An ECC P-256 TPMT_PUBLIC for `key`.
+    pub fn ecc_public(key: &p256::PublicKey, attributes: u32, policy: &[u8], ek: bool) -> Vec<u8> {
+        let point = key.to_encoded_point(false);
+        let mut w = Writer::default();
+        w.u16(ALG_ECC).u16(ALG_SHA256).u32(attributes).tpm2b(policy);
+        if ek {
+            w.u16(ALG_AES).u16(128).u16(ALG_CFB).u16(ALG_NULL);
+        } else {
+            w.u16(ALG_NULL).u16(ALG_ECDSA).u16(ALG_SHA256);
+        }
+        w.u16(ECC_NIST_P256).u16(ALG_NULL);
+        w.tpm2b(point.x().unwrap()).tpm2b(point.y().unwrap());
+        w.finish()
+    }
+
+    pub fn attest(magic: u32, kind: u16, extra: &[u8], body: &[u8]) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u32(magic).u16(kind).tpm2b(&[0; 34]).tpm2b(extra);
+        w.raw(&[0; 17]).raw(&[0; 8]).raw(body);
+        w.finish()
+    }
+
+    pub fn sign(key: &SigningKey, message: &[u8]) -> Vec<u8> {
+        let (signature, _) = key
+            .sign_prehash(&Sha256::digest(message))
+            .map(|s: p256::ecdsa::Signature| (s, ()))
+            .unwrap();
+        let (r, s) = signature.split_bytes();
+        let mut w = Writer::default();
+        w.u16(ALG_ECDSA).u16(ALG_SHA256).tpm2b(&r).tpm2b(&s);
+        w.finish()
+    }
+
+    /// A payload a software "TPM" makes: right in every field.
+    pub struct Forgery {
+        pub payload: Payload,
+        pub ak: SigningKey,
+        pub ek_hash: String,
+    }
+
+    pub fn forgery(ak_attributes: u32, ak_policy: &[u8]) -> Forgery {
+        let ek = p256::SecretKey::from_slice(&[3; 32]).unwrap();
+        let ek_public = ecc_public(&ek.public_key(), EK_ATTRIBUTES, &EK_POLICY, true);
+        let ak = SigningKey::from_slice(&[5; 32]).unwrap();
+        let ak_public = ecc_public(
+            &p256::PublicKey::from(ak.verifying_key()),
+            ak_attributes,
+            ak_policy,
+            false,
+        );
+        let creation_data = b"creation data".to_vec();
+        let mut body = Writer::default();
+        body.tpm2b(&sha256_name(&ak_public))
+            .tpm2b(&Sha256::digest(&creation_data));
+        let creation_attestation = attest(TPM_GENERATED, ST_ATTEST_CREATION, &[], &body.finish());
+        let creation_signature = sign(&ak, &creation_attestation);
+        let ek_hash = Key::P256(ek.public_key()).pub_hash();
+        Forgery {
+            payload: Payload {
+                ek_public,
+                ek_certificate: Vec::new(),
+                ak_public,
+                creation_data,
+                creation_attestation,
+                creation_signature,
+            },
+            ak,
+            ek_hash,
+        }
+    }
+
+    /// A forged payload whose EK is the software key `[ek_secret; 32]`.
+    pub fn forgery_with_ek(ek_secret: u8) -> (Payload, Key) {
+        let mut f = forgery(AK_ATTRIBUTES, &[]);
+        let ek = p256::SecretKey::from_slice(&[ek_secret; 32]).unwrap();
+        f.payload.ek_public = ecc_public(&ek.public_key(), EK_ATTRIBUTES, &EK_POLICY, true);
+        (f.payload, Key::P256(ek.public_key()))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! The checks against structures built in software: every AK refusal,
+    //! the allow list, and the quote. Certificates and real TPM answers are
+    //! covered by crates/spire/tests/attest.rs against swtpm.
+    use super::test_support::*;
+    use super::*;
+    use crate::server::config::EkTrust;
+    use p256::ecdsa::SigningKey;
+    use sceau_format::wire::Writer;
+    use std::collections::HashSet;
+
+    fn config(hashes: &[&str], quote_pcrs: Vec<u8>) -> ServerConfig {
+        ServerConfig {
+            trust_domain: "example.org".into(),
+            ek_hashes: Some(hashes.iter().map(|h| h.to_string()).collect::<HashSet<_>>()),
+            trust_store: None,
+            ek_trust: EkTrust::Either,
+            quote_pcrs,
+        }
+    }
+
+    fn check(forgery: &Forgery) -> Result<VerifiedPayload, Refusal> {
+        check_payload(
+            &config(&[&forgery.ek_hash], vec![]),
+            &forgery.payload,
+            SystemTime::now(),
+        )
+    }
+
+    #[test]
+    fn a_well_formed_payload_on_the_allow_list_passes_the_payload_checks() {
+        let f = forgery(AK_ATTRIBUTES, &[]);
+        let verified = check(&f).unwrap();
+        assert_eq!(verified.pub_hash, f.ek_hash);
+        assert!(
+            verified
+                .selectors
+                .contains(&format!("pub_hash:{}", f.ek_hash))
+        );
+    }
+
+    #[test]
+    fn an_ek_off_the_allow_list_is_refused() {
+        let f = forgery(AK_ATTRIBUTES, &[]);
+        let other = "00".repeat(32);
+        let refused = check_payload(&config(&[&other], vec![]), &f.payload, SystemTime::now());
+        assert_eq!(refused.unwrap_err(), Refusal::NotAllowed(f.ek_hash));
+    }
+
+    #[test]
+    fn each_missing_ak_attribute_is_refused() {
+        for (bit, what) in [
+            (attr::FIXED_TPM, "fixedTPM"),
+            (attr::FIXED_PARENT, "fixedParent"),
+            (attr::SENSITIVE_DATA_ORIGIN, "sensitiveDataOrigin"),
+            (attr::RESTRICTED, "restricted"),
+            (attr::SIGN, "sign"),
+        ] {
+            let f = forgery(AK_ATTRIBUTES & !bit, &[]);
+            assert!(
+                matches!(check(&f), Err(Refusal::Ak(_))),
+                "an AK without {what} passed"
+            );
+        }
+        let f = forgery(AK_ATTRIBUTES | attr::DECRYPT, &[]);
+        assert!(matches!(check(&f), Err(Refusal::Ak(_))));
+    }
+
+    // Without the authPolicy check this passes: a software key with an
+    // empty policy (satisfied by any fresh policy session) loaded with
+    // TPM2_LoadExternal can have its credential activated.
+    #[test]
+    fn an_ak_with_an_admin_policy_is_refused() {
+        let f = forgery(AK_ATTRIBUTES | attr::ADMIN_WITH_POLICY, &[0; 32]);
+        assert!(matches!(check(&f), Err(Refusal::Ak(_))));
+    }
+
+    #[test]
+    fn forged_creation_attestations_are_refused() {
+        let f = forgery(AK_ATTRIBUTES, &[]);
+        let mut wrong_magic = forgery(AK_ATTRIBUTES, &[]);
+        wrong_magic.payload.creation_attestation[0] ^= 1;
+        wrong_magic.payload.creation_signature =
+            sign(&f.ak, &wrong_magic.payload.creation_attestation);
+        assert_eq!(
+            check(&wrong_magic).unwrap_err(),
+            Refusal::Creation("it was not generated by a TPM")
+        );
+
+        let mut other_data = forgery(AK_ATTRIBUTES, &[]);
+        other_data.payload.creation_data = b"other".to_vec();
+        assert!(matches!(check(&other_data), Err(Refusal::Creation(_))));
+
+        let mut bad_signature = forgery(AK_ATTRIBUTES, &[]);
+        let last = bad_signature.payload.creation_signature.len() - 1;
+        bad_signature.payload.creation_signature[last] ^= 1;
+        assert!(matches!(check(&bad_signature), Err(Refusal::Creation(_))));
+
+        let mut other_key = forgery(AK_ATTRIBUTES, &[]);
+        let stranger = SigningKey::from_slice(&[9; 32]).unwrap();
+        other_key.payload.creation_signature =
+            sign(&stranger, &other_key.payload.creation_attestation);
+        assert!(matches!(check(&other_key), Err(Refusal::Creation(_))));
+    }
+
+    #[test]
+    fn an_ek_that_is_not_an_endorsement_key_is_refused() {
+        let mut f = forgery(AK_ATTRIBUTES, &[]);
+        let ek = p256::SecretKey::from_slice(&[3; 32]).unwrap();
+        f.payload.ek_public = ecc_public(
+            &ek.public_key(),
+            EK_ATTRIBUTES | attr::SIGN,
+            &EK_POLICY,
+            true,
+        );
+        assert!(matches!(check(&f), Err(Refusal::EkKind(_))));
+        f.payload.ek_public = ecc_public(&ek.public_key(), EK_ATTRIBUTES, &[1; 32], true);
+        assert!(matches!(check(&f), Err(Refusal::EkKind(_))));
+    }
+
+    fn pending_with_quote(f: &Forgery, pcrs: Vec<u8>) -> (Pending, Challenge) {
+        let config = config(&[&f.ek_hash], pcrs);
+        let verified = check_payload(&config, &f.payload, SystemTime::now()).unwrap();
+        issue_challenge(&config, verified).unwrap()
+    }
+
+    fn quote(f: &Forgery, nonce: &[u8], pcrs: &[u8], values: &[[u8; 32]]) -> ChallengeResponse {
+        let mut digest = Sha256::new();
+        for value in values {
+            digest.update(value);
+        }
+        let mut body = Writer::default();
+        body.u32(1)
+            .u16(ALG_SHA256)
+            .u8(3)
+            .raw(&sha256_selection(pcrs)[0].1);
+        body.tpm2b(&digest.finalize());
+        let quote = attest(TPM_GENERATED, ST_ATTEST_QUOTE, nonce, &body.finish());
+        ChallengeResponse {
+            credential: zeroize::Zeroizing::new(vec![0; 32]),
+            quote_signature: sign(&f.ak, &quote),
+            quote,
+            pcr_values: values.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_wrong_credential_is_refused_before_the_quote() {
+        let f = forgery(AK_ATTRIBUTES, &[]);
+        let (pending, challenge) = pending_with_quote(&f, vec![0, 7]);
+        let response = quote(&f, &challenge.nonce, &[0, 7], &[[1; 32], [2; 32]]);
+        assert_eq!(check_response(pending, &response), Err(Refusal::Credential));
+    }
+
+    /// The quote checks, reached with the expected credential.
+    fn check_quote(
+        pcrs: Vec<u8>,
+        tamper: impl FnOnce(&mut ChallengeResponse, &Challenge),
+    ) -> Result<Vec<String>, Refusal> {
+        let f = forgery(AK_ATTRIBUTES, &[]);
+        let (pending, challenge) = pending_with_quote(&f, pcrs.clone());
+        let values: Vec<[u8; 32]> = pcrs.iter().map(|i| [*i; 32]).collect();
+        let mut response = quote(&f, &challenge.nonce, &pcrs, &values);
+        response.credential = zeroize::Zeroizing::new(pending.credential.expected.to_vec());
+        tamper(&mut response, &challenge);
+        check_response(pending, &response)
+    }
+
+    #[test]
+    fn a_good_quote_gives_one_selector_per_pcr() {
+        let selectors = check_quote(vec![0, 7], |_, _| {}).unwrap();
+        assert!(selectors.contains(&format!("pcr:sha256:7:{}", "07".repeat(32))));
+        assert!(selectors.iter().any(|s| s.starts_with("pub_hash:")));
+    }
+
+    #[test]
+    fn quotes_over_another_nonce_or_other_pcrs_or_values_are_refused() {
+        let f = forgery(AK_ATTRIBUTES, &[]);
+        let stale = check_quote(vec![0, 7], |r, _| {
+            *r = ChallengeResponse {
+                credential: r.credential.clone(),
+                ..quote(&f, &[0; 32], &[0, 7], &[[0; 32], [7; 32]])
+            };
+        });
+        assert_eq!(
+            stale,
+            Err(Refusal::Quote("it is not over this challenge's nonce"))
+        );
+        let other_pcrs = check_quote(vec![0, 7], |r, c| {
+            *r = ChallengeResponse {
+                credential: r.credential.clone(),
+                ..quote(&f, &c.nonce, &[0, 8], &[[0; 32], [8; 32]])
+            };
+        });
+        assert_eq!(
+            other_pcrs,
+            Err(Refusal::Quote("it covers other PCRs than the ones asked"))
+        );
+        let other_values = check_quote(vec![0, 7], |r, _| r.pcr_values[1] = [9; 32]);
+        assert_eq!(
+            other_values,
+            Err(Refusal::Quote("the PCR values do not match its digest"))
+        );
+        let unsigned = check_quote(vec![0, 7], |r, _| {
+            let last = r.quote_signature.len() - 1;
+            r.quote_signature[last] ^= 1;
+        });
+        assert_eq!(
+            unsigned,
+            Err(Refusal::Quote("its signature does not verify with the AK"))
+        );
+    }
+}
