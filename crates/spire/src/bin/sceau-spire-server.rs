@@ -1,5 +1,10 @@
-//! `sceau-spire-server`: the SPIRE server's NodeAttestor plugin.
+//! `sceau-spire-server`: the SPIRE server's NodeAttestor plugin
+//! (`NodeAttestor "sceau_tpm"` in server.conf; docs/spire.md). It verifies
+//! agents' TPMs in software and needs no TPM of its own.
 
-fn main() -> std::process::ExitCode {
-    std::process::ExitCode::FAILURE
+use std::process::ExitCode;
+use std::sync::Arc;
+
+fn main() -> ExitCode {
+    sceau_spire::plugin::run(Arc::new(sceau_spire::server::ServerPlugin::default()))
 }

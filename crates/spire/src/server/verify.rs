@@ -232,13 +232,14 @@ fn check_ak(payload: &Payload) -> Result<(Key, [u8; NAME_LEN]), Refusal> {
         return Err(Refusal::Ak("it is not a signing-only key"));
     }
     // TPM2_LoadExternal takes a public area alone, with any attributes,
-    // and gives it the Name a real AK would have. Its auth value is then
-    // unavailable, but a policy is not: an AK whose ADMIN role is a policy
-    // (an empty one is satisfied by any fresh policy session) could have its
-    // credential activated by a TPM that never held its private key.
+    // and gives it the Name a real AK would have. What stops a key made in
+    // software is that the TPM will not authorize its use in
+    // ActivateCredential. An AK needs no policy, and a policy for its ADMIN
+    // role would leave that to how a TPM treats public-only objects (swtpm
+    // refuses; crates/spire/tests/attest.rs), so such an AK is refused here.
     if area.has(attr::ADMIN_WITH_POLICY) || !area.auth_policy.is_empty() {
         return Err(Refusal::Ak(
-            "it has an authorization policy, which would let a key that is not in the TPM activate the credential",
+            "it has an authorization policy (an AK needs none, and a policy could let a key that is not in the TPM answer)",
         ));
     }
     let ak =
@@ -530,9 +531,8 @@ pub(crate) mod tests {
         assert!(matches!(check(&f), Err(Refusal::Ak(_))));
     }
 
-    // Without the authPolicy check this passes: a software key with an
-    // empty policy (satisfied by any fresh policy session) loaded with
-    // TPM2_LoadExternal can have its credential activated.
+    // Without the authPolicy check this payload passes (seen once with the
+    // check disabled).
     #[test]
     fn an_ak_with_an_admin_policy_is_refused() {
         let f = forgery(AK_ATTRIBUTES | attr::ADMIN_WITH_POLICY, &[0; 32]);

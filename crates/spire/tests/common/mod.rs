@@ -1,0 +1,4 @@
+//! Helpers shared by this crate's integration tests.
+#![allow(dead_code)]
+
+pub mod pki;
