@@ -1,7 +1,9 @@
 //! A minimal server NodeAttestor plugin on sceau-spire's plumbing, for the
-//! process-level protocol tests (tests/plugin_protocol.rs): it attests any
-//! agent, naming it by the hex of its payload. Not for use with a real
-//! SPIRE server.
+//! process-level protocol tests (tests/plugin_protocol.rs) and for trying
+//! the plumbing under a real SPIRE server with `echo_agent` on the agent's
+//! side: it attests any agent that answers its challenge (the challenge
+//! reversed), naming it by the hex of its payload. It proves nothing about
+//! the agent: never use it outside a test.
 
 use std::sync::{Arc, Mutex};
 
@@ -11,6 +13,7 @@ use sceau_spire::pb::server_attestor::{
 };
 use sceau_spire::plugin::hcl::Body;
 use sceau_spire::plugin::{self, ConfigError, CoreConfig, MAX_MESSAGE_BYTES, Plugin, Service};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The configured trust domain; attesting before Configure is refused.
@@ -54,8 +57,10 @@ impl Plugin for EchoAttestor {
 
 #[tonic::async_trait]
 impl NodeAttestor for EchoAttestor {
-    type AttestStream = tokio_stream::Once<Result<AttestResponse, Status>>;
+    type AttestStream = ReceiverStream<Result<AttestResponse, Status>>;
 
+    /// Payload in; a challenge (`prove:` and the payload) out; the answer
+    /// must be the challenge reversed; then the agent's attributes.
     async fn attest(
         &self,
         request: Request<Streaming<AttestRequest>>,
@@ -66,23 +71,55 @@ impl NodeAttestor for EchoAttestor {
             .unwrap()
             .clone()
             .ok_or_else(|| Status::failed_precondition("not configured"))?;
-        let first = request.into_inner().message().await?;
-        let Some(AttestRequest {
-            request: Some(attest_request::Request::Payload(payload)),
-        }) = first
-        else {
-            return Err(Status::invalid_argument("expected a payload first"));
-        };
-        let name: String = payload.iter().map(|b| format!("{b:02x}")).collect();
-        let attributes = AgentAttributes {
-            spiffe_id: format!("spiffe://{trust_domain}/spire/agent/echo/{name}"),
-            selector_values: vec![format!("payload:{name}")],
-            can_reattest: false,
-        };
-        Ok(Response::new(tokio_stream::once(Ok(AttestResponse {
-            response: Some(attest_response::Response::AgentAttributes(attributes)),
-        }))))
+        let mut inbound = request.into_inner();
+        let (answers, stream) = tokio::sync::mpsc::channel(2);
+        tokio::spawn(async move {
+            let outcome = exchange(&mut inbound, &answers, &trust_domain).await;
+            let _ = answers.send(outcome).await;
+        });
+        Ok(Response::new(ReceiverStream::new(stream)))
     }
+}
+
+async fn exchange(
+    inbound: &mut Streaming<AttestRequest>,
+    answers: &tokio::sync::mpsc::Sender<Result<AttestResponse, Status>>,
+    trust_domain: &str,
+) -> Result<AttestResponse, Status> {
+    let Some(attest_request::Request::Payload(payload)) =
+        inbound.message().await?.and_then(|m| m.request)
+    else {
+        return Err(Status::invalid_argument("expected a payload first"));
+    };
+    let challenge = [b"prove:".as_slice(), &payload].concat();
+    let sent = answers
+        .send(Ok(AttestResponse {
+            response: Some(attest_response::Response::Challenge(challenge.clone())),
+        }))
+        .await;
+    if sent.is_err() {
+        return Err(Status::cancelled("the host went away"));
+    }
+    let Some(attest_request::Request::ChallengeResponse(answer)) =
+        inbound.message().await?.and_then(|m| m.request)
+    else {
+        return Err(Status::invalid_argument("expected a challenge response"));
+    };
+    let mut expected = challenge;
+    expected.reverse();
+    if answer != expected {
+        return Err(Status::permission_denied("wrong challenge response"));
+    }
+    let name: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(AttestResponse {
+        response: Some(attest_response::Response::AgentAttributes(
+            AgentAttributes {
+                spiffe_id: format!("spiffe://{trust_domain}/spire/agent/echo/{name}"),
+                selector_values: vec![format!("payload:{name}")],
+                can_reattest: false,
+            },
+        )),
+    })
 }
 
 fn main() -> std::process::ExitCode {

@@ -5,7 +5,8 @@
 //! In-process: `plugin::serve` with a small test plugin on a temporary
 //! socket. Process-level: the `echo_attestor` example (a plugin binary
 //! built on `plugin::run`), started as SPIRE starts a plugin, for the
-//! cookie, the handshake line, stdout/stderr discipline, signals and exit.
+//! cookie, the handshake line, stdout/stderr discipline, signals and exit;
+//! and the two shipped binaries for the same handshake, Init and Shutdown.
 
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::os::unix::fs::PermissionsExt as _;
@@ -312,7 +313,7 @@ async fn validate_reports_notes_or_the_refusal() {
     assert_eq!(
         invalid.notes,
         [
-            "plugin_data line 1: `greeting` is a block; this plugin takes only `key = value` settings"
+            "plugin data, line 1: `greeting` is a block; this plugin takes only `key = value` settings"
         ]
     );
     // Validation applies nothing.
@@ -478,6 +479,51 @@ async fn the_broker_and_stdio_streams_stay_open_until_shutdown() {
 }
 
 #[tokio::test]
+async fn connections_beyond_the_limit_are_closed() {
+    let served = start().await;
+    let check = |connection: &Connection| {
+        let mut health = HealthClient::with_origin(connection.clone(), origin());
+        async move {
+            tokio::time::timeout(
+                CALL_TIMEOUT,
+                health.check(HealthCheckRequest {
+                    service: "plugin".to_owned(),
+                }),
+            )
+            .await
+            .expect("the call hung")
+        }
+    };
+    let mut held = Vec::new();
+    for _ in 0..plugin::MAX_CONNECTIONS {
+        let connection = connect(&served.socket).await;
+        check(&connection).await.unwrap();
+        held.push(connection);
+    }
+    let extra = connect(&served.socket).await;
+    assert!(
+        check(&extra).await.is_err(),
+        "a connection beyond the limit was served"
+    );
+    // Once one closes, a new one is served again.
+    drop(held.pop());
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    loop {
+        let again = connect(&served.socket).await;
+        if check(&again).await.is_ok() {
+            held.push(again);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no connection is served after one closed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shut_down(served, &held[0]).await;
+}
+
+#[tokio::test]
 async fn the_stop_future_ends_serving_and_removes_the_socket() {
     let mut served = start().await;
     let connection = connect(&served.socket).await;
@@ -548,7 +594,11 @@ fn example_plugin() -> PathBuf {
 /// A command with none of the go-plugin variables the test's own
 /// environment might carry.
 fn plugin_command() -> Command {
-    let mut command = Command::new(example_plugin());
+    command_for(&example_plugin())
+}
+
+fn command_for(program: &Path) -> Command {
+    let mut command = Command::new(program);
     for variable in [
         "NodeAttestor",
         "PLUGIN_PROTOCOL_VERSIONS",
@@ -562,9 +612,13 @@ fn plugin_command() -> Command {
     command
 }
 
-/// Starts the plugin as SPIRE does.
+/// Starts the example plugin as SPIRE does.
 fn spawn_as_spire(socket_dir: &Path) -> Child {
-    plugin_command()
+    spawn_program_as_spire(&example_plugin(), socket_dir)
+}
+
+fn spawn_program_as_spire(program: &Path, socket_dir: &Path) -> Child {
+    command_for(program)
         .env("NodeAttestor", "NodeAttestor")
         .env("PLUGIN_PROTOCOL_VERSIONS", "1")
         .env("PLUGIN_UNIX_SOCKET_DIR", socket_dir)
@@ -604,8 +658,13 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
     }
 }
 
-/// Every stderr line is an hclog JSON object with string fields.
+/// Every stderr line is an hclog JSON object with string fields, from the
+/// example plugin.
 fn check_log_lines(stderr: &str) -> Vec<(String, String)> {
+    check_log_lines_of(stderr, "sceau-spire-server")
+}
+
+fn check_log_lines_of(stderr: &str, module: &str) -> Vec<(String, String)> {
     stderr
         .lines()
         .map(|line| {
@@ -616,10 +675,7 @@ fn check_log_lines(stderr: &str) -> Vec<(String, String)> {
                     "{line:?} lacks {field}"
                 );
             }
-            assert_eq!(
-                body.string("@module").unwrap().unwrap(),
-                "sceau-spire-server"
-            );
+            assert_eq!(body.string("@module").unwrap().unwrap(), module);
             (
                 body.string("@level").unwrap().unwrap(),
                 body.string("@message").unwrap().unwrap(),
@@ -783,4 +839,84 @@ fn sigterm_stops_the_plugin_cleanly_and_sigint_is_ignored() {
         lines.iter().any(|(_, m)| m == "stopped (SIGTERM)"),
         "{lines:?}"
     );
+}
+
+/// The shipped binaries, as SPIRE starts them: each refuses to run by hand,
+/// and with the cookie prints the handshake line, lists its own service
+/// and Config in Init, is healthy, and exits 0 on Shutdown with its socket
+/// removed. (No TPM is needed for these calls.)
+#[test]
+fn the_shipped_binaries_load_as_spire_plugins() {
+    for (program, service) in [
+        (
+            Path::new(env!("CARGO_BIN_EXE_sceau-spire-server")),
+            SERVER_ATTESTOR,
+        ),
+        (
+            Path::new(env!("CARGO_BIN_EXE_sceau-spire-agent")),
+            "spire.plugin.agent.nodeattestor.v1.NodeAttestor",
+        ),
+    ] {
+        let name = program.file_name().unwrap().to_str().unwrap();
+        let output = command_for(program).output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{name}");
+        assert!(output.stdout.is_empty(), "{name}");
+        assert_eq!(
+            String::from_utf8(output.stderr).unwrap(),
+            format!(
+                "{name}: this is a SPIRE plugin; SPIRE starts it from plugin_cmd, it is not meant to be run by hand\n"
+            )
+        );
+        let output = command_for(program).arg("--version").output().unwrap();
+        assert!(output.status.success(), "{name}");
+        assert!(
+            String::from_utf8(output.stdout)
+                .unwrap()
+                .starts_with(&format!("{name} "))
+        );
+
+        let dir = TempDir::new("binary");
+        let mut child = spawn_program_as_spire(program, &dir.0);
+        let (line, mut stdout) = handshake_line(&mut child);
+        let socket = socket_of(&line, &dir.0);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let connection = connect(&socket).await;
+            let mut init = InitClient::with_origin(connection.clone(), origin());
+            let names = bounded(init.init(InitRequest::default())).await.unwrap();
+            assert_eq!(names.plugin_service_names, [service, CONFIG], "{name}");
+            let mut health = HealthClient::with_origin(connection.clone(), origin());
+            let status = bounded(health.check(HealthCheckRequest {
+                service: "plugin".to_owned(),
+            }))
+            .await
+            .unwrap();
+            assert_eq!(status.status(), ServingStatus::Serving, "{name}");
+            let mut controller = GrpcControllerClient::with_origin(connection, origin());
+            bounded(controller.shutdown(Empty {})).await.unwrap();
+        });
+        assert_eq!(wait_exit(&mut child).code(), Some(0), "{name}");
+        assert!(!socket.exists(), "{name} left its socket behind");
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).unwrap();
+        assert_eq!(
+            rest, "",
+            "{name} wrote more than the handshake line on stdout"
+        );
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let lines = check_log_lines_of(&stderr, name);
+        assert!(
+            lines.iter().any(|(_, m)| m == "stopped (the host asked)"),
+            "{name}: {lines:?}"
+        );
+    }
 }

@@ -38,8 +38,12 @@ pub const MAX_INPUT_BYTES: usize = 64 * 1024;
 pub struct HclError(String);
 
 impl HclError {
+    /// An error at `line` of the text. For an inline `plugin_data` block
+    /// that is a line of SPIRE's re-printed text (one setting per line, a
+    /// blank line between), not of the server's file, so every message
+    /// about a setting names the setting too.
     fn at(line: usize, what: impl fmt::Display) -> Self {
-        HclError(format!("plugin_data line {line}: {what}"))
+        HclError(format!("plugin data, line {line}: {what}"))
     }
 }
 
@@ -83,7 +87,7 @@ impl Body {
     pub fn parse(text: &str) -> Result<Body, HclError> {
         if text.len() > MAX_INPUT_BYTES {
             return Err(HclError(format!(
-                "plugin_data is {} bytes; at most {MAX_INPUT_BYTES} are accepted (is it the right file?)",
+                "the plugin data is {} bytes; at most {MAX_INPUT_BYTES} are accepted (is it the right file?)",
                 text.len()
             )));
         }
@@ -733,7 +737,7 @@ mod tests {
         assert_eq!(body.integers("pcrs").unwrap(), Some(vec![0, 7, 14]));
         assert_eq!(
             body.string("next").unwrap_err().to_string(),
-            "plugin_data line 6: `next` is a number; it must be a string in quotes, like `key = \"…\"`"
+            "plugin data, line 6: `next` is a number; it must be a string in quotes, like `key = \"…\"`"
         );
     }
 
@@ -744,7 +748,7 @@ mod tests {
         );
         assert_eq!(
             body.integers("a").unwrap_err().to_string(),
-            "plugin_data line 2: `a` is a number; it must be a list of whole numbers, like `key = [1, 2]`"
+            "plugin data, line 2: `a` is a number; it must be a list of whole numbers, like `key = [1, 2]`"
         );
         assert_eq!(body.string("b").unwrap(), Some("x".to_owned()));
     }
@@ -769,7 +773,7 @@ mod tests {
         assert_eq!(body.boolean("flag").unwrap(), Some(true));
         assert_eq!(
             body.integers("n").unwrap_err().to_string(),
-            "plugin_data line 15: `n` is a number; it must be a list of whole numbers, like `key = [1, 2]`"
+            "plugin data, line 15: `n` is a number; it must be a list of whole numbers, like `key = [1, 2]`"
         );
         // An empty block is printed as nothing; a nested one is refused.
         assert!(parse("").is_empty());
@@ -791,7 +795,7 @@ mod tests {
         let error = body.boolean("pcrs").unwrap_err().to_string();
         assert_eq!(
             error,
-            "plugin_data line 4: `pcrs` is a list; it must be true or false (no quotes)"
+            "plugin data, line 4: `pcrs` is a list; it must be true or false (no quotes)"
         );
     }
 
@@ -800,15 +804,15 @@ mod tests {
         let body = parse("a = \"1\"\nb = [1, \"x\"]\nc = [\"x\", 2]\nd = \"true\"\n");
         assert_eq!(
             body.boolean("a").unwrap_err().to_string(),
-            "plugin_data line 1: `a` is a string; it must be true or false (no quotes)"
+            "plugin data, line 1: `a` is a string; it must be true or false (no quotes)"
         );
         assert_eq!(
             body.integers("b").unwrap_err().to_string(),
-            "plugin_data line 2: `b` holds a string; it must be a list of whole numbers, like `key = [1, 2]`"
+            "plugin data, line 2: `b` holds a string; it must be a list of whole numbers, like `key = [1, 2]`"
         );
         assert_eq!(
             body.strings("c").unwrap_err().to_string(),
-            "plugin_data line 3: `c` holds a number; it must be a list of strings, like `key = [\"a\", \"b\"]`"
+            "plugin data, line 3: `c` holds a number; it must be a list of strings, like `key = [\"a\", \"b\"]`"
         );
         assert!(
             body.boolean("d")

@@ -31,7 +31,9 @@ use tonic::body::Body;
 use tonic::codegen::http;
 
 pub use handshake::{HandshakeError, PluginSocket, SocketOptions};
-pub use serve::{ServeError, StopReason, serve};
+pub use serve::{
+    MAX_CONCURRENT_STREAMS, MAX_CONNECTIONS, SHUTDOWN_GRACE, ServeError, StopReason, serve,
+};
 pub use services::CONFIG_SERVICE_NAME;
 
 /// The largest gRPC message a plugin process decodes. Our messages are at
@@ -52,6 +54,14 @@ pub struct CoreConfig {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// A setting's syntax or kind refused by the parser, so that a plugin's
+/// `configure` can use `?` on [`hcl::Body`]'s methods.
+impl From<hcl::HclError> for ConfigError {
+    fn from(error: hcl::HclError) -> Self {
+        ConfigError(error.to_string())
+    }
+}
+
 /// The plugin's own service, as the router serves it.
 pub type Service = tower::util::BoxCloneSyncService<
     http::Request<hyper::body::Incoming>,
@@ -64,7 +74,8 @@ pub trait Plugin: Send + Sync + 'static {
     /// The full gRPC name of the plugin service, which Init reports first.
     const SERVICE_NAME: &'static str;
     /// Checks a configuration without applying it (Config.Validate); `Ok`
-    /// carries notes for the operator.
+    /// carries notes for the operator. Like `configure`, it runs on the
+    /// runtime's blocking pool, so it may read files (or the TPM).
     fn validate(&self, core: &CoreConfig, hcl: &str) -> Result<Vec<String>, ConfigError>;
     /// Applies a configuration (Config.Configure). SPIRE calls it at load
     /// and again on reconfiguration; a refused configuration leaves the one

@@ -337,8 +337,8 @@ impl<P: Plugin> GrpcBroker for BrokerService<P> {
         request: Request<Streaming<ConnInfo>>,
     ) -> Result<Response<Self::StartStreamStream>, Status> {
         let mut inbound = request.into_inner();
-        let shared = self.0.clone();
-        let stopped = shared.stop.stopped();
+        let stopped = self.0.stop.stopped();
+        // Reads what the host sends, for the logs, until the server stops.
         tokio::spawn(async move {
             tokio::pin!(stopped);
             loop {
