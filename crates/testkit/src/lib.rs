@@ -11,6 +11,8 @@
 //! - [`process`]: bounded waits, signals, and [`process::run_with_timeout`],
 //!   the one helper that runs a command to completion;
 //! - [`tools`]: tpm2-tools as an independent second implementation;
+//! - [`ek_ca`]: a local TPM manufacturer: a CA and swtpm states holding RSA
+//!   and ECC EK certificates it issued (the SPIRE attestor's tests);
 //! - [`rpc`]: the gRPC client (`sceau::client`) and the checks every test
 //!   applies to sceau's answers;
 //! - [`envelope`]: the tests' own reading of the version-1 envelope;
@@ -23,6 +25,7 @@
 //! (`[workspace.lints]` forbids it).
 
 pub mod bus_proxy;
+pub mod ek_ca;
 pub mod envelope;
 pub mod memscan;
 pub mod no_landlock;
@@ -36,6 +39,7 @@ pub mod tools;
 
 use std::io::Read;
 
+pub use ek_ca::EkCa;
 pub use rpc::Client;
 pub use sceau::Sceau;
 pub use swtpm::Swtpm;

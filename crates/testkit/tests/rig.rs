@@ -1,5 +1,6 @@
 //! `sceau-rig` as the scripts use it: `swtpm` reports a port that answers and
-//! takes swtpm down with it on SIGTERM; bad usage exits 2. Being an
+//! takes swtpm down with it on SIGTERM; `provision` makes a TPM with EK
+//! certificates once and refuses to overwrite it; bad usage exits 2. Being an
 //! integration test also makes `cargo test --workspace` build the binary,
 //! which the root package's tests run (`no_landlock::deny_landlock`).
 
@@ -57,6 +58,10 @@ fn bad_usage_exits_2_with_the_usage_line() {
         &["swtpm"],
         &["swtpm", "--port", "x"],
         &["no-landlock"],
+        &["provision"],
+        &["provision", "--ca"],
+        &["provision", "--ca", "ca"],
+        &["provision", "--state", "tpm", "--port", "1"],
     ] {
         let output = Command::new(RIG)
             .args(args)
@@ -69,4 +74,34 @@ fn bad_usage_exits_2_with_the_usage_line() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+#[test]
+fn provision_makes_a_tpm_once_and_says_why_not_twice() {
+    let tmp = TempDir::new("rig-provision");
+    let provision = || {
+        Command::new(RIG)
+            .arg("provision")
+            .arg("--ca")
+            .arg(tmp.join("ca"))
+            .arg("--state")
+            .arg(tmp.join("tpm"))
+            .output()
+            .expect("run sceau-rig provision")
+    };
+    let first = provision();
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(first.status.success(), "{first:?}");
+    assert!(
+        stdout.contains("0x01c00002") && stdout.contains("0x01c0000a"),
+        "{stdout}"
+    );
+    assert!(tmp.join("ca/roots.pem").is_file() && tmp.join("ca/intermediates.pem").is_file());
+    assert!(tmp.join("tpm/tpm2-00.permall").is_file());
+
+    let second = provision();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("already holds a TPM"), "{stderr}");
 }

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! sceau-rig swtpm --state DIR [--port N]
+//! sceau-rig provision --ca DIR --state DIR
 //! sceau-rig no-landlock PROGRAM [ARGS...]
 //! ```
 //!
@@ -17,6 +18,13 @@
 //! swtpm cannot be started it prints why, with swtpm's log, and exits
 //! non-zero without printing a port.
 //!
+//! `provision` manufactures a TPM in the (new or empty) state DIR whose NV
+//! holds an RSA 2048 EK certificate (0x01C00002) and an ECC P-256 one
+//! (0x01C0000A) issued by the manufacturer CA in `--ca` DIR, which it creates
+//! first if DIR holds none (`ek_ca::EkCa`); the CA's `roots.pem` and
+//! `intermediates.pem` are what a verifier trusts. It prints one line saying
+//! what it made, or why it could not and exits 1.
+//!
 //! `no-landlock` installs the seccomp filter of `no_landlock` and execs
 //! PROGRAM, as on a kernel without Landlock.
 
@@ -25,12 +33,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use sceau_testkit::Swtpm;
 use sceau_testkit::no_landlock::{RIG_SUBCOMMAND, exec_without_landlock};
+use sceau_testkit::{EkCa, Swtpm};
 use tokio::signal::unix::{SignalKind, signal};
 
-const USAGE: &str =
-    "usage: sceau-rig swtpm --state DIR [--port N]\n       sceau-rig no-landlock PROGRAM [ARGS...]";
+const USAGE: &str = "usage: sceau-rig swtpm --state DIR [--port N]\n       \
+                     sceau-rig provision --ca DIR --state DIR\n       \
+                     sceau-rig no-landlock PROGRAM [ARGS...]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
@@ -38,6 +47,10 @@ fn main() -> ExitCode {
     match command.as_ref().and_then(|c| c.to_str()) {
         Some("swtpm") => match parse_swtpm_args(args) {
             Ok((state, port)) => run_swtpm(state, port),
+            Err(why) => usage_error(&why),
+        },
+        Some("provision") => match parse_provision_args(args) {
+            Ok((ca, state)) => provision(&ca, &state),
             Err(why) => usage_error(&why),
         },
         Some(c) if c == RIG_SUBCOMMAND => {
@@ -52,7 +65,7 @@ fn main() -> ExitCode {
             );
             ExitCode::from(127)
         }
-        _ => usage_error("expected a subcommand: swtpm or no-landlock"),
+        _ => usage_error("expected a subcommand: swtpm, provision or no-landlock"),
     }
 }
 
@@ -86,6 +99,46 @@ fn parse_swtpm_args(
     }
     let state = state.ok_or("swtpm needs --state DIR")?;
     Ok((state, port))
+}
+
+/// `--ca DIR --state DIR`, in either order.
+fn parse_provision_args(
+    mut args: impl Iterator<Item = OsString>,
+) -> Result<(PathBuf, PathBuf), String> {
+    let (mut ca, mut state) = (None, None);
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{} needs a value", flag.to_string_lossy()))?;
+        match flag.to_str() {
+            Some("--ca") => ca = Some(PathBuf::from(value)),
+            Some("--state") => state = Some(PathBuf::from(value)),
+            _ => return Err(format!("unknown flag {}", flag.to_string_lossy())),
+        }
+    }
+    Ok((
+        ca.ok_or("provision needs --ca DIR")?,
+        state.ok_or("provision needs --state DIR")?,
+    ))
+}
+
+/// Opens or creates the CA, then manufactures the TPM.
+fn provision(ca: &std::path::Path, state: &std::path::Path) -> ExitCode {
+    match EkCa::open_or_create(ca).and_then(|ca| ca.provision_tpm(state).map(|()| ca)) {
+        Ok(ca) => {
+            println!(
+                "provisioned {}: EK certificates at 0x01c00002 (RSA 2048) and 0x01c0000a \
+                 (ECC P-256) from the CA in {} (roots.pem, intermediates.pem)",
+                state.display(),
+                ca.dir().display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sceau-rig: provision {}: {e}", state.display());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Starts swtpm, reports its port, and holds it until SIGTERM or SIGINT.
