@@ -81,7 +81,7 @@ impl Plugin for AgentPlugin {
     fn configure(&self, _core: &CoreConfig, hcl: &str) -> Result<(), ConfigError> {
         let settings = Arc::new(config::parse(hcl)?);
         log::info!(
-            "configured: TPM at {}, {:?} EK",
+            "configured: TPM at {}, {} EK",
             settings.tcti,
             settings.ek_algorithm
         );

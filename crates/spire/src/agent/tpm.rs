@@ -49,6 +49,15 @@ pub enum EkAlgorithm {
     EccP256,
 }
 
+impl std::fmt::Display for EkAlgorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Rsa2048 => "RSA-2048",
+            Self::EccP256 => "ECC P-256",
+        })
+    }
+}
+
 impl EkAlgorithm {
     fn selection(self) -> AsymmetricAlgorithmSelection {
         match self {

@@ -94,6 +94,11 @@ impl Parsed {
         common_name(self.subject()).unwrap_or_else(|| self.subject().to_string())
     }
 
+    /// The issuer's CN, else its DN, for messages.
+    pub fn issuer_label(&self) -> String {
+        common_name(self.issuer()).unwrap_or_else(|| self.issuer().to_string())
+    }
+
     /// The issuer's CN, for the `issuer:cn:` selector.
     pub fn issuer_common_name(&self) -> Option<String> {
         common_name(self.issuer())
@@ -284,8 +289,9 @@ impl TrustStore {
                 .find(|candidate| current.is_signed_by(candidate))
             else {
                 return Err(CertificateError::Untrusted(format!(
-                    "no root or intermediate signed {}",
-                    current.label()
+                    "no configured root or intermediate issued {} (issuer {})",
+                    current.label(),
+                    current.issuer_label()
                 )));
             };
             next.check_validity(now)?;
