@@ -461,42 +461,9 @@ fn the_credential_never_crosses_the_bus_in_the_clear() {
 /// of such an AK can be tested with a real TPM's payload.
 #[test]
 fn another_ak_template_is_certified_as_asked() {
-    use tss_esapi::attributes::ObjectAttributesBuilder;
-    use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
-    use tss_esapi::interface_types::ecc::EccCurve;
-    use tss_esapi::structures::{
-        EccPoint, EccScheme, HashScheme, KeyDerivationFunctionScheme, PublicBuilder,
-        PublicEccParametersBuilder,
-    };
-
     let tmp = TempDir::new("spire-agent-unrestricted");
     let tpm = Swtpm::start(&tmp.subdir("tpm"));
-    let attributes = ObjectAttributesBuilder::new()
-        .with_fixed_tpm(true)
-        .with_fixed_parent(true)
-        .with_sensitive_data_origin(true)
-        .with_user_with_auth(true)
-        .with_no_da(true)
-        .with_sign_encrypt(true)
-        .build()
-        .unwrap();
-    let parameters = PublicEccParametersBuilder::new()
-        .with_ecc_scheme(EccScheme::EcDsa(HashScheme::new(HashingAlgorithm::Sha256)))
-        .with_curve(EccCurve::NistP256)
-        .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
-        .with_is_signing_key(true)
-        .with_is_decryption_key(false)
-        .with_restricted(false)
-        .build()
-        .unwrap();
-    let template = PublicBuilder::new()
-        .with_public_algorithm(PublicAlgorithm::Ecc)
-        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
-        .with_object_attributes(attributes)
-        .with_ecc_parameters(parameters)
-        .with_ecc_unique_identifier(EccPoint::default())
-        .build()
-        .unwrap();
+    let template = sceau_spire::agent::tpm::ak_template_with(false).unwrap();
     let (attestation, payload) =
         Attestation::begin_with_ak_template(&settings(&tpm, EkAlgorithm::EccP256), template)
             .unwrap();

@@ -14,7 +14,7 @@ use std::time::SystemTime;
 
 use common::pki::Pki;
 use sceau::tpm::enroll::{activate_credential_for, endorsement_key_for};
-use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings, ak_template};
+use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings, ak_template_with};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
 use sceau_spire::server::config::{EkTrust, ServerConfig};
 use sceau_spire::server::keys::Key;
@@ -158,34 +158,7 @@ fn a_genuine_certificate_of_another_tpm_is_refused() {
 fn an_unrestricted_ak_made_by_the_tpm_is_refused() {
     let dir = TempDir::new("sceau-spire-unrestricted");
     let tpm = Swtpm::start(dir.path());
-    let mut template = ak_template().unwrap();
-    let attributes = template.object_attributes();
-    let unrestricted =
-        tss_esapi::attributes::ObjectAttributes(attributes.0 & !attributes::RESTRICTED);
-    template = match template {
-        Public::Ecc {
-            name_hashing_algorithm,
-            auth_policy,
-            parameters,
-            unique,
-            ..
-        } => Public::Ecc {
-            object_attributes: unrestricted,
-            name_hashing_algorithm,
-            auth_policy,
-            parameters: tss_esapi::structures::PublicEccParametersBuilder::new()
-                .with_ecc_scheme(parameters.ecc_scheme())
-                .with_curve(parameters.ecc_curve())
-                .with_key_derivation_function_scheme(parameters.key_derivation_function_scheme())
-                .with_is_signing_key(true)
-                .with_is_decryption_key(false)
-                .with_restricted(false)
-                .build()
-                .unwrap(),
-            unique,
-        },
-        _ => unreachable!("the AK is ECC"),
-    };
+    let template = ak_template_with(false).unwrap();
     let (_, payload) =
         Attestation::begin_with_ak_template(&settings(&tpm, EkAlgorithm::EccP256), template)
             .unwrap();

@@ -323,6 +323,13 @@ fn open_error(tcti: &Tcti, error: SrkError) -> AgentTpmError {
 /// used with an empty authValue (userWithAuth) and exempt from the
 /// dictionary-attack counter (noDA).
 pub fn ak_template() -> Result<Public, TpmError> {
+    ak_template_with(true)
+}
+
+/// The AK template with `restricted` as given: `false` makes a general
+/// signing key, which the server must refuse (for the tests and the rogue
+/// test agent; the plugin always uses [`ak_template`]).
+pub fn ak_template_with(restricted: bool) -> Result<Public, TpmError> {
     let wrap = |e| TpmError::new("AK template", e);
     let attributes = ObjectAttributesBuilder::new()
         .with_fixed_tpm(true)
@@ -330,7 +337,7 @@ pub fn ak_template() -> Result<Public, TpmError> {
         .with_sensitive_data_origin(true)
         .with_user_with_auth(true)
         .with_no_da(true)
-        .with_restricted(true)
+        .with_restricted(restricted)
         .with_sign_encrypt(true)
         .build()
         .map_err(wrap)?;
@@ -340,7 +347,7 @@ pub fn ak_template() -> Result<Public, TpmError> {
         .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
         .with_is_signing_key(true)
         .with_is_decryption_key(false)
-        .with_restricted(true)
+        .with_restricted(restricted)
         .build()
         .map_err(wrap)?;
     PublicBuilder::new()
