@@ -289,3 +289,35 @@ fn an_ak_with_an_admin_policy_is_refused_before_any_credential() {
     eprintln!("swtpm with an external AK and an empty admin policy: {activated:?}");
     assert!(activated.is_err());
 }
+
+// A quote the TPM really made, but for another nonce or other PCRs than the
+// challenge asked (an agent replaying an old quote, or choosing its PCRs),
+// is refused even with the right credential.
+#[test]
+fn a_real_quote_over_another_nonce_or_other_pcrs_is_refused() {
+    let dir = TempDir::new("sceau-spire-quote");
+    let tpm = Swtpm::start(dir.path());
+    let settings = settings(&tpm, EkAlgorithm::EccP256);
+    for (tamper, expected) in [
+        (
+            (|c: &mut Challenge| c.nonce = [0x55; 32]) as fn(&mut Challenge),
+            "it is not over this challenge's nonce",
+        ),
+        (
+            |c: &mut Challenge| c.quote_pcrs = vec![0, 8],
+            "it covers other PCRs than the ones asked",
+        ),
+    ] {
+        let (mut agent, payload) = Attestation::begin(&settings).unwrap();
+        let config = config(None, &[ek_key(&payload).pub_hash()], vec![0, 7]);
+        let verified = check_payload(&config, &payload, SystemTime::now()).unwrap();
+        let (pending, challenge) = issue_challenge(&config, verified).unwrap();
+        let mut altered = challenge.clone();
+        tamper(&mut altered);
+        let response = agent.answer(&altered).unwrap();
+        assert_eq!(
+            check_response(pending, &response),
+            Err(Refusal::Quote(expected))
+        );
+    }
+}
