@@ -28,6 +28,14 @@
 #   certified (stranger) or only listed (hashonly) is refused; each refusal
 #   is the plugin's one line in the server log, printed;
 #   agent rsa re-attests through the plugin half-way through its minute;
+#   the plugin data is put back to ek_trust "either" (SIGUSR1), under which
+#   the stranger TPM (certified by ca, not listed) attests, and the test-only
+#   rogue agent plugin (crates/spire/examples/rogue_agent.rs) attacks on that
+#   TPM, each refused with the server plugin's line for it: foreign_ek_key
+#   (catrust's genuine EK certificate, read with tpm2_nvread, with stranger's
+#   EK), unrestricted_ak, replay (a first run answers honestly and attests,
+#   recording its answer; a second replays it) and garbage;
+#   sceau-spire-server links no tpm2-tss library (ldd);
 #   SPIRE stops: every plugin process gone, none "failed to exit gracefully",
 #   no plugin socket left in the plugins' TMPDIR.
 #
@@ -142,6 +150,16 @@ fi
 
 # ---------------------------------------------------------------- sceau_tpm
 build_plugins
+# The server side verifies TPM structures itself and needs no TPM software:
+# no libtss2 in the server plugin, while the agent plugin has them (so that
+# the grep would see them).
+server_tss=$(ldd "$server_plugin" | grep -c libtss2 || true)
+agent_tss=$(ldd "$agent_plugin" | awk '$1 ~ /^libtss2/ {print $1}' | paste -sd' ')
+if [ "$server_tss" -eq 0 ] && [ -n "$agent_tss" ]; then
+    pass "server-plugin-no-tss (ldd sceau-spire-server: no libtss2; sceau-spire-agent links $agent_tss)"
+else
+    fail server-plugin-no-tss "ldd sceau-spire-server: $server_tss libtss2 libraries; sceau-spire-agent: ${agent_tss:-none}"
+fi
 # TPM       | manufacturer CA | EK in ek_hashes_path (either) | (both)
 # rsa       | ca (trusted)    | yes                           | yes
 # catrust   | ca              | no                            |
@@ -160,6 +178,10 @@ for tpm in rsa ecc catrust stranger hashtrust rogue hashonly; do start_tpm "$tpm
 declare -A hash
 for tpm in rsa catrust stranger hashtrust rogue hashonly; do hash[$tpm]=$(ek_hash "$tpm" 0x01c00002); done
 hash[ecc]=$(ek_hash ecc 0x01c0000a)
+# catrust's genuine EK certificate, which the rogue agent's foreign_ek_key
+# attack presents with another TPM's EK.
+foreign_ek_certificate=$tmp/catrust-ek.der
+TPM2TOOLS_TCTI=$(tpm_tcti catrust) tpm2_nvread 0x01c00002 -o "$foreign_ek_certificate" 2>/dev/null
 agent_id() { echo "spiffe://example.org/spire/agent/sceau_tpm/${hash[$1]}"; }
 TPM2TOOLS_TCTI=$(tpm_tcti rsa) tpm2_pcrextend "7:sha256=$(openssl rand -hex 32)" >/dev/null
 ek_cert_text rsa 0x01c00002 >"$tmp/rsa-ek.txt"
@@ -259,34 +281,47 @@ check_attests() {
     fi
 }
 
-# check_refused TPM WHY: agent TPM does not attest (within 30 s) and the
-# server logs the plugin's refusal, which is printed.
-check_refused() {
-    local tpm=$1 id before line
-    id=$(agent_id "$tpm")
-    echo "== agent $tpm: $2"
-    write_tpm_agent "$tpm" rsa
+# expect_refusal CHECK AGENT ID [EXPECTED]: starts agent AGENT (configured)
+# and expects it not to attest: within 30 s the server logs the plugin's
+# refusal (containing EXPECTED if given), which is printed; the agent is not
+# healthy; the server plugin attests ID no further time, and if ID was never
+# attested the server does not list it. Stops the agent.
+expect_refusal() {
+    local check=$1 agent=$2 id=$3 expected=${4:-} before attested line
     before=$(grep -aic 'nodeattestor(sceau_tpm)' "$tmp/server/server.log" || true)
-    start_agent "$tpm"
+    attested=$(plugin_attestations "$id")
+    start_agent "$agent"
     for _ in $(seq 300); do
         [ "$(grep -aic 'nodeattestor(sceau_tpm)' "$tmp/server/server.log" || true)" -gt "$before" ] && break
-        kill -0 "${agent_pid[$tpm]}" 2>/dev/null || break
+        kill -0 "${agent_pid[$agent]}" 2>/dev/null || break
         sleep 0.1
     done
     sleep 1
     line=$(grep -ai 'nodeattestor(sceau_tpm)' "$tmp/server/server.log" | tail -n +$((before + 1)) |
         grep -a 'level=error' | head -n 1 | sed -E 's/^.*msg="([^"]*)".*$/\1/' | cut -c1-300 || true)
-    if "$spire_bin/spire-agent" healthcheck -socketPath "$(agent_socket "$tpm")" >/dev/null 2>&1; then
-        fail "agent-$tpm-refused" "the agent is healthy"
-    elif [ -n "$(agent_show "$id")" ]; then
-        fail "agent-$tpm-refused" "the server lists $id"
+    if "$spire_bin/spire-agent" healthcheck -socketPath "$(agent_socket "$agent")" >/dev/null 2>&1; then
+        fail "$check" "the agent is healthy"
+    elif [ "$(plugin_attestations "$id")" -gt "$attested" ]; then
+        fail "$check" "the server plugin attested $id"
+    elif [ "$attested" -eq 0 ] && [ -n "$(agent_show "$id")" ]; then
+        fail "$check" "the server lists $id"
     elif [ -z "$line" ]; then
-        fail "agent-$tpm-refused" "no refusal from the plugin in the server log"
+        fail "$check" "no refusal from the plugin in the server log"
+    elif [ -n "$expected" ] && ! grep -qF "$expected" <<<"$line"; then
+        fail "$check" "the refusal is not '$expected': $line"
     else
-        pass "agent-$tpm-refused (not attested; server log: $line)"
-        echo "   agent log: $(grep -aE 'level=(error|warning)' "$(agent_log "$tpm")" | tail -n 1 | cut -c1-300)"
+        pass "$check (not attested; server log: $line)"
+        echo "   agent log: $(grep -aE 'level=(error|warning)' "$(agent_log "$agent")" | tail -n 1 | cut -c1-300)"
     fi
-    stop_agent "$tpm"
+    stop_agent "$agent"
+}
+
+# check_refused TPM WHY: agent TPM does not attest (within 30 s) and the
+# server logs the plugin's refusal, which is printed.
+check_refused() {
+    echo "== agent $1: $2"
+    write_tpm_agent "$1" rsa
+    expect_refusal "agent-$1-refused" "$1" "$(agent_id "$1")"
 }
 
 rsa_id=$(agent_id rsa)
@@ -302,20 +337,29 @@ check_attests catrust rsa "EK certified by the trusted CA, not listed (ek_trust 
 check_attests hashtrust rsa "EK listed, certified by an untrusted CA (ek_trust either)"
 check_refused rogue "EK neither listed nor certified by the trusted CA (ek_trust either)"
 
+# reconfigure CHECK TRUST TPM...: new plugin data (write_plugin_data TRUST
+# TPM...), applied by SIGUSR1; CHECK passes once the server logs a new
+# "Plugin reconfigured" for sceau_tpm (within 10 s).
+reconfigure() {
+    local check=$1 before reconfigured=""
+    shift
+    before=$(grep -a 'Plugin reconfigured' "$tmp/server/server.log" | grep -ac sceau_tpm || true)
+    write_plugin_data "$@"
+    kill -USR1 "$server_pid"
+    for _ in $(seq 100); do
+        reconfigured=$(grep -a 'Plugin reconfigured' "$tmp/server/server.log" | grep -a sceau_tpm | tail -n +$((before + 1)) | tail -n 1 || true)
+        [ -n "$reconfigured" ] && break
+        sleep 0.1
+    done
+    if [ -n "$reconfigured" ]; then
+        pass "$check (server log: $(sed -E 's/^.*msg="([^"]*)" (.*)$/\1: \2/' <<<"$reconfigured" | cut -c1-200))"
+    else
+        fail "$check" "no new 'Plugin reconfigured' for sceau_tpm within 10 s: $(grep -a 'reconfigure' "$tmp/server/server.log" | tail -n 2)"
+    fi
+}
+
 echo "== reconfiguring the server plugin: ek_trust both; rsa, ecc and hashonly listed (SIGUSR1)"
-write_plugin_data both rsa ecc hashonly
-kill -USR1 "$server_pid"
-reconfigured=""
-for _ in $(seq 100); do
-    reconfigured=$(grep -a 'Plugin reconfigured' "$tmp/server/server.log" | grep -a sceau_tpm | tail -n 1 || true)
-    [ -n "$reconfigured" ] && break
-    sleep 0.1
-done
-if [ -n "$reconfigured" ]; then
-    pass "reconfigure-sigusr1 (server log: $(sed -E 's/^.*msg="([^"]*)" (.*)$/\1: \2/' <<<"$reconfigured" | cut -c1-200))"
-else
-    fail reconfigure-sigusr1 "no 'Plugin reconfigured' for sceau_tpm within 10 s: $(grep -a 'reconfigure' "$tmp/server/server.log" | tail -n 2)"
-fi
+reconfigure reconfigure-sigusr1 both rsa ecc hashonly
 
 check_attests ecc ecc "EK listed and certified by the trusted CA (ek_trust both)"
 check_refused stranger "EK certified by the trusted CA, not listed (ek_trust both)"
@@ -335,6 +379,56 @@ if [ -n "$reattested" ] && wait_agent_healthy rsa 5; then
 else
     fail agent-rsa-reattests "after $((SECONDS - rsa_started)) s: 'Reattesting node' $(grep -ac 'Reattesting node' "$(agent_log rsa)") times, the plugin attested $(plugin_attestations "$rsa_id") times: $(grep -aE 'Renew|reattest' "$(agent_log rsa)" | tail -n 2 | cut -c1-300)"
 fi
+
+# ---------------------------------------------------------------- the rogue agent
+# Every attack runs on the stranger TPM (certified by the trusted ca, not
+# listed), which attests under ek_trust "either" (the replay's honest first
+# run shows it), so that each refusal is due to the attack alone.
+echo "== reconfiguring the server plugin: ek_trust either; rsa, hashtrust and hashonly listed (SIGUSR1)"
+reconfigure reconfigure-either-again either rsa hashtrust hashonly
+stranger_id=$(agent_id stranger)
+
+# write_rogue_agent AGENT ATTACK [HCL]: agent AGENT with the rogue plugin on
+# the stranger TPM, attack ATTACK, HCL added to its plugin_data.
+write_rogue_agent() {
+    write_agent_config "$1" "    NodeAttestor \"sceau_tpm\" {
+        plugin_cmd = \"$rogue_plugin\"
+        plugin_checksum = \"$rogue_checksum\"
+        plugin_data {
+            tcti = \"$(tpm_tcti stranger)\"
+            ek_algorithm = \"rsa\"
+            attack = \"$2\"
+            ${3:-}
+        }
+    }"
+}
+
+echo "== rogue agent, attack replay, first run: answers honestly (and records its answer)"
+replay_file=$tmp/replay-response.bin
+write_rogue_agent rogue-record replay "replay_file = \"$replay_file\""
+start_agent rogue-record
+if check_agent_attested rogue-record "$stranger_id" sceau_tpm && [ -s "$replay_file" ]; then
+    pass "rogue-replay-recorded (the stranger TPM attests under ek_trust either; the rogue plugin recorded its $(stat -c %s "$replay_file")-byte answer)"
+else
+    fail rogue-replay-recorded "no recording in $replay_file"
+fi
+stop_agent rogue-record
+
+echo "== rogue agent, attack replay, second run: sends the recorded answer to a new challenge"
+write_rogue_agent rogue-replay replay "replay_file = \"$replay_file\""
+expect_refusal rogue-replay-refused rogue-replay "$stranger_id" "the credential was not activated"
+
+echo "== rogue agent, attack foreign_ek_key: catrust's genuine EK certificate (its key's SHA-256 $(openssl x509 -inform DER -in "$foreign_ek_certificate" -pubkey -noout | openssl pkey -pubin -outform DER | sha256sum | cut -c1-16)..., catrust's ${hash[catrust]:0:16}...) with stranger's EK (${hash[stranger]:0:16}...)"
+write_rogue_agent rogue-foreign foreign_ek_key "foreign_ek_certificate = \"$foreign_ek_certificate\""
+expect_refusal rogue-foreign-ek-key-refused rogue-foreign "$stranger_id" "certifies another key than the EK"
+
+echo "== rogue agent, attack unrestricted_ak: an AK without 'restricted'"
+write_rogue_agent rogue-unrestricted unrestricted_ak
+expect_refusal rogue-unrestricted-ak-refused rogue-unrestricted "$stranger_id" "not restricted"
+
+echo "== rogue agent, attack garbage: 512 random bytes as the payload"
+write_rogue_agent rogue-garbage garbage
+expect_refusal rogue-garbage-refused rogue-garbage "$stranger_id" "malformed payload"
 
 check_clean_stop
 finish interop-spire

@@ -84,17 +84,23 @@ build_spire() {
     echo "   spire-server $("$spire_bin/spire-server" --version 2>&1), spire-agent $("$spire_bin/spire-agent" --version 2>&1)"
 }
 
-# build_plugins: sceau's SPIRE plugins and the test kit (cargo build
-# --locked); sets server_plugin, agent_plugin and their sha256 checksums.
+# build_plugins: sceau's SPIRE plugins, the test-only rogue agent plugin
+# (crates/spire/examples/rogue_agent.rs) and the test kit (cargo build
+# --locked); sets server_plugin, agent_plugin, rogue_plugin and their sha256
+# checksums.
 build_plugins() {
-    echo "== building sceau-spire and sceau-testkit (cargo build --locked)"
+    echo "== building sceau-spire (with its rogue_agent example) and sceau-testkit (cargo build --locked)"
     cargo build --locked --quiet -p sceau-spire -p sceau-testkit
+    cargo build --locked --quiet -p sceau-spire --example rogue_agent
     server_plugin=$PWD/target/debug/sceau-spire-server
     agent_plugin=$PWD/target/debug/sceau-spire-agent
+    rogue_plugin=$PWD/target/debug/examples/rogue_agent
     server_checksum=$(sha256sum "$server_plugin" | cut -d' ' -f1)
     agent_checksum=$(sha256sum "$agent_plugin" | cut -d' ' -f1)
+    rogue_checksum=$(sha256sum "$rogue_plugin" | cut -d' ' -f1)
     echo "   $server_plugin sha256 $server_checksum"
     echo "   $agent_plugin sha256 $agent_checksum"
+    echo "   $rogue_plugin sha256 $rogue_checksum (test only)"
 }
 
 # ---------------------------------------------------------------- TPMs
