@@ -326,6 +326,36 @@ mod plugin_stream {
         panic!("handles left loaded: {:?}", loaded_handles(tpm));
     }
 
+    // A TPM that stops answering (here swtpm under SIGSTOP) fails the
+    // attestation with DEADLINE_EXCEEDED at the step limit, in the plugin's
+    // words, instead of holding SPIRE's stream forever. Seen failing with an
+    // hour-long limit: "the plugin answers within its limit: Elapsed(())".
+    #[tokio::test]
+    async fn a_frozen_tpm_fails_the_attestation_at_the_step_limit() {
+        let tmp = TempDir::new("spire-agent-frozen");
+        let tpm = Swtpm::start(&tmp.subdir("tpm"));
+        let plugin = Arc::new(AgentPlugin::with_tpm_step_timeout(Duration::from_secs(2)));
+        let hcl = format!("tcti = \"{}\"\nek_algorithm = \"ecc\"\n", tpm.tcti());
+        plugin.configure(&CoreConfig::default(), &hcl).unwrap();
+        tpm.freeze();
+        let started = std::time::Instant::now();
+        let (_sender, receiver) = mpsc::channel::<ChallengeMessage>(1);
+        let mut stream = client(&plugin)
+            .aid_attestation(ReceiverStream::new(receiver))
+            .await
+            .unwrap()
+            .into_inner();
+        let status = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("the plugin answers within its limit")
+            .unwrap_err();
+        let elapsed = started.elapsed();
+        tpm.thaw();
+        assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+        assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+        assert!(!status.message().contains("0x"), "{}", status.message());
+    }
+
     #[tokio::test]
     async fn refuses_before_configure() {
         let plugin = Arc::new(AgentPlugin::new());

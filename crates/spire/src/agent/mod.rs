@@ -46,13 +46,25 @@ pub fn silence_tss_log() -> std::io::Result<()> {
 pub const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long an attestation waits for the one before it to finish.
 const QUEUE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long one TPM step (the payload, or the answer) may take before the
+/// attestation fails with DEADLINE_EXCEEDED. An RSA EK's CreatePrimary takes
+/// seconds on slow discrete TPMs; a minute means the TPM hangs. The blocked
+/// thread flushes what it made if the TPM ever answers.
+pub const TPM_STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The agent-side NodeAttestor.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AgentPlugin {
     settings: RwLock<Option<Arc<TpmSettings>>>,
     /// One attestation at a time uses the TPM.
     busy: Arc<Mutex<()>>,
+    tpm_step_timeout: Duration,
+}
+
+impl Default for AgentPlugin {
+    fn default() -> Self {
+        Self::with_tpm_step_timeout(TPM_STEP_TIMEOUT)
+    }
 }
 
 type ResponseStream =
@@ -61,6 +73,16 @@ type ResponseStream =
 impl AgentPlugin {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A plugin whose TPM steps fail after `limit` instead of
+    /// [`TPM_STEP_TIMEOUT`] (the tests' frozen TPM).
+    pub fn with_tpm_step_timeout(limit: Duration) -> Self {
+        Self {
+            settings: RwLock::default(),
+            busy: Arc::default(),
+            tpm_step_timeout: limit,
+        }
     }
 
     fn current(&self) -> Option<Arc<TpmSettings>> {
@@ -113,8 +135,9 @@ impl NodeAttestor for AgentPlugin {
         let inbound = request.into_inner();
         let (sender, receiver) = mpsc::channel(2);
         let busy = Arc::clone(&self.busy);
+        let limit = self.tpm_step_timeout;
         tokio::spawn(async move {
-            let outcome = attest(settings, inbound, &sender, busy).await;
+            let outcome = attest(settings, inbound, &sender, busy, limit).await;
             if let Err(status) = outcome {
                 // The one log line for a failed attestation; SPIRE logs the
                 // status too.
@@ -134,12 +157,18 @@ async fn attest(
     mut inbound: Streaming<ChallengeMessage>,
     sender: &mpsc::Sender<Result<PayloadOrChallengeResponse, Status>>,
     busy: Arc<Mutex<()>>,
+    limit: Duration,
 ) -> Result<(), Status> {
     let _turn = tokio::time::timeout(QUEUE_TIMEOUT, busy.lock_owned())
         .await
         .map_err(|_| Status::unavailable("another TPM attestation is still running"))?;
     let started = std::time::Instant::now();
-    let (attestation, payload) = blocking(move || Attestation::begin(&settings)).await?;
+    let (attestation, payload) = bounded(
+        limit,
+        "the payload",
+        blocking(move || Attestation::begin(&settings)),
+    )
+    .await?;
     log::info!("TPM payload ready in {} ms", started.elapsed().as_millis());
     let mut attestation = Guard(Some(attestation));
     send(sender, Data::Payload(payload.encode())).await?;
@@ -166,12 +195,16 @@ async fn attest(
         .map_err(|e| Status::invalid_argument(format!("the server's challenge: {e}")))?;
     let started = std::time::Instant::now();
     let mut taken = attestation.0.take().expect("held until answered");
-    let (taken, answer) = tokio::task::spawn_blocking(move || {
+    let answering = tokio::task::spawn_blocking(move || {
         let answer = taken.answer(&challenge);
         (taken, answer)
+    });
+    let (taken, answer) = bounded(limit, "the answer", async {
+        answering
+            .await
+            .map_err(|_| Status::internal("the TPM task panicked"))
     })
-    .await
-    .map_err(|_| Status::internal("the TPM task panicked"))?;
+    .await?;
     attestation.0 = Some(taken);
     let response = answer.map_err(status_of)?;
     log::info!(
@@ -203,6 +236,20 @@ async fn release(mut guard: Guard) {
     if let Some(attestation) = guard.0.take() {
         let _ = tokio::task::spawn_blocking(move || drop(attestation)).await;
     }
+}
+
+/// `step`, or DEADLINE_EXCEEDED once `limit` has passed (a hung TPM).
+async fn bounded<T>(
+    limit: Duration,
+    what: &str,
+    step: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    tokio::time::timeout(limit, step).await.unwrap_or_else(|_| {
+        Err(Status::deadline_exceeded(format!(
+            "the TPM did not finish {what} within {} s; check that it answers (tpm2_getrandom 8)",
+            limit.as_secs()
+        )))
+    })
 }
 
 async fn blocking<T: Send + 'static>(
