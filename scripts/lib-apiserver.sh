@@ -34,17 +34,6 @@ node_label() { echo "${node_names[$1]:+ ${node_names[$1]}}"; }
 api_url() { echo "https://127.0.0.1:${api_ports[$1]}"; }
 tcti() { echo "swtpm:host=127.0.0.1,port=${tpm_ports[$1]}"; }
 
-stop() { # stop PID [SECONDS]: TERM, then KILL after SECONDS (default 20)
-    local pid=$1 limit=${2:-20}
-    [ -n "$pid" ] || return 0
-    kill "$pid" 2>/dev/null || return 0
-    for _ in $(seq $((limit * 10))); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null || true
-}
 cleanup() {
     local status=$? pid
     set +e

@@ -15,17 +15,6 @@
 spire_pids=() # spire-server and spire-agent processes, stopped on exit
 rig_pids=()   # sceau-rig swtpm processes, stopped (after SPIRE) on exit
 
-stop() { # stop PID [SECONDS]: TERM, then KILL after SECONDS (default 20)
-    local pid=$1 limit=${2:-20}
-    [ -n "$pid" ] || return 0
-    kill "$pid" 2>/dev/null || return 0
-    for _ in $(seq $((limit * 10))); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null || true
-}
 spire_cleanup() {
     local status=$? pid
     set +e

@@ -97,3 +97,16 @@ require_cargo_tool() {
     echo "installing $crate $version (cargo install --locked)"
     cargo install --locked --quiet --root "$root" "$crate" --version "=$version"
 }
+
+# Stops a background process the rigs started (lib-apiserver.sh, lib-spire.sh):
+stop() { # stop PID [SECONDS]: TERM, then KILL after SECONDS (default 20)
+    local pid=$1 limit=${2:-20}
+    [ -n "$pid" ] || return 0
+    kill "$pid" 2>/dev/null || return 0
+    for _ in $(seq $((limit * 10))); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null || true
+}

@@ -42,13 +42,6 @@ use sceau_spire::plugin::hcl::Body;
 use sceau_spire::plugin::{ConfigError, CoreConfig, Plugin, Service};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
-use tss_esapi::attributes::ObjectAttributesBuilder;
-use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
-use tss_esapi::interface_types::ecc::EccCurve;
-use tss_esapi::structures::{
-    EccPoint, EccScheme, HashScheme, KeyDerivationFunctionScheme, Public, PublicBuilder,
-    PublicEccParametersBuilder,
-};
 
 const KEYS: &[&str] = &[
     "tcti",
@@ -117,33 +110,6 @@ fn parse(hcl: &str) -> Result<RogueConfig, ConfigError> {
             replay_file,
         }),
     }
-}
-
-/// The honest AK template without `restricted`: a general signing key.
-fn unrestricted_ak_template() -> Result<Public, tss_esapi::Error> {
-    let attributes = ObjectAttributesBuilder::new()
-        .with_fixed_tpm(true)
-        .with_fixed_parent(true)
-        .with_sensitive_data_origin(true)
-        .with_user_with_auth(true)
-        .with_no_da(true)
-        .with_sign_encrypt(true)
-        .build()?;
-    let parameters = PublicEccParametersBuilder::new()
-        .with_ecc_scheme(EccScheme::EcDsa(HashScheme::new(HashingAlgorithm::Sha256)))
-        .with_curve(EccCurve::NistP256)
-        .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
-        .with_is_signing_key(true)
-        .with_is_decryption_key(false)
-        .with_restricted(false)
-        .build()?;
-    PublicBuilder::new()
-        .with_public_algorithm(PublicAlgorithm::Ecc)
-        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
-        .with_object_attributes(attributes)
-        .with_ecc_parameters(parameters)
-        .with_ecc_unique_identifier(EccPoint::default())
-        .build()
 }
 
 #[derive(Default)]
@@ -217,7 +183,8 @@ async fn attack(
         let settings = &begin_config.settings;
         let (attestation, mut payload) = match begin_config.attack {
             Attack::UnrestrictedAk => {
-                let template = unrestricted_ak_template().map_err(|e| e.to_string())?;
+                let template =
+                    sceau_spire::agent::tpm::ak_template_with(false).map_err(|e| e.to_string())?;
                 Attestation::begin_with_ak_template(settings, template)
             }
             _ => Attestation::begin(settings),
