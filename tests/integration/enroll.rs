@@ -217,20 +217,9 @@ fn issue_ek_certificate(tmp: &TempDir, (x, y): &(String, String)) -> Vec<u8> {
             &format!("x={x},y={y},id=secp256r1"),
             "--dir",
             path(&dir),
-            "--tpm-spec-family",
-            "2.0",
-            "--tpm-spec-level",
-            "0",
-            "--tpm-spec-revision",
-            "164",
-            "--tpm-manufacturer",
-            "id:00001014",
-            "--tpm-model",
-            "swtpm",
-            "--tpm-version",
-            "id:20191023",
             "--tpm2",
         ])
+        .args(sceau_testkit::ek_ca::TPM_DESCRIPTION)
         .output()
         .expect("swtpm_localca");
     assert!(

@@ -42,7 +42,7 @@ const EK_CERT_NV_ATTRIBUTES: &str =
 /// certificate (its manufacturer is the TCG vendor ID of IBM, whose libtpms
 /// swtpm runs); the P-256 certificate gets the same, so both name one TPM
 /// model. `ek_ca::tests` checks that the two certificates agree.
-const TPM_DESCRIPTION: [&str; 12] = [
+pub const TPM_DESCRIPTION: [&str; 12] = [
     "--tpm-spec-family",
     "2.0",
     "--tpm-spec-level",
