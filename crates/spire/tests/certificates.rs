@@ -190,3 +190,25 @@ fn both_sources_required_means_both() {
     );
     assert_eq!(refused.unwrap_err(), Refusal::NoCertificate);
 }
+
+// SHA-1 signatures are refused anywhere on the chain (here the EK
+// certificate's own); the same certificate signed with SHA-256 passes. The
+// server has no SHA-1 code at all, so there is no switch to turn off; the
+// test checks that the certificate really is sha1WithRSAEncryption.
+#[test]
+fn a_sha1_signed_ek_certificate_is_refused() {
+    let pki = Pki::new();
+    let (_, ek) = payload(3, vec![]);
+    let cert = pki.ek_certificate_signed_with(&ek, "intermediate", "ek", "-sha1");
+    let sha1_with_rsa = [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x05];
+    assert!(
+        cert.windows(sha1_with_rsa.len())
+            .any(|w| w == sha1_with_rsa)
+    );
+    let (sha1_signed, _) = payload(3, cert);
+    let store = || TrustStore::from_pem(&pki.pem("root"), &pki.pem("intermediate")).unwrap();
+    assert_certificate_refused(check_with(store(), &sha1_signed), "does not chain");
+    let cert = pki.ek_certificate(&ek, "intermediate", "ek");
+    let (sha256_signed, _) = payload(3, cert);
+    check_with(store(), &sha256_signed).expect("the SHA-256 twin is trusted");
+}

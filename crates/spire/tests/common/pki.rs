@@ -164,6 +164,18 @@ impl Pki {
     /// An EK certificate for `ek` (its SubjectPublicKeyInfo forced in),
     /// issued by `issuer`, as DER.
     pub fn ek_certificate(&self, ek: &Key, issuer: &str, extensions: &str) -> Vec<u8> {
+        self.ek_certificate_signed_with(ek, issuer, extensions, "-sha256")
+    }
+
+    /// As [`Pki::ek_certificate`], signed with the digest `digest` (an
+    /// openssl option such as `-sha1`).
+    pub fn ek_certificate_signed_with(
+        &self,
+        ek: &Key,
+        issuer: &str,
+        extensions: &str,
+        digest: &str,
+    ) -> Vec<u8> {
         let spki = self.path("ek-pub.der");
         std::fs::write(&spki, ek.spki_der()).unwrap();
         self.run(&[
@@ -209,6 +221,7 @@ impl Pki {
                 "ek-pub.pem",
                 "-outform",
                 "DER",
+                digest,
             ],
         );
         std::fs::read(self.path("ek-leaf.pem")).unwrap()
