@@ -212,3 +212,18 @@ fn a_sha1_signed_ek_certificate_is_refused() {
     let (sha256_signed, _) = payload(3, cert);
     check_with(store(), &sha256_signed).expect("the SHA-256 twin is trusted");
 }
+
+// The intermediate says `pathlen:0`: a CA below it may not issue EK
+// certificates. Seen failing with the pathLenConstraint check removed from
+// `x509::Parsed::check_ca` (the chain was trusted).
+#[test]
+fn a_chain_longer_than_an_issuers_path_length_is_refused() {
+    let pki = Pki::new();
+    pki.issue_ca("sub", "Sub CA", "intermediate", "intermediate");
+    let (_, ek) = payload(3, vec![]);
+    let cert = pki.ek_certificate(&ek, "sub", "ek");
+    let (payload, _) = payload(3, cert);
+    let intermediates = format!("{}{}", pki.pem("intermediate"), pki.pem("sub"));
+    let store = TrustStore::from_pem(&pki.pem("root"), &intermediates).unwrap();
+    assert_certificate_refused(check_with(store, &payload), "not a CA");
+}
