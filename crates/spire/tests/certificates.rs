@@ -227,3 +227,16 @@ fn a_chain_longer_than_an_issuers_path_length_is_refused() {
     let store = TrustStore::from_pem(&pki.pem("root"), &intermediates).unwrap();
     assert_certificate_refused(check_with(store, &payload), "not a CA");
 }
+
+// A CA whose keyUsage leaves out keyCertSign may not issue certificates.
+// Seen failing with the keyUsage check removed from `x509::Parsed::check_ca`.
+#[test]
+fn an_issuer_without_key_cert_sign_is_refused() {
+    let pki = Pki::new();
+    pki.issue_ca("signer", "Signing Only", "root", "ca_without_cert_sign");
+    let (_, ek) = payload(3, vec![]);
+    let cert = pki.ek_certificate(&ek, "signer", "ek");
+    let (payload, _) = payload(3, cert);
+    let store = TrustStore::from_pem(&pki.pem("root"), &pki.pem("signer")).unwrap();
+    assert_certificate_refused(check_with(store, &payload), "not a CA");
+}

@@ -31,6 +31,9 @@ basicConstraints = critical, CA:true, pathlen:0
 keyUsage = critical, keyCertSign, cRLSign
 [not_a_ca]
 basicConstraints = critical, CA:false
+[ca_without_cert_sign]
+basicConstraints = critical, CA:true
+keyUsage = critical, digitalSignature
 [ek]
 basicConstraints = critical, CA:false
 keyUsage = critical, keyEncipherment
