@@ -240,3 +240,16 @@ fn an_issuer_without_key_cert_sign_is_refused() {
     let store = TrustStore::from_pem(&pki.pem("root"), &pki.pem("signer")).unwrap();
     assert_certificate_refused(check_with(store, &payload), "not a CA");
 }
+
+// A certificate whose extended key usage is for something else (here TLS
+// servers) is not an EK certificate. Seen failing with the check removed
+// from `x509::TrustStore::verify`.
+#[test]
+fn a_certificate_for_another_usage_is_refused() {
+    let pki = Pki::new();
+    let (_, ek) = payload(3, vec![]);
+    let cert = pki.ek_certificate(&ek, "intermediate", "ek_for_tls");
+    let (payload, _) = payload(3, cert);
+    let store = TrustStore::from_pem(&pki.pem("root"), &pki.pem("intermediate")).unwrap();
+    assert_certificate_refused(check_with(store, &payload), "extended key usage");
+}

@@ -39,6 +39,10 @@ basicConstraints = critical, CA:false
 keyUsage = critical, keyEncipherment
 extendedKeyUsage = 2.23.133.8.1
 subjectAltName = critical, dirName:tpm
+[ek_for_tls]
+basicConstraints = critical, CA:false
+extendedKeyUsage = serverAuth
+subjectAltName = critical, dirName:tpm
 [ek_with_unknown_critical]
 basicConstraints = critical, CA:false
 subjectAltName = critical, dirName:tpm
