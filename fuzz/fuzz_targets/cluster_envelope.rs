@@ -175,7 +175,7 @@ fn check_rejected(
                 .keys()
                 .find(|key| sceau_format::text::printable(key) == *shown)
                 .expect("the refused key is one of the annotations");
-            assert!(shown.len() <= sceau_format::text::SHOWN_CHARS * 10 + 3);
+            assert!(shown.len() <= sceau_format::text::PRINTABLE_MAX_BYTES);
             assert!(key != RECIPIENTS_ANNOTATION || layout == Some(0));
         }
         ClusterEnvelopeError::MissingAnnotation => {

@@ -108,8 +108,8 @@ impl<S: Sealer> KeyManagementService for KmsService<S> {
 }
 
 /// The longest status message sceau sends. Every message is built from
-/// sceau's own words and [`printable`] echoes, far below this; the cut is a
-/// second line, so that no path can send (or log) a message that grows with
+/// sceau's own words and [`printable`] echoes (at most 163 bytes each), far
+/// below this; the cut is a second line, so that no path can send (or log) a message that grows with
 /// the request: gRPC carries the message in a trailer, and one too large
 /// for the client's header limit ends the call with no status at all.
 const MAX_STATUS_MESSAGE: usize = 512;

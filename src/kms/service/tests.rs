@@ -117,6 +117,24 @@ async fn a_foreign_key_id_is_refused_before_the_tpm() {
     assert_eq!(fake.unseals(), 0);
 }
 
+/// Found by the `kms_request` fuzz target: a key_id of 80 characters that
+/// each escape to 6 or 10 bytes made a message past the 512-byte cut, which
+/// then lost the key_id this TPM serves, the part that tells the operator
+/// what to fix. The echo is now bounded in bytes.
+#[tokio::test]
+async fn the_whole_refusal_survives_a_key_id_that_escapes_long() {
+    let (svc, fake) = service(FakeTpm::default());
+    for c in ['\u{1a}', '\u{10ffff}'] {
+        let key_id = c.to_string().repeat(300);
+        let status = decrypt(&svc, vec![1, 2, 3], &key_id).await.unwrap_err();
+        let message = status.message();
+        assert!(message.starts_with("unknown key_id \\u{"), "{message}");
+        let tail = format!("…; this TPM only serves {}", fake.key_id());
+        assert!(message.ends_with(&tail), "{message}");
+    }
+    assert_eq!(fake.unseals(), 0);
+}
+
 #[tokio::test]
 async fn malformed_envelopes_never_reach_the_tpm() {
     let (svc, fake) = service(FakeTpm::default());
@@ -187,7 +205,10 @@ async fn concurrent_decrypts_of_one_ciphertext_share_one_unseal() {
 #[test]
 fn echoed_client_text_is_bounded_and_escaped() {
     assert_eq!(printable("a\nb"), "a\\nb");
-    assert_eq!(printable(&"x".repeat(200)).chars().count(), 81);
+    assert_eq!(
+        printable(&"x".repeat(200)),
+        format!("{}…", "x".repeat(sceau_format::text::SHOWN_BYTES))
+    );
 }
 
 /// Found by the `envelope` fuzz target (audit/fuzzing.md): tpm2-tss decodes a
