@@ -1,8 +1,15 @@
-//! Socket activation: taking over the listening socket systemd passes.
+//! Socket activation: taking over the listening sockets systemd passes.
 //!
 //! With activation, systemd owns the socket file: it exists before sceau
 //! starts, connections wait in its backlog until sceau accepts, and sceau
 //! never creates, replaces or unlinks it.
+//!
+//! Two names are known: `kms`, the KMS v2 endpoint (a unix stream socket),
+//! and `metrics` (optional, `systemd/sceau-metrics.socket`), where
+//! `server::metrics` answers HTTP/1.1 scrapes (a unix or a TCP stream
+//! socket). A `metrics` fd without a `kms` one, or an fd with any other name,
+//! is refused: a misnamed socket would otherwise be served as nothing, or
+//! as the wrong thing.
 #![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -12,6 +19,8 @@ use crate::sys;
 
 /// The `FileDescriptorName=` of sceau's socket unit.
 pub const FD_NAME: &str = "kms";
+/// The `FileDescriptorName=` of the optional metrics socket unit.
+pub const METRICS_FD_NAME: &str = "metrics";
 /// The name systemd gives an fd when the socket unit sets none.
 const UNNAMED: &str = "unknown";
 
@@ -23,18 +32,42 @@ pub enum ActivationError {
     AmbiguousUnnamed(usize),
     #[error("systemd passed sockets named {0:?}, none named \"kms\"")]
     NoKmsSocket(Vec<String>),
+    #[error(
+        "systemd passed a socket named {0:?}; sceau serves only FileDescriptorName=kms and \
+         FileDescriptorName=metrics"
+    )]
+    UnknownName(String),
+    #[error("systemd passed more than one socket named {0:?}")]
+    Duplicate(&'static str),
     #[error("the passed fd {fd} is not a listening unix stream socket ({reason})")]
     NotAUnixListener { fd: RawFd, reason: &'static str },
+    #[error("the passed metrics fd {fd} is not a listening unix or TCP stream socket ({reason})")]
+    NotAMetricsListener { fd: RawFd, reason: &'static str },
     #[error("inspecting the passed fd {fd}: {source}")]
     Inspect { fd: RawFd, source: std::io::Error },
 }
 
-/// The passed `kms` listener, or `None` when sceau was not socket-activated.
-/// `passed` comes from [`sys::take_passed_fds`]; fds other than the chosen
-/// one are closed, since sceau serves one socket.
-pub fn select_listener(
+/// Where metrics are served: a loopback TCP port or a unix socket path,
+/// whichever `sceau-metrics.socket` listens on.
+#[derive(Debug)]
+pub enum MetricsListener {
+    Tcp(std::net::TcpListener),
+    Unix(UnixListener),
+}
+
+/// The sockets systemd passed.
+#[derive(Debug)]
+pub struct Activated {
+    pub kms: UnixListener,
+    pub metrics: Option<MetricsListener>,
+}
+
+/// The passed `kms` listener and, if passed too, the `metrics` one; `None`
+/// when sceau was not socket-activated. `passed` comes from
+/// [`sys::take_passed_fds`].
+pub fn select_listeners(
     passed: Vec<(OwnedFd, String)>,
-) -> Result<Option<UnixListener>, ActivationError> {
+) -> Result<Option<Activated>, ActivationError> {
     if passed.is_empty() {
         return Ok(None);
     }
@@ -42,45 +75,73 @@ pub fn select_listener(
         .iter()
         .map(|(fd, name)| (fd.as_raw_fd(), name.clone()))
         .collect();
-    let chosen = choose_fd(&names)?;
-    let kms = passed
-        .into_iter()
-        .map(|(fd, _)| fd)
-        .find(|fd| fd.as_raw_fd() == chosen)
-        .expect("the chosen fd is among the passed ones");
-    into_listener(kms, chosen).map(Some)
+    let chosen = choose_fds(&names)?;
+    let mut kms = None;
+    let mut metrics = None;
+    for (fd, _) in passed {
+        let raw = fd.as_raw_fd();
+        if raw == chosen.kms {
+            kms = Some(into_listener(fd, raw)?);
+        } else if Some(raw) == chosen.metrics {
+            metrics = Some(into_metrics_listener(fd, raw)?);
+        }
+    }
+    Ok(Some(Activated {
+        kms: kms.expect("the chosen fd is among the passed ones"),
+        metrics,
+    }))
 }
 
-/// The fd named `kms`, or the only fd when the unit names none.
-fn choose_fd(passed: &[(RawFd, String)]) -> Result<RawFd, ActivationError> {
-    if let Some((fd, _)) = passed.iter().find(|(_, name)| name == FD_NAME) {
-        return Ok(*fd);
+/// The fds chosen by name.
+#[derive(Debug, PartialEq, Eq)]
+struct Chosen {
+    kms: RawFd,
+    metrics: Option<RawFd>,
+}
+
+/// The fd named `kms` (or the only fd, when the unit names none) and the one
+/// named `metrics`, if any. Any other name is refused.
+fn choose_fds(passed: &[(RawFd, String)]) -> Result<Chosen, ActivationError> {
+    if let [(fd, name)] = passed
+        && name == UNNAMED
+    {
+        return Ok(Chosen {
+            kms: *fd,
+            metrics: None,
+        });
     }
-    match passed {
-        [(fd, name)] if name == UNNAMED => Ok(*fd),
-        _ if passed.iter().all(|(_, name)| name == UNNAMED) => {
-            Err(ActivationError::AmbiguousUnnamed(passed.len()))
+    if passed.iter().all(|(_, name)| name == UNNAMED) {
+        return Err(ActivationError::AmbiguousUnnamed(passed.len()));
+    }
+    let named = |wanted: &'static str| -> Result<Option<RawFd>, ActivationError> {
+        let mut found = passed.iter().filter(|(_, name)| name == wanted);
+        let first = found.next().map(|(fd, _)| *fd);
+        match found.next() {
+            Some(_) => Err(ActivationError::Duplicate(wanted)),
+            None => Ok(first),
         }
-        _ => Err(ActivationError::NoKmsSocket(
-            passed.iter().map(|(_, name)| name.clone()).collect(),
-        )),
+    };
+    let kms = named(FD_NAME)?.ok_or_else(|| {
+        ActivationError::NoKmsSocket(passed.iter().map(|(_, name)| name.clone()).collect())
+    })?;
+    if let Some((_, other)) = passed
+        .iter()
+        .find(|(_, name)| name != FD_NAME && name != METRICS_FD_NAME)
+    {
+        return Err(ActivationError::UnknownName(other.clone()));
     }
+    Ok(Chosen {
+        kms,
+        metrics: named(METRICS_FD_NAME)?,
+    })
 }
 
 fn into_listener(fd: OwnedFd, raw: RawFd) -> Result<UnixListener, ActivationError> {
-    let inspect = |option| {
-        sys::socket_option(fd.as_fd(), option)
-            .map_err(|source| ActivationError::Inspect { fd: raw, source })
-    };
     let not = |reason| ActivationError::NotAUnixListener { fd: raw, reason };
-    if inspect(libc::SO_DOMAIN)? != libc::AF_UNIX {
-        return Err(not("not AF_UNIX"));
-    }
-    if inspect(libc::SO_TYPE)? != libc::SOCK_STREAM {
-        return Err(not("not SOCK_STREAM"));
-    }
-    if inspect(libc::SO_ACCEPTCONN)? == 0 {
-        return Err(not("not listening"));
+    match listening_stream_domain(&fd, raw)? {
+        Ok(libc::AF_UNIX) => {}
+        Ok(_) => return Err(not("not AF_UNIX")),
+        Err(reason) => return Err(not(reason)),
     }
     let listener = UnixListener::from(fd);
     // systemd's NonBlocking=yes does this too; tokio requires it.
@@ -88,6 +149,45 @@ fn into_listener(fd: OwnedFd, raw: RawFd) -> Result<UnixListener, ActivationErro
         .set_nonblocking(true)
         .map_err(|source| ActivationError::Inspect { fd: raw, source })?;
     Ok(listener)
+}
+
+fn into_metrics_listener(fd: OwnedFd, raw: RawFd) -> Result<MetricsListener, ActivationError> {
+    let not = |reason| ActivationError::NotAMetricsListener { fd: raw, reason };
+    let nonblocking = |result: std::io::Result<()>| {
+        result.map_err(|source| ActivationError::Inspect { fd: raw, source })
+    };
+    match listening_stream_domain(&fd, raw)? {
+        Ok(libc::AF_UNIX) => {
+            let listener = UnixListener::from(fd);
+            nonblocking(listener.set_nonblocking(true))?;
+            Ok(MetricsListener::Unix(listener))
+        }
+        Ok(libc::AF_INET | libc::AF_INET6) => {
+            let listener = std::net::TcpListener::from(fd);
+            nonblocking(listener.set_nonblocking(true))?;
+            Ok(MetricsListener::Tcp(listener))
+        }
+        Ok(_) => Err(not("neither AF_UNIX nor AF_INET/AF_INET6")),
+        Err(reason) => Err(not(reason)),
+    }
+}
+
+/// The socket's domain if it is a listening stream socket, else why not.
+fn listening_stream_domain(
+    fd: &OwnedFd,
+    raw: RawFd,
+) -> Result<Result<libc::c_int, &'static str>, ActivationError> {
+    let inspect = |option| {
+        sys::socket_option(fd.as_fd(), option)
+            .map_err(|source| ActivationError::Inspect { fd: raw, source })
+    };
+    if inspect(libc::SO_TYPE)? != libc::SOCK_STREAM {
+        return Ok(Err("not SOCK_STREAM"));
+    }
+    if inspect(libc::SO_ACCEPTCONN)? == 0 {
+        return Ok(Err("not listening"));
+    }
+    inspect(libc::SO_DOMAIN).map(Ok)
 }
 
 #[cfg(test)]
@@ -102,22 +202,56 @@ mod tests {
             .collect()
     }
 
+    fn kms_only(fd: RawFd) -> Chosen {
+        Chosen {
+            kms: fd,
+            metrics: None,
+        }
+    }
+
     #[test]
     fn picks_the_kms_fd_or_a_single_unnamed_one() {
-        assert_eq!(choose_fd(&named(&["kms"])).unwrap(), 3);
-        assert_eq!(choose_fd(&named(&["metrics", "kms"])).unwrap(), 4);
-        assert_eq!(choose_fd(&named(&["unknown"])).unwrap(), 3);
+        assert_eq!(choose_fds(&named(&["kms"])).unwrap(), kms_only(3));
+        assert_eq!(choose_fds(&named(&["unknown"])).unwrap(), kms_only(3));
+    }
+
+    #[test]
+    fn picks_a_metrics_fd_only_beside_a_kms_one() {
+        assert_eq!(
+            choose_fds(&named(&["metrics", "kms"])).unwrap(),
+            Chosen {
+                kms: 4,
+                metrics: Some(3)
+            }
+        );
+        assert!(matches!(
+            choose_fds(&named(&["metrics"])),
+            Err(ActivationError::NoKmsSocket(_))
+        ));
+        assert!(matches!(
+            choose_fds(&named(&["kms", "metrics", "metrics"])),
+            Err(ActivationError::Duplicate("metrics"))
+        ));
     }
 
     #[test]
     fn refuses_ambiguous_or_foreign_fds() {
         assert!(matches!(
-            choose_fd(&named(&["unknown", "unknown"])),
+            choose_fds(&named(&["unknown", "unknown"])),
             Err(ActivationError::AmbiguousUnnamed(2))
         ));
         assert!(matches!(
-            choose_fd(&named(&["sceau.socket"])),
+            choose_fds(&named(&["sceau.socket"])),
             Err(ActivationError::NoKmsSocket(_))
+        ));
+        // A misspelt metrics socket is an error, not silently dropped.
+        assert!(matches!(
+            choose_fds(&named(&["kms", "metric"])),
+            Err(ActivationError::UnknownName(name)) if name == "metric"
+        ));
+        assert!(matches!(
+            choose_fds(&named(&["kms", "unknown"])),
+            Err(ActivationError::UnknownName(_))
         ));
     }
 
@@ -136,6 +270,28 @@ mod tests {
         assert!(matches!(
             into_listener(OwnedFd::from(datagram), 3),
             Err(ActivationError::NotAUnixListener {
+                reason: "not SOCK_STREAM",
+                ..
+            })
+        ));
+        // A TCP listener is fine for metrics, never for the KMS endpoint.
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp_fd = OwnedFd::from(tcp.try_clone().unwrap());
+        assert!(matches!(
+            into_listener(tcp_fd, 3),
+            Err(ActivationError::NotAUnixListener {
+                reason: "not AF_UNIX",
+                ..
+            })
+        ));
+        assert!(matches!(
+            into_metrics_listener(OwnedFd::from(tcp), 3),
+            Ok(MetricsListener::Tcp(_))
+        ));
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(matches!(
+            into_metrics_listener(OwnedFd::from(udp), 3),
+            Err(ActivationError::NotAMetricsListener {
                 reason: "not SOCK_STREAM",
                 ..
             })

@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod hooks;
 pub mod kms;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod sandbox;
 pub mod secret;

@@ -22,10 +22,14 @@ const USAGE_ERROR: u8 = 2;
 
 fn main() -> ExitCode {
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
-    sceau::logging::init(
-        sceau::logging::level_from_env(std::env::var("SCEAU_LOG").ok().as_deref()),
-        journald,
-    );
+    let log_level = std::env::var_os("SCEAU_LOG").map(|v| v.to_string_lossy().into_owned());
+    match sceau::logging::level_from_env(log_level.as_deref()) {
+        Ok(level) => sceau::logging::init(level, journald),
+        Err(error) => {
+            eprintln!("sceau: {error}");
+            return ExitCode::from(USAGE_ERROR);
+        }
+    }
     #[cfg(feature = "insecure-test-hooks")]
     sceau::hooks::disable_from_environment();
     let env_tcti = std::env::var(cli::TCTI_ENV).ok();

@@ -39,7 +39,10 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     // 2. The socket systemd passed, if any, and the one sd_notify socket:
     //    after the sandbox no unix socket can be created or connected.
     let passed = sys::take_passed_fds().context("reading LISTEN_FDS")?;
-    let activated = activation::select_listener(passed)?;
+    let (activated, metrics_listener) = match activation::select_listeners(passed)? {
+        Some(passed) => (Some(passed.kms), passed.metrics),
+        None => (None, None),
+    };
     notify::connect();
     let socket_options = socket::SocketOptions {
         path: options.socket.clone(),
@@ -73,6 +76,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         tpm,
         config,
         listener,
+        metrics_listener,
         socket_file.as_ref(),
         deferred_signals,
     );
@@ -147,6 +151,7 @@ fn confine_and_serve(
     tpm: Tpm,
     config: TpmConfig,
     listener: std::os::unix::net::UnixListener,
+    metrics_listener: Option<activation::MetricsListener>,
     socket_file: Option<&socket::SocketFile>,
     deferred_signals: DeferredStopSignals,
 ) -> anyhow::Result<StopReason> {
@@ -188,6 +193,11 @@ fn confine_and_serve(
         drop(deferred_signals);
         if let Some(interval) = notify::watchdog_interval() {
             tokio::spawn(feed_watchdog(worker, interval));
+        }
+        sceau::metrics::METRICS.set_key_id(key_id.as_str());
+        if let Some(metrics) = metrics_listener {
+            log::info!("serving metrics on the socket systemd passed as \"metrics\"");
+            server::metrics::spawn(metrics)?;
         }
         match socket_file {
             Some(file) => log::info!("serving key_id={key_id} on {}", file.path().display()),

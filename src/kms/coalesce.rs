@@ -3,9 +3,14 @@
 //! After a restart the apiserver may send many Decrypts of one ciphertext at
 //! once (it does not de-duplicate them), and each would cost a Load and an
 //! Unseal on a TPM that runs one command at a time.
+//!
+//! Each call that joins a computation already running is reported to the
+//! coalescer's `on_join` (the service counts them in
+//! `sceau_decrypt_coalesced_total`).
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,12 +19,20 @@ use tokio::sync::OnceCell;
 
 pub struct Coalescer<K, V> {
     in_flight: Mutex<HashMap<K, Arc<OnceCell<V>>>>,
+    on_join: fn(),
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> Coalescer<K, V> {
     pub fn new() -> Self {
+        Self::counting_joins(|| {})
+    }
+
+    /// A coalescer that calls `on_join` whenever a call shares a computation
+    /// another call started.
+    pub fn counting_joins(on_join: fn()) -> Self {
         Self {
             in_flight: Mutex::new(HashMap::new()),
+            on_join,
         }
     }
 
@@ -60,7 +73,13 @@ struct Waiter<'a, K: Eq + Hash + Clone, V: Clone> {
 
 impl<'a, K: Eq + Hash + Clone, V: Clone> Waiter<'a, K, V> {
     fn join(coalescer: &'a Coalescer<K, V>, key: K) -> Self {
-        let cell = coalescer.map().entry(key.clone()).or_default().clone();
+        let cell = match coalescer.map().entry(key.clone()) {
+            Entry::Occupied(running) => {
+                (coalescer.on_join)();
+                running.get().clone()
+            }
+            Entry::Vacant(new) => new.insert(Arc::default()).clone(),
+        };
         Self {
             coalescer,
             key,
@@ -113,6 +132,35 @@ mod tests {
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert_eq!(coalescer.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn joins_are_counted() {
+        static JOINS: AtomicUsize = AtomicUsize::new(0);
+        let coalescer = Arc::new(Coalescer::<u8, u32>::counting_joins(|| {
+            JOINS.fetch_add(1, Ordering::SeqCst);
+        }));
+        let calls = (0..4).map(|_| {
+            let coalescer = coalescer.clone();
+            tokio::spawn(async move {
+                coalescer
+                    .run(1, || async {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        1
+                    })
+                    .await
+            })
+        });
+        for call in calls.collect::<Vec<_>>() {
+            call.await.unwrap();
+        }
+        assert_eq!(JOINS.load(Ordering::SeqCst), 3);
+        coalescer.run(1, || async { 2 }).await;
+        assert_eq!(
+            JOINS.load(Ordering::SeqCst),
+            3,
+            "a later call starts afresh"
+        );
     }
 
     #[tokio::test]

@@ -8,13 +8,13 @@ use tonic::{Request, Response, Status};
 use super::coalesce::Coalescer;
 use super::sealer::Sealer;
 use super::status::fault_status;
+use crate::metrics::call::note_uid;
 use crate::pb::key_management_service_server::KeyManagementService;
 use crate::pb::{
     DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse,
 };
 use crate::secret::Dek;
 use crate::tpm::Fault;
-use sceau_format::text::printable;
 
 /// The KMS API version sceau speaks; it never changes during a process's life.
 const API_VERSION: &str = "v2";
@@ -24,7 +24,8 @@ type Unsealed = Result<Arc<Dek>, Fault>;
 
 /// The service over a mode ([`Sealer`]): single-node or cluster, it does not
 /// know which. It validates the plaintext, coalesces Decrypts, and bounds
-/// and logs every answer.
+/// every answer. Each call's request uid goes to its log line, which the
+/// server writes once the call is answered (`server::observe`).
 pub struct KmsService<S> {
     sealer: S,
     decrypts: Coalescer<Vec<u8>, Unsealed>,
@@ -34,7 +35,7 @@ impl<S: Sealer> KmsService<S> {
     pub fn new(sealer: S) -> Self {
         Self {
             sealer,
-            decrypts: Coalescer::new(),
+            decrypts: Coalescer::counting_joins(|| crate::metrics::METRICS.decrypt_coalesced()),
         }
     }
 
@@ -89,10 +90,8 @@ impl<S: Sealer> KeyManagementService for KmsService<S> {
         request: Request<EncryptRequest>,
     ) -> Result<Response<EncryptResponse>, Status> {
         let request = request.into_inner();
-        let uid = printable(&request.uid);
-        let result = self.seal(request).await.map_err(bounded);
-        log_call("Encrypt", &uid, &result);
-        result.map(Response::new)
+        note_uid(&request.uid);
+        self.seal(request).await.map_err(bounded).map(Response::new)
     }
 
     async fn decrypt(
@@ -100,10 +99,11 @@ impl<S: Sealer> KeyManagementService for KmsService<S> {
         request: Request<DecryptRequest>,
     ) -> Result<Response<DecryptResponse>, Status> {
         let request = request.into_inner();
-        let uid = printable(&request.uid);
-        let result = self.unseal(request).await.map_err(bounded);
-        log_call("Decrypt", &uid, &result);
-        result.map(Response::new)
+        note_uid(&request.uid);
+        self.unseal(request)
+            .await
+            .map_err(bounded)
+            .map(Response::new)
     }
 }
 
@@ -123,17 +123,6 @@ fn bounded(status: Status) -> Status {
         cut -= 1;
     }
     Status::new(status.code(), format!("{}…", &status.message()[..cut]))
-}
-
-fn log_call<T>(method: &str, uid: &str, result: &Result<T, Status>) {
-    match result {
-        Ok(_) => log::debug!("{method} uid={uid} ok"),
-        Err(status) => log::info!(
-            "{method} uid={uid} failed: {:?} {}",
-            status.code(),
-            status.message()
-        ),
-    }
 }
 
 #[cfg(test)]

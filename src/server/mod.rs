@@ -9,6 +9,8 @@
 pub mod accept;
 pub mod idle;
 mod log_budget;
+pub mod metrics;
+mod observe;
 pub mod peer;
 pub mod socket;
 
@@ -139,7 +141,9 @@ pub async fn serve<S: Sealer>(
         InterceptedService::new(kms, callers.clone()),
         |response| response.map(Body::new),
     );
-    let calls = idle::CallLimitLayer::new(call_limit).layer(checked);
+    // Outermost, so that calls refused by the layers below count and log
+    // like the others (observe.rs).
+    let calls = observe::Observed::new(idle::CallLimitLayer::new(call_limit).layer(checked));
     let http2 = http2_settings();
     let mut connections = accept::Connections::new(listener, callers, MAX_CONNECTIONS, call_limit);
     let (begin_drain, drain) = watch::channel(());

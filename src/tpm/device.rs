@@ -18,6 +18,7 @@ use super::session::{ParameterEncryption, start_salted};
 use super::srk::{Srk, SrkError};
 use super::tcti::Tcti;
 use crate::hooks::{self, Protection};
+use crate::metrics::{TpmCommand, time_tpm_command as timed};
 use crate::secret::Dek;
 use sceau_format::sealed::SealedBlobs;
 
@@ -85,12 +86,12 @@ impl Tpm {
             .map_err(|e| TpmError::new("sealed data", e))?;
         let session = self.dek_session()?;
         let parent = self.srk.handle;
-        let created = self
-            .ctx
-            .execute_with_session(Some(session), |c| {
+        let created = timed(TpmCommand::Create, || {
+            self.ctx.execute_with_session(Some(session), |c| {
                 c.create(parent, template, None, Some(data), None, None)
             })
-            .map_err(|e| TpmError::new("Create", e))?;
+        })
+        .map_err(|e| TpmError::new("Create", e))?;
         let blobs = blobs_from_created(created.out_public.clone(), &created.out_private)
             .map_err(|e| TpmError::new("marshal sealed object", e))?;
         if hooks::enabled(Protection::TssInputScrub) {
@@ -105,29 +106,34 @@ impl Tpm {
     /// possible resubmission) with Load's, which holds no secret.
     fn load_and_flush(&mut self, private: Private, public: Public) -> Result<(), TpmError> {
         let parent = self.srk.handle;
-        let loaded = self
-            .ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.load(parent, private, public)
-            })
-            .map_err(|e| TpmError::new("Load of the new object", e))?;
-        self.ctx
-            .flush_context(loaded.into())
-            .map_err(|e| TpmError::new("FlushContext", e))
+        let loaded = timed(TpmCommand::Load, || {
+            self.ctx
+                .execute_with_session(Some(AuthSession::Password), |c| {
+                    c.load(parent, private, public)
+                })
+        })
+        .map_err(|e| TpmError::new("Load of the new object", e))?;
+        timed(TpmCommand::FlushContext, || {
+            self.ctx.flush_context(loaded.into())
+        })
+        .map_err(|e| TpmError::new("FlushContext", e))
     }
 
     /// Load, Unseal and FlushContext. The loaded object is flushed on every
     /// path, because a TPM without a resource manager holds only three.
     pub fn unseal(&mut self, object: &LoadableObject) -> Result<Dek, TpmError> {
         let parent = self.srk.handle;
-        let loaded = self
-            .ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.load(parent, object.private.clone(), object.public.clone())
-            })
-            .map_err(TpmError::loading_client_blob)?;
+        let loaded = timed(TpmCommand::Load, || {
+            self.ctx
+                .execute_with_session(Some(AuthSession::Password), |c| {
+                    c.load(parent, object.private.clone(), object.public.clone())
+                })
+        })
+        .map_err(TpmError::loading_client_blob)?;
         let unsealed = self.unseal_loaded(loaded.into());
-        if let Err(e) = self.ctx.flush_context(loaded.into()) {
+        if let Err(e) = timed(TpmCommand::FlushContext, || {
+            self.ctx.flush_context(loaded.into())
+        }) {
             log::warn!("FlushContext of a loaded sealed object failed: {e}");
         }
         if hooks::enabled(Protection::TssBufferScrub) {
@@ -142,19 +148,20 @@ impl Tpm {
     /// to keep the DEK off the bus; Unseal still runs in the salted session.
     pub fn unseal_imported(&mut self, object: &ImportableObject) -> Result<Dek, TpmError> {
         let parent = self.srk.handle;
-        let private = self
-            .ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.import(
-                    parent.into(),
-                    None,
-                    object.public.clone(),
-                    object.duplicate.clone(),
-                    object.in_sym_seed.clone(),
-                    SymmetricDefinitionObject::Null,
-                )
-            })
-            .map_err(|e| TpmError::on_client_blob("Import", e))?;
+        let private = timed(TpmCommand::Import, || {
+            self.ctx
+                .execute_with_session(Some(AuthSession::Password), |c| {
+                    c.import(
+                        parent.into(),
+                        None,
+                        object.public.clone(),
+                        object.duplicate.clone(),
+                        object.in_sym_seed.clone(),
+                        SymmetricDefinitionObject::Null,
+                    )
+                })
+        })
+        .map_err(|e| TpmError::on_client_blob("Import", e))?;
         self.unseal(&LoadableObject {
             public: object.public.clone(),
             private,
@@ -167,9 +174,11 @@ impl Tpm {
     /// A TPM2_Hash of zeros rewrites the buffer well past the largest DEK.
     fn scrub_tss_buffer(&mut self) {
         let zeros = MaxBuffer::try_from(vec![0u8; SCRUB_LEN]).expect("within MaxBuffer's limit");
-        let scrubbed = self
-            .ctx
-            .execute_without_session(|c| c.hash(zeros, HashingAlgorithm::Sha256, Hierarchy::Null));
+        let scrubbed = timed(TpmCommand::Hash, || {
+            self.ctx.execute_without_session(|c| {
+                c.hash(zeros, HashingAlgorithm::Sha256, Hierarchy::Null)
+            })
+        });
         if let Err(e) = scrubbed {
             log::warn!("scrubbing the TSS command buffer failed: {e}");
         }
@@ -177,20 +186,22 @@ impl Tpm {
 
     fn unseal_loaded(&mut self, loaded: ObjectHandle) -> Result<Dek, TpmError> {
         let session = self.dek_session()?;
-        let data = self
-            .ctx
-            .execute_with_session(Some(session), |c| c.unseal(loaded))
-            .map_err(|e| TpmError::new("Unseal", e))?;
+        let data = timed(TpmCommand::Unseal, || {
+            self.ctx
+                .execute_with_session(Some(session), |c| c.unseal(loaded))
+        })
+        .map_err(|e| TpmError::new("Unseal", e))?;
         Ok(Dek::copy_from(data.value()))
     }
 
     /// A cheap liveness check: ReadPublic of the SRK.
     pub fn probe(&mut self) -> Result<(), TpmError> {
         let srk = self.srk.handle;
-        self.ctx
-            .execute_without_session(|c| c.read_public(srk))
-            .map(|_| ())
-            .map_err(|e| TpmError::new("ReadPublic", e))
+        timed(TpmCommand::ReadPublic, || {
+            self.ctx.execute_without_session(|c| c.read_public(srk))
+        })
+        .map(|_| ())
+        .map_err(|e| TpmError::new("ReadPublic", e))
     }
 
     /// Forgets the salted session after an error; the next DEK starts a new one.
@@ -209,7 +220,9 @@ impl Tpm {
             (ParameterEncryption::Off, _) => Ok(AuthSession::Password),
             (ParameterEncryption::SaltedSession, Some(session)) => Ok(session),
             (ParameterEncryption::SaltedSession, None) => {
-                let session = start_salted(&mut self.ctx, self.srk.handle)?;
+                let session = timed(TpmCommand::StartAuthSession, || {
+                    start_salted(&mut self.ctx, self.srk.handle)
+                })?;
                 self.session = Some(session);
                 Ok(session)
             }

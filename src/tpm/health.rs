@@ -1,5 +1,9 @@
 //! What sceau last learned about the TPM, so that Status can answer from a
 //! cache and the TPM is probed at most once per [`PROBE_INTERVAL`].
+//!
+//! Each verdict also sets the `sceau_tpm_healthy` gauge. A scrape reads the
+//! last verdict and never probes: a metrics request causes no TPM command.
+//! Under systemd the watchdog's probes keep it at most `WatchdogSec=`/2 old.
 #![forbid(unsafe_code)]
 
 use std::sync::Mutex;
@@ -27,6 +31,7 @@ impl HealthRecord {
             Err(Fault::EnvelopeRejected) => Ok(()),
             other => other,
         };
+        crate::metrics::METRICS.set_tpm_healthy(verdict.is_ok());
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), verdict));
     }
 

@@ -7,6 +7,11 @@
 //! retried with a bounded backoff; a dead connection is reopened once, and if
 //! that fails the worker stops and reports its death so the process can exit
 //! and let its supervisor restart it.
+//!
+//! The worker reports to `metrics`: the queue depth, retries, reopens and
+//! deadline misses, and, to each call's record, the time the TPM thread
+//! spent on its job (`metrics::call::add_tpm_time`). Each TPM command's own
+//! time is recorded where it is sent (`device`).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -20,6 +25,7 @@ use super::fault::{Fault, Recovery, TpmError};
 use super::health::HealthRecord;
 use super::sealed::{ImportableObject, LoadableObject};
 use super::srk::KeyId;
+use crate::metrics::{self, METRICS};
 use crate::secret::Dek;
 use sceau_format::sealed::SealedBlobs;
 
@@ -48,7 +54,22 @@ enum Outcome {
 struct Job {
     request: Request,
     deadline: Instant,
-    reply: oneshot::Sender<Result<Outcome, Fault>>,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// A job's result and how long the TPM thread worked on it.
+struct Answer {
+    result: Result<Outcome, Fault>,
+    tpm_time: Duration,
+}
+
+impl Answer {
+    fn without_work(fault: Fault) -> Self {
+        Self {
+            result: Err(fault),
+            tpm_time: Duration::ZERO,
+        }
+    }
 }
 
 /// The async side of the worker: cheap to clone, one per caller.
@@ -152,15 +173,31 @@ impl TpmWorker {
             deadline,
             reply,
         };
+        // Counted before it is sent, so that the worker's decrement never
+        // comes first; taken back if the job never entered the queue.
+        METRICS.tpm_job_queued();
         match tokio::time::timeout_at(tokio_deadline, self.jobs.send(job)).await {
-            Err(_) => return Err(Fault::Busy),
-            Ok(Err(_)) => return Err(Fault::Unreachable),
+            Err(_) => {
+                METRICS.tpm_job_dequeued();
+                METRICS.tpm_deadline_miss();
+                return Err(Fault::Busy);
+            }
+            Ok(Err(_)) => {
+                METRICS.tpm_job_dequeued();
+                return Err(Fault::Unreachable);
+            }
             Ok(Ok(())) => {}
         }
         match tokio::time::timeout_at(tokio_deadline, answer).await {
-            Err(_) => Err(Fault::Timeout),
+            Err(_) => {
+                METRICS.tpm_deadline_miss();
+                Err(Fault::Timeout)
+            }
             Ok(Err(_)) => Err(Fault::Unreachable),
-            Ok(Ok(result)) => result,
+            Ok(Ok(answer)) => {
+                metrics::call::add_tpm_time(answer.tpm_time);
+                answer.result
+            }
         }
     }
 }
@@ -179,6 +216,7 @@ struct Worker {
 impl Worker {
     fn run(mut self, death_notice: oneshot::Sender<()>) {
         while let Some(job) = self.queue.blocking_recv() {
+            METRICS.tpm_job_dequeued();
             self.serve(job);
             // tss-esapi moves TPM2B structures holding the DEK (Create's
             // input, Unseal's output) through stack frames nothing wipes.
@@ -189,9 +227,11 @@ impl Worker {
         }
         self.queue.close();
         while let Ok(job) = self.queue.try_recv() {
-            let _ = job.reply.send(Err(Fault::Unreachable));
+            METRICS.tpm_job_dequeued();
+            let _ = job.reply.send(Answer::without_work(Fault::Unreachable));
         }
         if self.tpm.is_none() {
+            METRICS.set_tpm_healthy(false);
             log::error!("the TPM is unreachable and could not be reopened; stopping");
             let _ = death_notice.send(());
         }
@@ -202,11 +242,13 @@ impl Worker {
             log::debug!("skipping a job whose caller gave up or whose deadline passed");
             return;
         }
+        let started = Instant::now();
         let result = self.execute(&job.request, job.deadline);
+        let tpm_time = started.elapsed();
         self.health
             .record(result.as_ref().map(|_| ()).map_err(|f| *f));
         // A caller that gave up drops the answer here, DEK included.
-        let _ = job.reply.send(result);
+        let _ = job.reply.send(Answer { result, tpm_time });
     }
 
     fn execute(&mut self, request: &Request, deadline: Instant) -> Result<Outcome, Fault> {
@@ -222,20 +264,24 @@ impl Worker {
             match error.recovery() {
                 Recovery::RetryLater if Instant::now() + retry_delay < deadline => {
                     log::debug!("{error}; retrying in {retry_delay:?}");
+                    METRICS.tpm_retry();
                     std::thread::sleep(retry_delay);
                     retry_delay *= 2;
                 }
                 Recovery::RetryLater => {
                     log::warn!("{error}; no time left to retry");
+                    METRICS.tpm_deadline_miss();
                     return Err(Fault::Busy);
                 }
                 Recovery::NewSession if !new_session => {
                     log::warn!("{error}; starting a new salted session");
+                    METRICS.tpm_retry();
                     tpm.discard_session();
                     new_session = true;
                 }
                 Recovery::Reconnect if !reopened => {
                     log::warn!("{error}; reopening the TPM");
+                    METRICS.tpm_reopen();
                     reopened = true;
                     self.reopen()?;
                 }

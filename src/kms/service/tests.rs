@@ -13,6 +13,7 @@ use crate::kms::fake::FakeTpm;
 use crate::kms::{SealingTpm, service_for};
 use sceau_format::members::Membership;
 use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::text::printable;
 use sceau_format::wrapped::RECIPIENTS_ANNOTATION;
 
 type Service = KmsService<Box<dyn Sealer>>;

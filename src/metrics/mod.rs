@@ -1,0 +1,297 @@
+//! sceau's metrics: a fixed registry of atomic counters, gauges and
+//! histograms, rendered in the Prometheus text exposition format 0.0.4 and
+//! served (opt-in) on a second socket that systemd passes
+//! (`server::metrics`).
+//!
+//! Every label value is one of a fixed, small set chosen by sceau (a method
+//! it implements, a gRPC code, a TPM command it issues) or a value sceau
+//! computed itself (its version, its key_id). No label carries text a client
+//! sent: a request's uid or key_id would let any caller grow the registry
+//! without bound and write into the scrape (docs/metrics.md). The registry
+//! therefore never allocates a series after start, and recording a value is
+//! a few relaxed atomic additions, cheap enough to do whether or not a
+//! metrics socket was passed.
+#![forbid(unsafe_code)]
+
+pub mod call;
+mod render;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub use render::{CONTENT_TYPE, render};
+
+/// The process's registry. Everything sceau records goes here; a scrape
+/// renders it.
+pub static METRICS: Registry = Registry::new();
+
+/// The KMS methods, as the `method` label spells them. `Other` is any path
+/// the service does not implement (answered UNIMPLEMENTED): the path itself
+/// is client text and never becomes a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Encrypt,
+    Decrypt,
+    Status,
+    Other,
+}
+
+impl Method {
+    const ALL: [Method; 4] = [
+        Method::Encrypt,
+        Method::Decrypt,
+        Method::Status,
+        Method::Other,
+    ];
+
+    /// The method a gRPC request path names.
+    pub fn from_path(path: &str) -> Self {
+        match path {
+            "/v2.KeyManagementService/Encrypt" => Method::Encrypt,
+            "/v2.KeyManagementService/Decrypt" => Method::Decrypt,
+            "/v2.KeyManagementService/Status" => Method::Status,
+            _ => Method::Other,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Encrypt => "Encrypt",
+            Method::Decrypt => "Decrypt",
+            Method::Status => "Status",
+            Method::Other => "other",
+        }
+    }
+}
+
+/// gRPC status codes by number, as grpc-go (and go-grpc-prometheus's
+/// `grpc_code` label) spells them.
+pub const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
+
+/// The code number for `Unknown`, used for anything out of range.
+const UNKNOWN_CODE: usize = 2;
+
+/// The TPM commands the TPM thread issues while serving, by the names of
+/// the TPM 2.0 specification (Part 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TpmCommand {
+    Create,
+    Load,
+    Unseal,
+    Import,
+    FlushContext,
+    Hash,
+    ReadPublic,
+    StartAuthSession,
+}
+
+impl TpmCommand {
+    const ALL: [TpmCommand; 8] = [
+        TpmCommand::Create,
+        TpmCommand::Load,
+        TpmCommand::Unseal,
+        TpmCommand::Import,
+        TpmCommand::FlushContext,
+        TpmCommand::Hash,
+        TpmCommand::ReadPublic,
+        TpmCommand::StartAuthSession,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TpmCommand::Create => "Create",
+            TpmCommand::Load => "Load",
+            TpmCommand::Unseal => "Unseal",
+            TpmCommand::Import => "Import",
+            TpmCommand::FlushContext => "FlushContext",
+            TpmCommand::Hash => "Hash",
+            TpmCommand::ReadPublic => "ReadPublic",
+            TpmCommand::StartAuthSession => "StartAuthSession",
+        }
+    }
+}
+
+/// Upper bounds of the latency buckets, in seconds, as rendered in `le`.
+/// From half a millisecond (swtpm, a fast firmware TPM) to 60 s, the longest
+/// `--request-deadline`; a discrete TPM's Create lands around 10-250 ms.
+pub const BUCKETS: [(&str, Duration); 16] = [
+    ("0.0005", Duration::from_micros(500)),
+    ("0.001", Duration::from_millis(1)),
+    ("0.0025", Duration::from_micros(2500)),
+    ("0.005", Duration::from_millis(5)),
+    ("0.01", Duration::from_millis(10)),
+    ("0.025", Duration::from_millis(25)),
+    ("0.05", Duration::from_millis(50)),
+    ("0.1", Duration::from_millis(100)),
+    ("0.25", Duration::from_millis(250)),
+    ("0.5", Duration::from_millis(500)),
+    ("1", Duration::from_secs(1)),
+    ("2.5", Duration::from_millis(2500)),
+    ("5", Duration::from_secs(5)),
+    ("10", Duration::from_secs(10)),
+    ("30", Duration::from_secs(30)),
+    ("60", Duration::from_secs(60)),
+];
+
+/// A latency histogram with the fixed [`BUCKETS`]. Each slot counts the
+/// observations that fell in it alone (the last one: above every bound);
+/// rendering accumulates them, so the buckets and the count always agree.
+#[derive(Debug)]
+pub struct Histogram {
+    slots: [AtomicU64; BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    pub const fn new() -> Self {
+        Self {
+            slots: [const { AtomicU64::new(0) }; BUCKETS.len() + 1],
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, elapsed: Duration) {
+        let slot = BUCKETS
+            .iter()
+            .position(|(_, bound)| elapsed <= *bound)
+            .unwrap_or(BUCKETS.len());
+        self.slots[slot].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The cumulative bucket counts (the last is `+Inf`, the total count)
+    /// and the sum of the observations.
+    fn snapshot(&self) -> ([u64; BUCKETS.len() + 1], Duration) {
+        let mut cumulative = [0; BUCKETS.len() + 1];
+        let mut total = 0;
+        for (slot, out) in self.slots.iter().zip(cumulative.iter_mut()) {
+            total += slot.load(Ordering::Relaxed);
+            *out = total;
+        }
+        let sum = Duration::from_nanos(self.sum_nanos.load(Ordering::Relaxed));
+        (cumulative, sum)
+    }
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Everything sceau counts. Fixed arrays indexed by the enums above: no
+/// series is ever created at run time.
+#[derive(Debug)]
+pub struct Registry {
+    calls: [[AtomicU64; GRPC_CODES.len()]; Method::ALL.len()],
+    call_durations: [Histogram; Method::ALL.len()],
+    tpm_commands: [Histogram; TpmCommand::ALL.len()],
+    /// Jobs waiting in the TPM thread's queue.
+    tpm_queue_depth: AtomicI64,
+    tpm_retries: AtomicU64,
+    tpm_reopens: AtomicU64,
+    tpm_deadline_misses: AtomicU64,
+    decrypt_coalesced: AtomicU64,
+    tpm_healthy: AtomicBool,
+    key_id: OnceLock<String>,
+}
+
+impl Registry {
+    pub const fn new() -> Self {
+        Self {
+            calls: [const { [const { AtomicU64::new(0) }; GRPC_CODES.len()] }; Method::ALL.len()],
+            call_durations: [const { Histogram::new() }; Method::ALL.len()],
+            tpm_commands: [const { Histogram::new() }; TpmCommand::ALL.len()],
+            tpm_queue_depth: AtomicI64::new(0),
+            tpm_retries: AtomicU64::new(0),
+            tpm_reopens: AtomicU64::new(0),
+            tpm_deadline_misses: AtomicU64::new(0),
+            decrypt_coalesced: AtomicU64::new(0),
+            // sceau serves only once the TPM has answered at start-up.
+            tpm_healthy: AtomicBool::new(true),
+            key_id: OnceLock::new(),
+        }
+    }
+
+    /// A completed call: its method, its gRPC code (by number) and how long
+    /// it took.
+    pub fn call(&self, method: Method, code: i32, elapsed: Duration) {
+        let code = usize::try_from(code)
+            .ok()
+            .filter(|c| *c < GRPC_CODES.len())
+            .unwrap_or(UNKNOWN_CODE);
+        self.calls[method as usize][code].fetch_add(1, Ordering::Relaxed);
+        self.call_durations[method as usize].observe(elapsed);
+    }
+
+    pub fn tpm_command(&self, command: TpmCommand, elapsed: Duration) {
+        self.tpm_commands[command as usize].observe(elapsed);
+    }
+
+    pub fn tpm_job_queued(&self) {
+        self.tpm_queue_depth.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn tpm_job_dequeued(&self) {
+        self.tpm_queue_depth.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn tpm_retry(&self) {
+        self.tpm_retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn tpm_reopen(&self) {
+        self.tpm_reopens.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn tpm_deadline_miss(&self) {
+        self.tpm_deadline_misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn decrypt_coalesced(&self) {
+        self.decrypt_coalesced.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_tpm_healthy(&self, healthy: bool) {
+        self.tpm_healthy.store(healthy, Ordering::Relaxed);
+    }
+
+    /// The key_id sceau serves under; set once, when it starts serving.
+    pub fn set_key_id(&self, key_id: &str) {
+        let _ = self.key_id.set(key_id.to_string());
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Runs one TPM command and records how long it took, whatever its outcome.
+pub fn time_tpm_command<T>(command: TpmCommand, run: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let result = run();
+    METRICS.tpm_command(command, started.elapsed());
+    result
+}

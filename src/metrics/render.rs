@@ -1,0 +1,311 @@
+//! The registry in the Prometheus text exposition format, version 0.0.4:
+//! for each family a `# HELP` and a `# TYPE` line, then one sample per line,
+//! `name{label="value",…} number`, lines ending in `\n`.
+//!
+//! Series that are always there (so that `rate()` and alerts see them from
+//! the first scrape): every method's OK count and latency, every TPM
+//! command's latency, the gauges. A call count with another code, and the
+//! `other` method, appear once they are not zero.
+#![forbid(unsafe_code)]
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use super::{BUCKETS, GRPC_CODES, Histogram, METRICS, Method, Registry, TpmCommand};
+
+/// The content type of this format, for the HTTP response.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The process registry, rendered.
+pub fn render() -> String {
+    render_registry(&METRICS, env!("CARGO_PKG_VERSION"))
+}
+
+/// `registry` rendered, with `version` in `sceau_build_info`.
+pub(super) fn render_registry(registry: &Registry, version: &str) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    header(
+        &mut out,
+        "sceau_build_info",
+        "gauge",
+        "Always 1; the labels say which sceau this is.",
+    );
+    let _ = writeln!(
+        out,
+        "sceau_build_info{{version=\"{}\"}} 1",
+        label_value(version)
+    );
+    header(
+        &mut out,
+        "sceau_key_id_info",
+        "gauge",
+        "Always 1; key_id is the one Status and Encrypt report.",
+    );
+    if let Some(key_id) = registry.key_id.get() {
+        let _ = writeln!(
+            out,
+            "sceau_key_id_info{{key_id=\"{}\"}} 1",
+            label_value(key_id)
+        );
+    }
+    calls(&mut out, registry);
+    tpm(&mut out, registry);
+    out
+}
+
+fn calls(out: &mut String, registry: &Registry) {
+    header(
+        out,
+        "sceau_calls_total",
+        "counter",
+        "Completed KMS calls by method and gRPC code.",
+    );
+    for method in Method::ALL {
+        for (code, name) in GRPC_CODES.iter().enumerate() {
+            let count = registry.calls[method as usize][code].load(Ordering::Relaxed);
+            let always = code == 0 && method != Method::Other;
+            if count > 0 || always {
+                let _ = writeln!(
+                    out,
+                    "sceau_calls_total{{method=\"{}\",code=\"{name}\"}} {count}",
+                    method.name()
+                );
+            }
+        }
+    }
+    header(
+        out,
+        "sceau_call_duration_seconds",
+        "histogram",
+        "Time from a call's arrival to its answer, by method.",
+    );
+    for method in Method::ALL {
+        let histogram = &registry.call_durations[method as usize];
+        if method != Method::Other || histogram.snapshot().0[BUCKETS.len()] > 0 {
+            samples(
+                out,
+                "sceau_call_duration_seconds",
+                "method",
+                method.name(),
+                histogram,
+            );
+        }
+    }
+}
+
+fn tpm(out: &mut String, registry: &Registry) {
+    header(
+        out,
+        "sceau_tpm_command_duration_seconds",
+        "histogram",
+        "Time the TPM took to answer each command the TPM thread sent while serving.",
+    );
+    for command in TpmCommand::ALL {
+        samples(
+            out,
+            "sceau_tpm_command_duration_seconds",
+            "command",
+            command.name(),
+            &registry.tpm_commands[command as usize],
+        );
+    }
+    let gauge_or_counter = [
+        (
+            "sceau_tpm_queue_depth",
+            "gauge",
+            "Requests waiting for the TPM thread.",
+            registry.tpm_queue_depth.load(Ordering::Relaxed).max(0) as u64,
+        ),
+        (
+            "sceau_tpm_retries_total",
+            "counter",
+            "TPM commands sent again after a retryable answer (busy, retry, new session).",
+            registry.tpm_retries.load(Ordering::Relaxed),
+        ),
+        (
+            "sceau_tpm_reopens_total",
+            "counter",
+            "Attempts to reopen a lost TPM connection.",
+            registry.tpm_reopens.load(Ordering::Relaxed),
+        ),
+        (
+            "sceau_tpm_deadline_misses_total",
+            "counter",
+            "Requests whose TPM work did not finish within --request-deadline.",
+            registry.tpm_deadline_misses.load(Ordering::Relaxed),
+        ),
+        (
+            "sceau_decrypt_coalesced_total",
+            "counter",
+            "Decrypts answered by another caller's TPM work on the same ciphertext.",
+            registry.decrypt_coalesced.load(Ordering::Relaxed),
+        ),
+        (
+            "sceau_tpm_healthy",
+            "gauge",
+            "1 if the TPM's last answer was healthy, else 0.",
+            u64::from(registry.tpm_healthy.load(Ordering::Relaxed)),
+        ),
+    ];
+    for (name, kind, help, value) in gauge_or_counter {
+        header(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// One histogram's `_bucket` lines, then `_sum` and `_count`.
+fn samples(out: &mut String, name: &str, label: &str, value: &str, histogram: &Histogram) {
+    let (cumulative, sum) = histogram.snapshot();
+    let bounds = BUCKETS.iter().map(|(le, _)| *le).chain(["+Inf"]);
+    for (le, count) in bounds.zip(cumulative) {
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{label}=\"{value}\",le=\"{le}\"}} {count}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{name}_sum{{{label}=\"{value}\"}} {}",
+        sum.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "{name}_count{{{label}=\"{value}\"}} {}",
+        cumulative[BUCKETS.len()]
+    );
+}
+
+/// A label value as the format requires: backslash, double quote and line
+/// feed escaped. Every value sceau renders is its own, but a key_id or
+/// version with one of these must still not break the scrape.
+fn label_value(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn lines(text: &str) -> Vec<&str> {
+        text.lines().collect()
+    }
+
+    #[test]
+    fn a_fresh_registry_shows_every_family_and_the_always_present_series() {
+        let registry = Registry::new();
+        let text = render_registry(&registry, "1.2.3");
+        assert!(text.ends_with('\n'));
+        let lines = lines(&text);
+        for family in [
+            "sceau_build_info gauge",
+            "sceau_key_id_info gauge",
+            "sceau_calls_total counter",
+            "sceau_call_duration_seconds histogram",
+            "sceau_tpm_command_duration_seconds histogram",
+            "sceau_tpm_queue_depth gauge",
+            "sceau_tpm_retries_total counter",
+            "sceau_tpm_reopens_total counter",
+            "sceau_tpm_deadline_misses_total counter",
+            "sceau_decrypt_coalesced_total counter",
+            "sceau_tpm_healthy gauge",
+        ] {
+            assert!(
+                lines.contains(&format!("# TYPE {family}").as_str()),
+                "{family}"
+            );
+        }
+        assert!(lines.contains(&"sceau_build_info{version=\"1.2.3\"} 1"));
+        assert!(lines.contains(&"sceau_calls_total{method=\"Encrypt\",code=\"OK\"} 0"));
+        assert!(lines.contains(&"sceau_calls_total{method=\"Status\",code=\"OK\"} 0"));
+        assert!(lines.contains(&"sceau_tpm_healthy 1"));
+        assert!(lines.contains(&"sceau_tpm_queue_depth 0"));
+        assert!(lines.contains(&"sceau_tpm_command_duration_seconds_count{command=\"Unseal\"} 0"));
+        // No key_id before serving, no other codes, no `other` method.
+        assert!(!text.contains("sceau_key_id_info{"));
+        assert!(!text.contains("code=\"Internal\""));
+        assert!(!text.contains("method=\"other\""));
+    }
+
+    #[test]
+    fn histograms_are_cumulative_and_agree_with_their_count() {
+        let registry = Registry::new();
+        registry.call(Method::Decrypt, 0, Duration::from_micros(700));
+        registry.call(Method::Decrypt, 3, Duration::from_millis(30));
+        registry.call(Method::Decrypt, 0, Duration::from_secs(100));
+        let text = render_registry(&registry, "0");
+        let lines = lines(&text);
+        for expected in [
+            "sceau_call_duration_seconds_bucket{method=\"Decrypt\",le=\"0.0005\"} 0",
+            "sceau_call_duration_seconds_bucket{method=\"Decrypt\",le=\"0.001\"} 1",
+            "sceau_call_duration_seconds_bucket{method=\"Decrypt\",le=\"0.025\"} 1",
+            "sceau_call_duration_seconds_bucket{method=\"Decrypt\",le=\"0.05\"} 2",
+            "sceau_call_duration_seconds_bucket{method=\"Decrypt\",le=\"60\"} 2",
+            "sceau_call_duration_seconds_bucket{method=\"Decrypt\",le=\"+Inf\"} 3",
+            "sceau_call_duration_seconds_count{method=\"Decrypt\"} 3",
+            "sceau_call_duration_seconds_sum{method=\"Decrypt\"} 100.0307",
+            "sceau_calls_total{method=\"Decrypt\",code=\"OK\"} 2",
+            "sceau_calls_total{method=\"Decrypt\",code=\"InvalidArgument\"} 1",
+        ] {
+            assert!(lines.contains(&expected), "missing {expected}\n{text}");
+        }
+    }
+
+    #[test]
+    fn unknown_paths_and_codes_fall_into_fixed_labels() {
+        let registry = Registry::new();
+        registry.call(
+            Method::from_path("/v2.KeyManagementService/Evil\"}"),
+            99,
+            Duration::ZERO,
+        );
+        registry.call(Method::Status, -1, Duration::ZERO);
+        let text = render_registry(&registry, "0");
+        assert!(text.contains("sceau_calls_total{method=\"other\",code=\"Unknown\"} 1"));
+        assert!(text.contains("sceau_calls_total{method=\"Status\",code=\"Unknown\"} 1"));
+        assert!(text.contains("sceau_call_duration_seconds_count{method=\"other\"} 1"));
+        assert!(!text.contains("Evil"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let registry = Registry::new();
+        registry.set_key_id("a\"b\\c\nd");
+        let text = render_registry(&registry, "0");
+        assert!(text.contains("sceau_key_id_info{key_id=\"a\\\"b\\\\c\\nd\"} 1\n"));
+        // Set once: a second value is ignored.
+        registry.set_key_id("other");
+        assert!(!render_registry(&registry, "0").contains("other\""));
+    }
+
+    #[test]
+    fn every_line_is_a_comment_or_a_sample_with_a_number() {
+        let registry = Registry::new();
+        registry.set_key_id("sceau-0123456789abcdef");
+        registry.tpm_command(TpmCommand::Create, Duration::from_millis(3));
+        for line in render_registry(&registry, "0").lines() {
+            if line.starts_with('#') {
+                assert!(line.starts_with("# HELP ") || line.starts_with("# TYPE "));
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').expect(line);
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+            assert!(series.starts_with("sceau_"), "{line}");
+        }
+    }
+}
