@@ -55,9 +55,10 @@ pub enum MetricsListener {
     Unix(UnixListener),
 }
 
-/// The sockets systemd passed.
+/// The sockets sceau serves: those systemd passed, or the KMS socket sceau
+/// bound itself (then without metrics).
 #[derive(Debug)]
-pub struct Activated {
+pub struct Listeners {
     pub kms: UnixListener,
     pub metrics: Option<MetricsListener>,
 }
@@ -67,7 +68,7 @@ pub struct Activated {
 /// [`sys::take_passed_fds`].
 pub fn select_listeners(
     passed: Vec<(OwnedFd, String)>,
-) -> Result<Option<Activated>, ActivationError> {
+) -> Result<Option<Listeners>, ActivationError> {
     if passed.is_empty() {
         return Ok(None);
     }
@@ -86,7 +87,7 @@ pub fn select_listeners(
             metrics = Some(into_metrics_listener(fd, raw)?);
         }
     }
-    Ok(Some(Activated {
+    Ok(Some(Listeners {
         kms: kms.expect("the chosen fd is among the passed ones"),
         metrics,
     }))

@@ -39,10 +39,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     // 2. The socket systemd passed, if any, and the one sd_notify socket:
     //    after the sandbox no unix socket can be created or connected.
     let passed = sys::take_passed_fds().context("reading LISTEN_FDS")?;
-    let (activated, metrics_listener) = match activation::select_listeners(passed)? {
-        Some(passed) => (Some(passed.kms), passed.metrics),
-        None => (None, None),
-    };
+    let activated = activation::select_listeners(passed)?;
     notify::connect();
     let socket_options = socket::SocketOptions {
         path: options.socket.clone(),
@@ -65,9 +62,12 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let membership = load_membership(&options, &tpm)?;
     //    Stop signals wait from here until their handlers exist.
     let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
-    let (listener, socket_file) = match activated {
-        Some(listener) => (listener, None),
-        None => socket::bind(&socket_options).map(|(l, f)| (l, Some(f)))?,
+    let (listeners, socket_file) = match activated {
+        Some(listeners) => (listeners, None),
+        None => socket::bind(&socket_options).map(|(kms, f)| {
+            let listeners = activation::Listeners { kms, metrics: None };
+            (listeners, Some(f))
+        })?,
     };
     // 5 to 11.
     let result = confine_and_serve(
@@ -75,8 +75,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         membership,
         tpm,
         config,
-        listener,
-        metrics_listener,
+        listeners,
         socket_file.as_ref(),
         deferred_signals,
     );
@@ -150,8 +149,7 @@ fn confine_and_serve(
     membership: Option<Arc<Membership>>,
     tpm: Tpm,
     config: TpmConfig,
-    listener: std::os::unix::net::UnixListener,
-    metrics_listener: Option<activation::MetricsListener>,
+    listeners: activation::Listeners,
     socket_file: Option<&socket::SocketFile>,
     deferred_signals: DeferredStopSignals,
 ) -> anyhow::Result<StopReason> {
@@ -188,14 +186,14 @@ fn confine_and_serve(
         kms::service_for(worker.clone(), membership).context("starting the wrapping thread")?;
     let callers = AllowedCallers::root_and(&options.allowed_uids);
     let reason = runtime.block_on(async {
-        let listener = tokio::net::UnixListener::from_std(listener)?;
+        let listener = tokio::net::UnixListener::from_std(listeners.kms)?;
         let stop = server::stop_requested(death)?;
         drop(deferred_signals);
         if let Some(interval) = notify::watchdog_interval() {
             tokio::spawn(feed_watchdog(worker, interval));
         }
         sceau::metrics::METRICS.set_key_id(key_id.as_str());
-        if let Some(metrics) = metrics_listener {
+        if let Some(metrics) = listeners.metrics {
             log::info!("serving metrics on the socket systemd passed as \"metrics\"");
             server::metrics::spawn(metrics)?;
         }

@@ -32,6 +32,7 @@ mod hardening;
 mod harness_self_test;
 mod malformed;
 mod memory_scan;
+mod metrics;
 mod recover_offline;
 mod restart;
 mod round_trip;
