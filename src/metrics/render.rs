@@ -16,13 +16,26 @@ use super::{BUCKETS, GRPC_CODES, Histogram, METRICS, Method, Registry, TpmComman
 /// The content type of this format, for the HTTP response.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The process registry, rendered.
-pub fn render() -> String {
-    render_registry(&METRICS, env!("CARGO_PKG_VERSION"))
+/// This build, as `sceau_build_info` labels it: the version, and the git
+/// commit once the build records one (`commit` is then added as a label).
+const BUILD: Build = Build {
+    version: env!("CARGO_PKG_VERSION"),
+    commit: None,
+};
+
+/// The labels of `sceau_build_info`.
+pub(super) struct Build {
+    pub version: &'static str,
+    pub commit: Option<&'static str>,
 }
 
-/// `registry` rendered, with `version` in `sceau_build_info`.
-pub(super) fn render_registry(registry: &Registry, version: &str) -> String {
+/// The process registry, rendered.
+pub fn render() -> String {
+    render_registry(&METRICS, &BUILD)
+}
+
+/// `registry` rendered, with `build` in `sceau_build_info`.
+pub(super) fn render_registry(registry: &Registry, build: &Build) -> String {
     let mut out = String::with_capacity(16 * 1024);
     header(
         &mut out,
@@ -30,10 +43,14 @@ pub(super) fn render_registry(registry: &Registry, version: &str) -> String {
         "gauge",
         "Always 1; the labels say which sceau this is.",
     );
+    let commit = build
+        .commit
+        .map(|commit| format!(",commit=\"{}\"", label_value(commit)))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
-        "sceau_build_info{{version=\"{}\"}} 1",
-        label_value(version)
+        "sceau_build_info{{version=\"{}\"{commit}}} 1",
+        label_value(build.version)
     );
     header(
         &mut out,
@@ -202,6 +219,23 @@ mod tests {
 
     use super::*;
 
+    fn build(version: &'static str) -> Build {
+        Build {
+            version,
+            commit: None,
+        }
+    }
+
+    #[test]
+    fn build_info_carries_the_commit_when_there_is_one() {
+        let with_commit = Build {
+            version: "1.2.3",
+            commit: Some("abc1234-dirty"),
+        };
+        let text = render_registry(&Registry::new(), &with_commit);
+        assert!(text.contains("sceau_build_info{version=\"1.2.3\",commit=\"abc1234-dirty\"} 1\n"));
+    }
+
     fn lines(text: &str) -> Vec<&str> {
         text.lines().collect()
     }
@@ -209,7 +243,7 @@ mod tests {
     #[test]
     fn a_fresh_registry_shows_every_family_and_the_always_present_series() {
         let registry = Registry::new();
-        let text = render_registry(&registry, "1.2.3");
+        let text = render_registry(&registry, &build("1.2.3"));
         assert!(text.ends_with('\n'));
         let lines = lines(&text);
         for family in [
@@ -248,7 +282,7 @@ mod tests {
         registry.call(Method::Decrypt, 0, Duration::from_micros(700));
         registry.call(Method::Decrypt, 3, Duration::from_millis(30));
         registry.call(Method::Decrypt, 0, Duration::from_secs(100));
-        let text = render_registry(&registry, "0");
+        let text = render_registry(&registry, &build("0"));
         let lines = lines(&text);
         for expected in [
             "sceau_call_duration_seconds_bucket{method=\"Decrypt\",le=\"0.0005\"} 0",
@@ -275,7 +309,7 @@ mod tests {
             Duration::ZERO,
         );
         registry.call(Method::Status, -1, Duration::ZERO);
-        let text = render_registry(&registry, "0");
+        let text = render_registry(&registry, &build("0"));
         assert!(text.contains("sceau_calls_total{method=\"other\",code=\"Unknown\"} 1"));
         assert!(text.contains("sceau_calls_total{method=\"Status\",code=\"Unknown\"} 1"));
         assert!(text.contains("sceau_call_duration_seconds_count{method=\"other\"} 1"));
@@ -286,11 +320,11 @@ mod tests {
     fn label_values_are_escaped() {
         let registry = Registry::new();
         registry.set_key_id("a\"b\\c\nd");
-        let text = render_registry(&registry, "0");
+        let text = render_registry(&registry, &build("0"));
         assert!(text.contains("sceau_key_id_info{key_id=\"a\\\"b\\\\c\\nd\"} 1\n"));
         // Set once: a second value is ignored.
         registry.set_key_id("other");
-        assert!(!render_registry(&registry, "0").contains("other\""));
+        assert!(!render_registry(&registry, &build("0")).contains("other\""));
     }
 
     #[test]
@@ -298,7 +332,7 @@ mod tests {
         let registry = Registry::new();
         registry.set_key_id("sceau-0123456789abcdef");
         registry.tpm_command(TpmCommand::Create, Duration::from_millis(3));
-        for line in render_registry(&registry, "0").lines() {
+        for line in render_registry(&registry, &build("0")).lines() {
             if line.starts_with('#') {
                 assert!(line.starts_with("# HELP ") || line.starts_with("# TYPE "));
                 continue;
