@@ -48,7 +48,7 @@ pub fn restrict(
     let status = build(policy)
         .and_then(|ruleset| ruleset.restrict_self().map_err(|e| e.to_string()))
         .map_err(SandboxError::Landlock)?;
-    let words = describe(&status);
+    let words = describe(&status.ruleset, status.landlock);
     match status.ruleset {
         RulesetStatus::FullyEnforced => log::info!("landlock: {words}"),
         RulesetStatus::PartiallyEnforced | RulesetStatus::NotEnforced => {
@@ -64,16 +64,17 @@ pub fn restrict(
     Ok(Some(status))
 }
 
-/// What the kernel did with the ruleset, in words for the log.
-fn describe(status: &RestrictionStatus) -> String {
-    let kernel = match status.landlock {
+/// What the kernel did with the ruleset, in words for the log: never the
+/// crate's Debug form (`Available { effective_abi: V7, kernel_abi: None }`).
+fn describe(ruleset: &RulesetStatus, landlock: LandlockStatus) -> String {
+    let kernel = match landlock {
         LandlockStatus::NotImplemented => "this kernel has no Landlock".to_string(),
         LandlockStatus::NotEnabled => "Landlock is disabled on this kernel".to_string(),
         LandlockStatus::Available { effective_abi, .. } => {
             format!("kernel Landlock ABI {effective_abi}, sceau asks for up to {ABI_REQUESTED}")
         }
     };
-    match status.ruleset {
+    match ruleset {
         RulesetStatus::FullyEnforced => format!("fully enforced ({kernel})"),
         RulesetStatus::PartiallyEnforced => format!(
             "partially enforced ({kernel}; rights newer than the kernel's ABI are not restricted)"
@@ -118,4 +119,30 @@ fn with_path(
     ruleset
         .add_rule(PathBeneath::new(fd, access))
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The log line is words and numbers, not a Debug structure.
+    #[test]
+    fn the_status_is_described_in_words() {
+        let available = LandlockStatus::Available {
+            effective_abi: ABI::V7,
+            kernel_abi: None,
+        };
+        assert_eq!(
+            describe(&RulesetStatus::FullyEnforced, available),
+            "fully enforced (kernel Landlock ABI 7, sceau asks for up to 10)"
+        );
+        assert_eq!(
+            describe(&RulesetStatus::NotEnforced, LandlockStatus::NotImplemented),
+            "not enforced (this kernel has no Landlock)"
+        );
+        let partial = describe(&RulesetStatus::PartiallyEnforced, available);
+        for debug in ["{", "V7", "None", "Available"] {
+            assert!(!partial.contains(debug), "{partial}");
+        }
+    }
 }
