@@ -335,7 +335,14 @@ impl OpenError {
     pub fn detail(&self) -> Option<String> {
         match self {
             Self::Unreachable { detail, .. } | Self::Refused { detail, .. } => {
-                Some(detail.to_string())
+                // tss-esapi's Display leaves the code to its error's source.
+                Some(match detail.as_ref() {
+                    SrkError::Tpm(e) => match e.response_code() {
+                        Some(rc) => format!("{e} (TSS2_RC {rc:#x})"),
+                        None => e.to_string(),
+                    },
+                    other => other.to_string(),
+                })
             }
             Self::Srk(_) => None,
         }
