@@ -112,41 +112,84 @@ const PROBES: [Probe; 9] = [
     },
 ];
 
-/// Runs every probe; returns whether all were refused. Fails only when the
-/// targets cannot be made.
-pub fn run(options: &SelfTestOptions) -> std::io::Result<bool> {
+/// What the selftest found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every forbidden action was refused.
+    AllRefused,
+    /// At least one went through (its FAIL line says which).
+    SomeAllowed,
+    /// The sandbox could not be put in place, so no probe ran and nothing
+    /// is known about it: not a hole, and not a pass. Says why and what to do.
+    NotApplied(String),
+}
+
+/// Applies the sandbox once on its own, then runs every probe. Fails only
+/// when the targets cannot be made.
+pub fn run(options: &SelfTestOptions) -> std::io::Result<Verdict> {
+    let tpm = TpmAccess::for_tcti(&options.tcti);
+    // The sandbox grants the TPM device by path, so a machine without it
+    // cannot build the sandbox at all; `serve` would have stopped earlier,
+    // at the TPM, with this same line.
+    if let Some(TpmAccess::Device(path)) = &tpm
+        && let Some(failure) = crate::tpm::device::diagnose_device(path)
+    {
+        return Ok(Verdict::NotApplied(failure.to_string()));
+    }
+    if !sandbox_applies(options, &tpm) {
+        return Ok(Verdict::NotApplied(
+            "the line above, from a child process that tried it, says why".into(),
+        ));
+    }
     let dir = private_directory()?;
     let outcome = UnixListener::bind(dir.join("listening.sock")).map(|listener| {
         let targets = Targets {
             listening: dir.join("listening.sock"),
             dir: dir.clone(),
         };
-        let all_refused = run_probes(options, &targets);
+        let verdict = run_probes(options, &tpm, &targets);
         drop(listener);
-        all_refused
+        verdict
     });
     let _ = std::fs::remove_dir_all(&dir);
     outcome
 }
 
-fn run_probes(options: &SelfTestOptions, targets: &Targets) -> bool {
-    let tpm = TpmAccess::for_tcti(&options.tcti);
-    let mut all_refused = true;
+/// Whether a child can put itself in the sandbox; it prints why not.
+fn sandbox_applies(options: &SelfTestOptions, tpm: &Option<TpmAccess>) -> bool {
+    let status = sys::in_child(|| match apply(options, tpm) {
+        Ok(()) => REFUSED,
+        Err(e) => {
+            eprintln!("sceau: the sandbox could not be applied: {e}");
+            SANDBOX_FAILED
+        }
+    });
+    matches!(status.map(|s| s.code()), Ok(Some(REFUSED)))
+}
+
+fn run_probes(options: &SelfTestOptions, tpm: &Option<TpmAccess>, targets: &Targets) -> Verdict {
+    let mut verdict = Verdict::AllRefused;
     for probe in &PROBES {
         // `sceau selftest` never starts a thread, so in_child may fork.
-        let outcome = match sys::in_child(|| probe_in_sandbox(options, &tpm, targets, probe)) {
+        let outcome = match sys::in_child(|| probe_in_sandbox(options, tpm, targets, probe)) {
+            Ok(status) if status.code() == Some(SANDBOX_FAILED) => {
+                return Verdict::NotApplied(format!(
+                    "it failed in the probe \"{}\" after working once (the line above says why)",
+                    probe.name
+                ));
+            }
             Ok(status) => describe(status),
             Err(e) => Err(format!("could not fork: {e}")),
         };
         match outcome {
             Ok(how) => println!("PASS {}: {how}", probe.name),
             Err(why) => {
-                all_refused = false;
+                verdict = Verdict::SomeAllowed;
                 println!("FAIL {}: {why}", probe.name);
             }
         }
     }
-    all_refused
+    verdict
 }
 
 /// A new directory only this run uses; `create` (not `create_dir_all`)
@@ -167,7 +210,7 @@ fn probe_in_sandbox(
     probe: &Probe,
 ) -> i32 {
     if let Err(e) = apply(options, tpm) {
-        eprintln!("sandbox: {e}");
+        eprintln!("sceau: the sandbox could not be applied: {e}");
         return SANDBOX_FAILED;
     }
     if (probe.attempt)(targets) {
@@ -194,7 +237,6 @@ fn describe(status: std::process::ExitStatus) -> Result<String, String> {
         (Some(REFUSED), _) => Ok("refused".into()),
         (_, Some(libc::SIGSYS)) => Ok("the process was killed by seccomp".into()),
         (Some(ALLOWED), _) => Err("the action succeeded".into()),
-        (Some(SANDBOX_FAILED), _) => Err("the sandbox could not be applied".into()),
         (Some(sys::PROBE_PANICKED), _) => Err("the probe panicked".into()),
         _ => Err(format!("the probe ended unexpectedly ({status})")),
     }

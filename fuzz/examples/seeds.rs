@@ -201,6 +201,20 @@ fn kms_request_seeds() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
         (
+            // A key_id whose escaped echo once pushed the refusal past the
+            // service's 512-byte cut (audit/fuzzing.md, finding 7).
+            "decrypt-finding-7-escaped-key-id",
+            with(
+                Call::Decrypt,
+                None,
+                DecryptRequest {
+                    key_id: "\u{1a}".repeat(100),
+                    ..decrypt(sealed.clone(), HashMap::new())
+                }
+                .encode_to_vec(),
+            ),
+        ),
+        (
             "decrypt-tpm-rejects",
             with(
                 Call::DecryptAddressed,

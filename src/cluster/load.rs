@@ -43,6 +43,17 @@ pub enum LoadError {
         "{path}: attributes {attributes:#010x} are not the TCG SRK's (0x00030472): not an SRK made by a TPM"
     )]
     NotAnSrk { path: PathBuf, attributes: u32 },
+    #[error(
+        "this node's SRK (Name {name}) is in none of the {files} member files in {dir}: on this \
+         node run `sceau srk-public > {dir}/$(hostname).pub` (with serve's --tcti), copy that \
+         file into {dir} on every member, then restart sceau on every node (docs/ha.md); if \
+         this node's TPM was replaced or cleared, its old member file is stale"
+    )]
+    NotAMember {
+        name: String,
+        files: usize,
+        dir: PathBuf,
+    },
     #[error("cluster mode needs an ECC P-256 SRK: {0}")]
     OwnSrk(StorageKeyError),
     #[error("{0}")]
@@ -58,10 +69,18 @@ pub fn load(
 ) -> Result<Membership, LoadError> {
     let own = StorageKey::from_tpm2b_public(own_srk_public).map_err(LoadError::OwnSrk)?;
     let members = read_members(dir)?;
+    let files = members.len();
     let recovery = recovery_file
         .map(|path| read_pinned(path, RECOVERY_PUBLIC_LABEL))
         .transpose()?;
-    Ok(Membership::from_keys(own, members, recovery)?)
+    Membership::from_keys(own, members, recovery).map_err(|error| match error {
+        MembershipError::NotAMember(name) => LoadError::NotAMember {
+            name,
+            files,
+            dir: dir.to_path_buf(),
+        },
+        other => other.into(),
+    })
 }
 
 /// A single node with a backup (`serve --recovery-key` without

@@ -10,6 +10,7 @@ pub mod srk_public;
 
 use anyhow::Context as _;
 use sceau::cli::SrkPublicOptions;
+use sceau::tpm::device::OpenError;
 use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau_format::storage_key::StorageKey;
 
@@ -33,7 +34,23 @@ fn open_tpm_for_tool(options: &SrkPublicOptions) -> anyhow::Result<Tpm> {
         srk_handle: options.srk_handle,
         parameter_encryption: ParameterEncryption::SaltedSession,
     };
-    Tpm::open(&config).with_context(|| format!("opening the TPM at {}", options.tcti))
+    open_tpm_explained(&config)
+}
+
+/// Opens the TPM; a failure is one line naming the cause and the fix, and
+/// tpm2-tss's own account (with its return code) goes to a DEBUG line.
+fn open_tpm_explained(config: &TpmConfig) -> anyhow::Result<Tpm> {
+    Tpm::open_explained(config).map_err(|error| {
+        if let Some(detail) = error.detail() {
+            log::debug!("tpm2-tss's account of the failure below: {detail}");
+        }
+        match error {
+            OpenError::Srk(_) => {
+                anyhow::Error::new(error).context(format!("opening the TPM at {}", config.tcti))
+            }
+            _ => anyhow::Error::new(error),
+        }
+    })
 }
 
 /// The SRK as a storage key, which cluster mode and enrollment need.

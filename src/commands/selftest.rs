@@ -4,10 +4,16 @@
 
 use anyhow::{Context as _, bail};
 use sceau::cli::SelfTestOptions;
+use sceau::selftest::Verdict;
 
 pub fn run(options: &SelfTestOptions) -> anyhow::Result<()> {
-    if !sceau::selftest::run(options).context("preparing the selftest's targets")? {
-        bail!("the sandbox let a forbidden action through");
+    match sceau::selftest::run(options).context("preparing the selftest's targets")? {
+        Verdict::AllRefused => Ok(()),
+        Verdict::SomeAllowed => {
+            bail!("the sandbox let a forbidden action through (see the FAIL lines above)")
+        }
+        Verdict::NotApplied(why) => {
+            bail!("the sandbox could not be applied, so no probe ran and nothing was tested: {why}")
+        }
     }
-    Ok(())
 }

@@ -6,6 +6,7 @@
 //! every thread, and only then reports READY=1.
 #![forbid(unsafe_code)]
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ use sceau::tpm::{ParameterEncryption, Tcti, Tpm, TpmConfig};
 use sceau::{activation, notify, sys};
 use sceau_format::members::Membership;
 
-use super::silence_tss_log;
+use super::{open_tpm_explained, silence_tss_log};
 
 /// Tokio threads for gRPC. TPM work runs on its own thread, so two suffice.
 const RUNTIME_THREADS: usize = 2;
@@ -47,6 +48,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         group: options.socket_group.clone(),
     };
     if activated.is_none() {
+        require_socket_directory(&socket_options.path)?;
         socket::preflight(&socket_options)?;
     }
     // 3. The TPM: flush leftovers, recreate the SRK, start the salted
@@ -89,6 +91,31 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The directory sceau will bind its socket in must exist before the TPM
+/// is touched: otherwise the SRK would be made, and a slow TPM waited for,
+/// only to fail at bind with a bare "No such file or directory".
+fn require_socket_directory(socket: &Path) -> anyhow::Result<()> {
+    let dir = match socket.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let fix = |what: &str| {
+        format!(
+            "the socket directory {} {what}: create it (install -d -m 0755 {}), or pass --socket \
+             with a path in an existing directory; under systemd, use sceau.socket, which \
+             creates /run/sceau",
+            dir.display(),
+            dir.display()
+        )
+    };
+    match std::fs::metadata(dir) {
+        Ok(metadata) if metadata.is_dir() => Ok(()),
+        Ok(_) => bail!(fix("is not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(fix("does not exist")),
+        Err(e) => bail!(fix(&format!("cannot be reached ({e})"))),
+    }
+}
+
 fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
     let tcti = &config.tcti;
     log::info!("opening the TPM at {tcti}");
@@ -99,7 +126,7 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
         );
     }
     let started = Instant::now();
-    let tpm = Tpm::open(config).with_context(|| format!("opening the TPM at {tcti}"))?;
+    let tpm = open_tpm_explained(config)?;
     let srk = tpm.srk();
     log::info!(
         "SRK {:?}{} ready in {:?}; Name {}",

@@ -57,11 +57,26 @@ pub fn restrict(
     }
     if enforcement == Enforcement::Require && status.ruleset == RulesetStatus::NotEnforced {
         return Err(SandboxError::Landlock(format!(
-            "{words}, and sceau does not serve without it; to start anyway, with no \
-             filesystem confinement, pass --landlock=best-effort"
+            "{words}, and sceau does not serve without it: {}; to start anyway, with no \
+             filesystem confinement, pass --landlock=best-effort",
+            kernel_fix(&status.landlock)
         )));
     }
     Ok(Some(status))
+}
+
+/// What an operator changes so that the kernel enforces Landlock.
+fn kernel_fix(landlock: &LandlockStatus) -> &'static str {
+    match landlock {
+        LandlockStatus::NotEnabled => {
+            "enable it at boot by adding landlock to the lsm= kernel parameter (for example \
+             lsm=landlock,lockdown,yama,apparmor,bpf)"
+        }
+        _ => {
+            "Landlock needs Linux 5.13 or later built with CONFIG_SECURITY_LANDLOCK=y and \
+             enabled at boot (landlock in CONFIG_LSM or in the lsm= kernel parameter)"
+        }
+    }
 }
 
 /// What the kernel did with the ruleset, in words for the log: never the
@@ -115,7 +130,14 @@ fn with_path(
     path: &Path,
     access: landlock::BitFlags<AccessFs>,
 ) -> Result<landlock::RulesetCreated, String> {
-    let fd = PathFd::new(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let fd = PathFd::new(path).map_err(|e| match e {
+        landlock::PathFdError::OpenCall { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            format!("{} does not exist, so no rule can grant it", path.display())
+        }
+        e => format!("{}: {e}", path.display()),
+    })?;
     ruleset
         .add_rule(PathBeneath::new(fd, access))
         .map_err(|e| e.to_string())

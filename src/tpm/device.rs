@@ -12,11 +12,11 @@ use tss_esapi::structures::{
     CapabilityData, MaxBuffer, Private, Public, SensitiveData, SymmetricDefinitionObject,
 };
 
-use super::fault::TpmError;
+use super::fault::{ConnectFailure, Fault, INITIALIZE, TpmError};
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
 use super::srk::{Srk, SrkError};
-use super::tcti::Tcti;
+use super::tcti::{Tcti, Transport};
 use crate::hooks::{self, Protection};
 use crate::metrics::{TpmCommand, time_tpm_command as timed};
 use crate::secret::Dek;
@@ -55,7 +55,7 @@ impl Tpm {
     /// sandbox closes the filesystem).
     pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
         let mut ctx =
-            Context::new(config.tcti.name_conf()).map_err(|e| TpmError::new("Initialize", e))?;
+            Context::new(config.tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
         ensure_started(&mut ctx)?;
         flush_leftovers(&mut ctx)?;
         let srk = Srk::recreate(&mut ctx, config.srk_handle)?;
@@ -67,6 +67,13 @@ impl Tpm {
         };
         tpm.dek_session()?;
         Ok(tpm)
+    }
+
+    /// [`Tpm::open`] for a command an operator started: a failure says
+    /// what is wrong in words, with the TSS detail kept apart
+    /// ([`OpenError::detail`]) for a DEBUG line.
+    pub fn open_explained(config: &TpmConfig) -> Result<Self, OpenError> {
+        Self::open(config).map_err(|error| OpenError::explain(&config.tcti, error))
     }
 
     pub fn srk(&self) -> &Srk {
@@ -288,4 +295,141 @@ fn list_handles(ctx: &mut Context, first: u32) -> Result<Vec<TpmHandle>, TpmErro
         .copied()
         .filter(|h| u32::from(*h) >> 24 == first >> 24)
         .collect())
+}
+
+/// Why [`Tpm::open_explained`] failed, in one line an operator can act on.
+/// The TSS error stays inside, out of `Display` and out of the error chain
+/// (not a `source`), so that it cannot reach that line by accident.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// tpm2-tss could not reach the TPM; what the machine shows about why.
+    #[error("{cause}")]
+    Unreachable {
+        cause: ConnectFailure,
+        detail: Box<SrkError>,
+    },
+    /// The TPM answered, but refused a command of the start-up sequence.
+    #[error(
+        "the TPM at {tcti} refused {operation} ({fault}): see {fault} in \
+         docs/troubleshooting.md; SCEAU_LOG=debug shows the TPM's own code"
+    )]
+    Refused {
+        tcti: String,
+        operation: &'static str,
+        fault: Fault,
+        detail: Box<SrkError>,
+    },
+    /// Not a TPM error: a persistent SRK handle that is not the SRK, or the
+    /// like; these messages are sceau's own.
+    #[error("{0}")]
+    Srk(SrkError),
+}
+
+impl OpenError {
+    fn explain(tcti: &Tcti, error: SrkError) -> Self {
+        let SrkError::Tpm(tpm_error) = &error else {
+            return Self::Srk(error);
+        };
+        if tpm_error.is_connection_failure() {
+            return Self::Unreachable {
+                cause: diagnose(tcti),
+                detail: Box::new(error),
+            };
+        }
+        Self::Refused {
+            tcti: tcti.to_string(),
+            operation: tpm_error.operation,
+            fault: tpm_error.fault(),
+            detail: Box::new(error),
+        }
+    }
+
+    /// The TSS's account (return code and text), for a DEBUG line only.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Self::Unreachable { detail, .. } | Self::Refused { detail, .. } => {
+                // tss-esapi's Display leaves the code to its error's source.
+                Some(match detail.as_ref() {
+                    SrkError::Tpm(e) => match e.response_code() {
+                        Some(rc) => format!("{e} (TSS2_RC {rc:#x})"),
+                        None => e.to_string(),
+                    },
+                    other => other.to_string(),
+                })
+            }
+            Self::Srk(_) => None,
+        }
+    }
+}
+
+/// How long the diagnosis waits for a software TPM's port to answer.
+const DIAGNOSIS_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Looks at the machine to say why tpm2-tss could not reach the TPM: the
+/// TCTI library first (tpm2-tss fails the same way without it), then the
+/// device, the software TPM's port, or the broker.
+pub fn diagnose(tcti: &Tcti) -> ConnectFailure {
+    // Loading the library also keeps it loaded; `serve` does that anyway.
+    if crate::sys::pin_tcti_library(tcti.kind()).is_err() {
+        return ConnectFailure::LibraryMissing {
+            library: tcti.library(),
+            package: tcti.debian_package(),
+        };
+    }
+    let unexplained = |what| ConnectFailure::Unexplained {
+        tcti: tcti.to_string(),
+        what,
+    };
+    match tcti.transport() {
+        Transport::Device { path } => {
+            diagnose_device(path).unwrap_or_else(|| unexplained("device"))
+        }
+        Transport::Swtpm { host, port } | Transport::Mssim { host, port } => {
+            diagnose_network(host, *port).unwrap_or_else(|| unexplained("port"))
+        }
+        Transport::Tabrmd { .. } => ConnectFailure::BrokerUnreachable,
+    }
+}
+
+/// Why `path` cannot serve as the TPM device, if it cannot: opened as
+/// tpm2-tss opens it, for reading and writing.
+pub fn diagnose_device(path: &std::path::Path) -> Option<ConnectFailure> {
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path);
+    let error = opened.err()?;
+    let path = path.to_path_buf();
+    // EPERM (not EACCES) is the device cgroup's answer, systemd's
+    // DeviceAllow=; both are PermissionDenied to std.
+    Some(match error.kind() {
+        _ if error.raw_os_error() == Some(libc::EPERM) => ConnectFailure::DeviceNotAllowed { path },
+        std::io::ErrorKind::NotFound => ConnectFailure::DeviceMissing { path },
+        std::io::ErrorKind::PermissionDenied => ConnectFailure::PermissionDenied { path },
+        _ if error.raw_os_error() == Some(libc::EBUSY) => ConnectFailure::DeviceBusy { path },
+        _ => ConnectFailure::DeviceUnusable {
+            path,
+            reason: error.to_string(),
+        },
+    })
+}
+
+fn diagnose_network(host: &str, port: u16) -> Option<ConnectFailure> {
+    use std::net::ToSocketAddrs as _;
+    let Ok(addresses) = (host, port).to_socket_addrs() else {
+        return Some(ConnectFailure::UnknownHost { host: host.into() });
+    };
+    let addresses: Vec<_> = addresses.collect();
+    let reachable = addresses.iter().any(|address| {
+        std::net::TcpStream::connect_timeout(address, DIAGNOSIS_CONNECT_TIMEOUT).is_ok()
+    });
+    match (reachable, addresses.is_empty()) {
+        (true, _) => None,
+        (false, true) => Some(ConnectFailure::UnknownHost { host: host.into() }),
+        (false, false) => Some(ConnectFailure::NothingListening {
+            host: host.into(),
+            port,
+            control: u32::from(port) + 1,
+        }),
+    }
 }

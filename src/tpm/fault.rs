@@ -1,9 +1,15 @@
-//! What can go wrong in a TPM call, in two vocabularies.
+//! What can go wrong in a TPM call, in three vocabularies.
 //!
 //! [`TpmError`] carries the TSS detail for sceau's own log. [`Fault`] is the
 //! only thing that leaves the TPM layer towards a client: a class word with no
 //! return code and no TSS text, so nothing about the TPM can leak by mistake.
+//! [`ConnectFailure`] is for the operator at start-up: why the TPM could not
+//! be reached and what to do, found by looking at the machine once tpm2-tss
+//! has failed (its return code says "I/O error" for a missing device, a
+//! refused permission and a stopped swtpm alike).
 #![forbid(unsafe_code)]
+
+use std::path::PathBuf;
 
 use tss_esapi::constants::response_code::Tss2ResponseCode;
 
@@ -43,6 +49,70 @@ impl Fault {
     ];
 }
 
+/// Why the TPM could not be reached at start-up, each with its fix. No TPM
+/// return code and no TSS text: the caller logs those at DEBUG.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectFailure {
+    #[error(
+        "the TCTI library {library} cannot be loaded (is it installed?): install the Debian \
+         package {package} (apt install {package}), or choose another TPM with --tcti or SCEAU_TCTI"
+    )]
+    LibraryMissing { library: String, package: String },
+    #[error(
+        "the TPM device {path} does not exist: sceau needs a TPM 2.0 and the kernel's TPM \
+         driver (tpm_tis or tpm_crb; check `dmesg | grep -i tpm` and that the TPM is enabled in \
+         the firmware) or, in a VM, a vTPM; to use another TPM pass --tcti or set SCEAU_TCTI \
+         (for example swtpm:host=127.0.0.1,port=2321)"
+    )]
+    DeviceMissing { path: PathBuf },
+    #[error(
+        "permission denied on {path}: run sceau as root, or add the user it runs as to the \
+         group that owns {path} (`tss` on Debian, from the tpm-udev package: usermod -aG tss \
+         USER; sceau.service has SupplementaryGroups=tss)"
+    )]
+    PermissionDenied { path: PathBuf },
+    #[error(
+        "{path} is not allowed by the device cgroup: under systemd, the unit's DeviceAllow= \
+         must name it (sceau.service allows /dev/tpmrm0 only)"
+    )]
+    DeviceNotAllowed { path: PathBuf },
+    #[error(
+        "{path} is busy: another process holds it, and the raw device serves one at a time; \
+         use the kernel's resource manager instead (--tcti device:/dev/tpmrm0)"
+    )]
+    DeviceBusy { path: PathBuf },
+    #[error(
+        "{path} cannot be opened ({reason}): --tcti device: needs the TPM's character device \
+         (/dev/tpmrm0)"
+    )]
+    DeviceUnusable { path: PathBuf, reason: String },
+    #[error(
+        "host {host:?} of the software TPM does not resolve: use an IP address or a known host \
+         name in --tcti"
+    )]
+    UnknownHost { host: String },
+    #[error(
+        "nothing listens on {host}:{port}, where --tcti says the software TPM is: start it \
+         (swtpm socket --tpm2 --server type=tcp,port={port} --ctrl type=tcp,port={control} \
+         --flags startup-clear), or correct --tcti"
+    )]
+    NothingListening {
+        host: String,
+        port: u16,
+        control: u32,
+    },
+    #[error(
+        "tpm2-abrmd did not answer on D-Bus: start it (systemctl start tpm2-abrmd), or use the \
+         kernel's resource manager instead (--tcti device:/dev/tpmrm0)"
+    )]
+    BrokerUnreachable,
+    #[error(
+        "the TPM at {tcti} could not be reached although its {what} is there: check that it is \
+         a working TPM 2.0; SCEAU_LOG=debug shows tpm2-tss's own account"
+    )]
+    Unexplained { tcti: String, what: &'static str },
+}
+
 /// A TPM call that failed, with the detail for the log.
 #[derive(Debug, thiserror::Error)]
 #[error("{operation} failed: {source}")]
@@ -66,6 +136,9 @@ pub enum Recovery {
     /// Give up and report this fault.
     Report(Fault),
 }
+
+/// The operation name of the ESAPI context's creation (`Context::new`).
+pub const INITIALIZE: &str = "Initialize";
 
 /// tpm2-tss layer numbers (bits 16..24 of a TSS2_RC).
 const LAYER_TPM: u32 = 0;
@@ -159,6 +232,27 @@ impl TpmError {
                 && format_one_parameter
                 && UNSUPPORTED_PARAMETER_ERRORS.contains(&(rc & RC_FMT1_ERROR_NUMBER))
         })
+    }
+
+    /// Whether tpm2-tss could not reach the TPM at all (as opposed to a TPM
+    /// that answered with an error): Initialize itself failed, or the TCTI
+    /// layer reported the failure.
+    pub fn is_connection_failure(&self) -> bool {
+        self.operation == INITIALIZE
+            || self
+                .response_code()
+                .is_some_and(|rc| (rc >> 16) & 0xFF == LAYER_TCTI)
+    }
+
+    /// The client-facing class of this error, for a log line or a start-up
+    /// message that must carry no TSS text.
+    pub fn fault(&self) -> Fault {
+        match self.recovery() {
+            Recovery::Report(fault) => fault,
+            Recovery::RetryLater => Fault::Busy,
+            Recovery::Reconnect => Fault::Unreachable,
+            Recovery::NewSession => Fault::Failure,
+        }
     }
 
     /// Decides what the worker does next.
@@ -296,6 +390,67 @@ mod tests {
         // RETRY, an I/O error and an integrity failure are not "unsupported".
         for rc in [0x922, 0xA000A, 0x1DF] {
             assert!(!tss(rc).is_unsupported_parameter(), "{rc:#x}");
+        }
+    }
+
+    #[test]
+    fn tells_a_connection_failure_from_a_tpm_answer() {
+        assert!(tss(0xA000A).is_connection_failure());
+        assert!(
+            TpmError::new(
+                INITIALIZE,
+                tss_esapi::Error::WrapperError(tss_esapi::WrapperErrorKind::InvalidParam)
+            )
+            .is_connection_failure()
+        );
+        assert!(!tss(0x921).is_connection_failure());
+        assert_eq!(tss(0x921).fault(), Fault::Lockout);
+        assert_eq!(tss(0x922).fault(), Fault::Busy);
+    }
+
+    /// The operator's start-up lines name a cause and a fix, and carry no
+    /// return code or TSS wording.
+    #[test]
+    fn connect_failures_carry_no_tpm_detail() {
+        let all = [
+            ConnectFailure::LibraryMissing {
+                library: "libtss2-tcti-swtpm.so.0".into(),
+                package: "libtss2-tcti-swtpm0".into(),
+            },
+            ConnectFailure::DeviceMissing {
+                path: "/dev/tpmrm0".into(),
+            },
+            ConnectFailure::PermissionDenied {
+                path: "/dev/tpmrm0".into(),
+            },
+            ConnectFailure::DeviceBusy {
+                path: "/dev/tpm0".into(),
+            },
+            ConnectFailure::DeviceNotAllowed {
+                path: "/dev/tpm0".into(),
+            },
+            ConnectFailure::DeviceUnusable {
+                path: "/tmp/x".into(),
+                reason: "No such device".into(),
+            },
+            ConnectFailure::UnknownHost { host: "tpm".into() },
+            ConnectFailure::NothingListening {
+                host: "localhost".into(),
+                port: 2321,
+                control: 2322,
+            },
+            ConnectFailure::BrokerUnreachable,
+            ConnectFailure::Unexplained {
+                tcti: "device:/dev/tpmrm0".into(),
+                what: "device",
+            },
+        ];
+        for failure in all {
+            let line = failure.to_string();
+            assert!(line.contains(": "), "no fix in {line}");
+            for word in ["0x", "Esys", "TSS2", "response code"] {
+                assert!(!line.contains(word), "{line}");
+            }
         }
     }
 

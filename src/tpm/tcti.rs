@@ -36,9 +36,15 @@ pub enum Transport {
     Tabrmd { conf: String },
 }
 
-/// Why a TCTI string was refused.
+/// Every form sceau accepts, for the error that refuses any other.
+pub const EXPECTED_FORMS: &str = "device:/dev/tpmrm0 (or another TPM device path), \
+     swtpm:host=HOST,port=PORT, mssim:host=HOST,port=PORT, tabrmd or \
+     tabrmd:bus_type=system|session";
+
+/// Why a TCTI string was refused: what is wrong, then the forms that work,
+/// so that the one line is enough to write a correct `--tcti`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
+#[error("{0}; expected {EXPECTED_FORMS}")]
 pub struct InvalidTcti(String);
 
 impl FromStr for Tcti {
@@ -61,15 +67,13 @@ impl FromStr for Tcti {
                 }
             }
             "tabrmd" => Transport::Tabrmd { conf: conf.into() },
-            _ => {
-                return Err(InvalidTcti(
-                    "expected device:PATH, swtpm:host=HOST,port=PORT, mssim:… or tabrmd".into(),
-                ));
-            }
+            _ => return Err(InvalidTcti(format!("unknown TPM connection {kind:?}"))),
         };
         let canonical = transport.to_string();
-        let name_conf = TctiNameConf::from_str(&canonical)
-            .map_err(|e| InvalidTcti(format!("tpm2-tss refuses it ({e})")))?;
+        // tss-esapi's own parser has the last word; its error is a bare
+        // "invalid parameter", so the words are sceau's, from the transport.
+        let name_conf =
+            TctiNameConf::from_str(&canonical).map_err(|_| InvalidTcti(transport.refusal()))?;
         Ok(Self {
             transport,
             name_conf,
@@ -81,7 +85,7 @@ impl FromStr for Tcti {
 fn network(conf: &str) -> Result<(String, u16), InvalidTcti> {
     let (mut host, mut port) = (None, None);
     for pair in conf.split(',').filter(|pair| !pair.is_empty()) {
-        let bad = || InvalidTcti(format!("expected host=HOST,port=PORT, not {pair:?}"));
+        let bad = || InvalidTcti(format!("{pair:?} is not host=HOST or port=PORT, once each"));
         let (key, value) = pair.split_once('=').ok_or_else(bad)?;
         let slot = match key {
             "host" => &mut host,
@@ -105,6 +109,22 @@ fn network(conf: &str) -> Result<(String, u16), InvalidTcti> {
             })?,
     };
     Ok((host.unwrap_or(DEFAULT_HOST).into(), port))
+}
+
+impl Transport {
+    /// What tpm2-tss's parser objects to, given that sceau's own accepted it.
+    fn refusal(&self) -> String {
+        match self {
+            Self::Device { path } => format!("{:?} is not a usable device path", path.display()),
+            Self::Swtpm { host, .. } | Self::Mssim { host, .. } => {
+                format!("host {host:?} is neither an IP address nor a host name")
+            }
+            Self::Tabrmd { conf } => format!(
+                "tabrmd options {conf:?} are not bus_type=system|session and \
+                 bus_name=A.DOTTED.NAME"
+            ),
+        }
+    }
 }
 
 impl std::fmt::Display for Transport {
@@ -144,6 +164,17 @@ impl Tcti {
             Transport::Mssim { .. } => "mssim",
             Transport::Tabrmd { .. } => "tabrmd",
         }
+    }
+
+    /// The file name tpm2-tss loads for this TCTI.
+    pub fn library(&self) -> String {
+        format!("libtss2-tcti-{}.so.0", self.kind())
+    }
+
+    /// The Debian package that ships [`Tcti::library`] (tpm2-tss names
+    /// them all alike: `libtss2-tcti-device0`, `libtss2-tcti-swtpm0`, …).
+    pub fn debian_package(&self) -> String {
+        format!("libtss2-tcti-{}0", self.kind())
     }
 
     /// The kernel's /dev/tpmrm* and tpm2-abrmd give each client its own view
@@ -238,5 +269,40 @@ mod tests {
         ] {
             assert!(parse(text).is_err(), "{text:?}");
         }
+    }
+
+    /// Every refusal names what is wrong and lists the forms that work,
+    /// in sceau's words (tss-esapi's is "the provided parameter is invalid
+    /// for that type.").
+    #[test]
+    fn every_refusal_lists_the_expected_forms() {
+        for (text, says) in [
+            ("tpm", "unknown TPM connection \"tpm\""),
+            (
+                "swtpm:host=-bad-",
+                "host \"-bad-\" is neither an IP address",
+            ),
+            ("tabrmd:bus_type=nowhere", "bus_type=system|session"),
+            (
+                "swtpm:colour=blue",
+                "\"colour=blue\" is not host=HOST or port=PORT",
+            ),
+        ] {
+            let error = parse(text).unwrap_err().to_string();
+            assert!(error.contains(says), "{text}: {error}");
+            assert!(error.ends_with(EXPECTED_FORMS), "{text}: {error}");
+            assert!(!error.contains("provided parameter"), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn names_the_library_and_its_debian_package() {
+        let swtpm = parse("swtpm").unwrap();
+        assert_eq!(swtpm.library(), "libtss2-tcti-swtpm.so.0");
+        assert_eq!(swtpm.debian_package(), "libtss2-tcti-swtpm0");
+        assert_eq!(
+            parse("device").unwrap().debian_package(),
+            "libtss2-tcti-device0"
+        );
     }
 }

@@ -37,5 +37,6 @@ mod recover_offline;
 mod restart;
 mod round_trip;
 mod server_limits;
+mod startup_errors;
 mod tools_cross_check;
 mod tpm_faults;

@@ -96,10 +96,11 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     let (_, b) = key();
     let (_, outsider) = key();
     let dir = members_dir(&[&a, &b]);
-    assert!(matches!(
-        load(dir.path(), None, &outsider.to_tpm2b_public()),
-        Err(LoadError::Membership(MembershipError::NotAMember(_)))
-    ));
+    let refused = load(dir.path(), None, &outsider.to_tpm2b_public());
+    assert!(
+        matches!(refused, Err(LoadError::NotAMember { files: 2, .. })),
+        "{refused:?}"
+    );
     let path = dir.path().join("node-1.pub");
     let text = std::fs::read_to_string(&path).unwrap();
     let unpinned: String = text
