@@ -126,49 +126,55 @@ fn tpm(out: &mut String, registry: &Registry) {
             &registry.tpm_commands[command as usize],
         );
     }
-    let gauge_or_counter = [
-        (
-            "sceau_tpm_queue_depth",
-            "gauge",
-            "Requests waiting for the TPM thread.",
-            registry.tpm_queue_depth.load(Ordering::Relaxed).max(0) as u64,
-        ),
-        (
-            "sceau_tpm_retries_total",
-            "counter",
-            "TPM commands sent again after a retryable answer (busy, retry, new session).",
-            registry.tpm_retries.load(Ordering::Relaxed),
-        ),
-        (
-            "sceau_tpm_reopens_total",
-            "counter",
-            "Attempts to reopen a lost TPM connection.",
-            registry.tpm_reopens.load(Ordering::Relaxed),
-        ),
-        (
-            "sceau_tpm_deadline_misses_total",
-            "counter",
-            "Requests whose TPM work did not finish within --request-deadline.",
-            registry.tpm_deadline_misses.load(Ordering::Relaxed),
-        ),
-        (
-            "sceau_decrypt_coalesced_total",
-            "counter",
-            "Decrypts answered by another caller's TPM work on the same ciphertext.",
-            registry.decrypt_coalesced.load(Ordering::Relaxed),
-        ),
-        (
-            "sceau_tpm_healthy",
-            "gauge",
-            "1 if the TPM's last answer was healthy, else 0.",
-            u64::from(registry.tpm_healthy.load(Ordering::Relaxed)),
-        ),
+    let load = |value: &std::sync::atomic::AtomicU64| value.load(Ordering::Relaxed);
+    let values = [
+        registry.tpm_queue_depth.load(Ordering::Relaxed).max(0) as u64,
+        load(&registry.tpm_retries),
+        load(&registry.tpm_reopens),
+        load(&registry.tpm_deadline_misses),
+        load(&registry.decrypt_coalesced),
+        u64::from(registry.tpm_healthy.load(Ordering::Relaxed)),
     ];
-    for (name, kind, help, value) in gauge_or_counter {
+    for ((name, kind, help), value) in SCALARS.iter().zip(values) {
         header(out, name, kind, help);
         let _ = writeln!(out, "{name} {value}");
     }
 }
+
+/// The families of one unlabelled sample each: name, type, help, in the
+/// order of the values `tpm` reads.
+const SCALARS: [(&str, &str, &str); 6] = [
+    (
+        "sceau_tpm_queue_depth",
+        "gauge",
+        "Requests waiting for the TPM thread.",
+    ),
+    (
+        "sceau_tpm_retries_total",
+        "counter",
+        "TPM commands sent again after a retryable answer (busy, retry, new session).",
+    ),
+    (
+        "sceau_tpm_reopens_total",
+        "counter",
+        "Attempts to reopen a lost TPM connection.",
+    ),
+    (
+        "sceau_tpm_deadline_misses_total",
+        "counter",
+        "Requests whose TPM work did not finish within --request-deadline.",
+    ),
+    (
+        "sceau_decrypt_coalesced_total",
+        "counter",
+        "Decrypts answered by another caller's TPM work on the same ciphertext.",
+    ),
+    (
+        "sceau_tpm_healthy",
+        "gauge",
+        "1 if the TPM's last answer was healthy, else 0.",
+    ),
+];
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
