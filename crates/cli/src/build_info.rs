@@ -81,6 +81,15 @@ macro_rules! build_info {
     };
 }
 
+/// The date of the commit the calling crate was built from, `YYYY-MM-DD`
+/// (empty when unknown), for the man page's title line.
+#[macro_export]
+macro_rules! build_date {
+    () => {
+        env!("SCEAU_BUILD_DATE")
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,13 +122,4 @@ mod tests {
         assert!(!no_tss.version_text().contains("tpm2-tss"));
         assert!(no_tss.summary().contains("features: a,b)"));
     }
-}
-
-/// The date of the commit the calling crate was built from, `YYYY-MM-DD`
-/// (empty when unknown), for the man page's title line.
-#[macro_export]
-macro_rules! build_date {
-    () => {
-        env!("SCEAU_BUILD_DATE")
-    };
 }

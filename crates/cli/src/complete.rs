@@ -130,10 +130,12 @@ pub fn bash(program: &Program) -> String {
 fn bash_value(flag: &Flag) -> String {
     match value_of(flag) {
         Some(Value::Files) => {
-            "compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- \"$cur\")".into()
+            "compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- \"$cur\")"
+                .into()
         }
         Some(Value::Directories) => {
-            "compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- \"$cur\")".into()
+            "compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -d -- \"$cur\")"
+                .into()
         }
         Some(Value::Words(words)) => format!(
             "mapfile -t COMPREPLY < <(compgen -W '{}' -- \"$cur\")",
