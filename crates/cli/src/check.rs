@@ -40,14 +40,7 @@ pub fn generated(program: &Program, binary: &Path) {
             assert!(rendered.contains(flag.help.split_whitespace().next().unwrap_or("")));
         }
     }
-    for section in [
-        "NAME",
-        "SYNOPSIS",
-        "DESCRIPTION",
-        "COMMANDS",
-        "OPTIONS",
-        "EXIT STATUS",
-    ] {
+    for section in crate::man::SECTIONS {
         assert!(
             rendered.lines().any(|l| l == section),
             "no {section} section:\n{rendered}"

@@ -42,14 +42,16 @@ pub fn render(program: &Program) -> String {
     );
     // No hyphenation, ragged right: flags and paths stay whole and can be
     // searched for and copied.
-    out.push_str(".nh\n.ad l\n.SH NAME\n");
+    out.push_str(".nh\n.ad l\n");
+    heading(&mut out, "NAME");
     let about = program
         .about
         .strip_prefix(&format!("{name}: "))
         .unwrap_or(program.about);
     let _ = writeln!(out, "{} \\- {}", escape(name), escape(about));
 
-    out.push_str(".SH SYNOPSIS\n.nf\n");
+    heading(&mut out, "SYNOPSIS");
+    out.push_str(".nf\n");
     for command in program.commands {
         let _ = writeln!(out, "\\fB{}\\fR {}", escape(name), escape(command.usage));
     }
@@ -60,42 +62,42 @@ pub fn render(program: &Program) -> String {
     }
     out.push_str(".fi\n");
 
-    out.push_str(".SH DESCRIPTION\n");
+    heading(&mut out, "DESCRIPTION");
     paragraphs(&mut out, manual.description);
     paragraphs(&mut out, program.notes);
 
-    out.push_str(".SH COMMANDS\n");
+    heading(&mut out, "COMMANDS");
     for command in program.commands {
         write_command(&mut out, program, command);
     }
 
-    out.push_str(".SH OPTIONS\n");
+    heading(&mut out, "OPTIONS");
     out.push_str("These are given alone, instead of a command.\n");
     for flag in program.all_options() {
         write_flag(&mut out, flag, &flag.with_short());
     }
 
     if !program.environment.is_empty() {
-        out.push_str(".SH ENVIRONMENT\n");
+        heading(&mut out, "ENVIRONMENT");
         for (variable, what) in program.environment {
             let _ = writeln!(out, ".TP\n.B {}\n{}", quoted(variable), escape(what));
         }
     }
 
-    out.push_str(".SH \"EXIT STATUS\"\n");
+    heading(&mut out, "EXIT STATUS");
     for (status, meaning) in EXIT_STATUSES {
         let _ = writeln!(out, ".TP\n.B {status}\n{}", escape(meaning));
     }
 
     if !manual.files.is_empty() {
-        out.push_str(".SH FILES\n");
+        heading(&mut out, "FILES");
         for (path, what) in manual.files {
             let _ = writeln!(out, ".TP\n.I {}\n{}", quoted(path), escape(what));
         }
     }
 
     if !manual.see_also.is_empty() {
-        out.push_str(".SH \"SEE ALSO\"\n");
+        heading(&mut out, "SEE ALSO");
         let last = manual.see_also.len() - 1;
         for (i, page) in manual.see_also.iter().enumerate() {
             let comma = if i == last { "" } else { "," };
@@ -110,6 +112,30 @@ pub fn render(program: &Program) -> String {
         }
     }
     out
+}
+
+/// The sections every page has, in order; ENVIRONMENT, FILES and SEE ALSO
+/// follow when the program lists any.
+pub const SECTIONS: [&str; 6] = [
+    "NAME",
+    "SYNOPSIS",
+    "DESCRIPTION",
+    "COMMANDS",
+    "OPTIONS",
+    "EXIT STATUS",
+];
+
+/// `.SH NAME`, quoted when the name has a space.
+fn heading(out: &mut String, name: &str) {
+    let _ = writeln!(out, ".SH {}", section_title(name));
+}
+
+fn section_title(name: &str) -> String {
+    if name.contains(' ') {
+        format!("\"{name}\"")
+    } else {
+        name.to_string()
+    }
 }
 
 /// What each exit status means, in every binary built on this crate: the
@@ -269,18 +295,9 @@ mod tests {
                 assert!(page.contains(&escape(flag.name)), "{}", flag.name);
             }
         }
-        for section in [
-            "NAME",
-            "SYNOPSIS",
-            "DESCRIPTION",
-            "COMMANDS",
-            "OPTIONS",
-            "ENVIRONMENT",
-        ] {
-            assert!(page.contains(&format!(".SH {section}\n")), "{section}");
-        }
-        for section in ["EXIT STATUS", "SEE ALSO"] {
-            assert!(page.contains(&format!(".SH \"{section}\"\n")), "{section}");
+        for section in SECTIONS.iter().chain(&["ENVIRONMENT", "FILES", "SEE ALSO"]) {
+            let heading = format!(".SH {}\n", section_title(section));
+            assert!(page.contains(&heading), "{section}");
         }
         assert!(page.contains(".BR \"hello\" (1)\n"), "{page}");
     }
