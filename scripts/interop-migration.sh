@@ -13,8 +13,9 @@
 #   --all-namespaces -o json | kubectl replace -f -`, then the page's
 #   check-etcd.sh: every Secret under k8s:enc:kms:v2:sceau:, each read back
 #   intact; rollback-identity-first.yaml, the same rewrite, `check-etcd.sh
-#   plaintext`, plaintext in etcd again; sceau stopped, identity only: every
-#   Secret still reads back.
+#   plaintext`, plaintext in etcd again; rollback-aescbc-first.yaml loads and
+#   every Secret reads; sceau stopped, identity only: every Secret still reads
+#   back.
 #
 # Prints PASS name / FAIL name: why per check and "N passed, M failed" last;
 # exits 1 if a check failed. Needs root (sceau serves uid 0 only by default).
@@ -155,6 +156,11 @@ switch_config restart-rollback-identity-first "$docs/rollback-identity-first.yam
 rewrite rewrite-to-identity
 check_etcd_script check-etcd-plaintext plaintext
 for s in "${names[@]}"; do check_etcd_value "etcd-rolled-back-$s" "$s" plaintext "${plain[$s]}"; done
+
+# The page's other rollback file loads too (the Secrets, now plaintext, are
+# read through its identity entry).
+switch_config restart-rollback-aescbc-first "$docs/rollback-aescbc-first.yaml"
+read_all read-with-rollback-aescbc-first
 
 # 5. sceau gone, identity only: everything still reads.
 stop "${sceau_pids[0]}" 10
