@@ -64,9 +64,14 @@ start_rig() {
 # module in tests/interop/apiserver into a cache directory keyed by versions
 # and a hash of the module's sources; sets bin, k8s_version, etcd_version.
 build_binaries() {
-    local mod=tests/interop/apiserver ldflags key cache t1
     echo "== building sceau (cargo build --locked)"
     cargo build --locked --quiet
+    build_go_binaries
+}
+# build_go_binaries: build_binaries' Go half, which scripts/prebuild-go.sh
+# also runs in the background while CI's Rust steps keep a core busy.
+build_go_binaries() {
+    local mod=tests/interop/apiserver ldflags key cache t1
     k8s_version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
     etcd_version=$(cd "$mod" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
     ldflags=$(k8s_ldflags)
