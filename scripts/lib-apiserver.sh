@@ -26,6 +26,7 @@ apiserver_pids=()
 apiserver_starts=()
 etcd_pid=""
 ns=sceau-interop
+encryption_config_file="" # if set, the EncryptionConfiguration start_apiservers gives every node
 
 # node_file I NAME [EXT]: node I's file, e.g. node_file 0 kms sock: $tmp/kms.sock or $tmp/kms-a.sock
 node_file() { echo "$tmp/$2${node_names[$1]:+-${node_names[$1]}}${3:+.$3}"; }
@@ -63,15 +64,17 @@ start_rig() {
 # module in tests/interop/apiserver into a cache directory keyed by versions
 # and a hash of the module's sources; sets bin, k8s_version, etcd_version.
 build_binaries() {
-    local mod=tests/interop/apiserver minor ldflags key cache t1
     echo "== building sceau (cargo build --locked)"
     cargo build --locked --quiet
+    build_go_binaries
+}
+# build_go_binaries: build_binaries' Go half, which scripts/prebuild-go.sh
+# also runs in the background while CI's Rust steps keep a core busy.
+build_go_binaries() {
+    local mod=tests/interop/apiserver ldflags key cache t1
     k8s_version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
     etcd_version=$(cd "$mod" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
-    minor=${k8s_version#v1.}
-    minor=${minor%%.*}
-    ldflags="-X k8s.io/component-base/version.gitVersion=$k8s_version"
-    ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+    ldflags=$(k8s_ldflags)
     key=$( (go version; echo "$ldflags"; cd "$mod" && cat go.mod go.sum ./*.go ./*/*.go) | sha256sum | cut -c1-12)
     cache=${SCEAU_INTEROP_CACHE:-$HOME/.cache/sceau-interop}
     bin="$cache/bin/kube-apiserver-$k8s_version-etcd-$etcd_version-$key"
@@ -91,6 +94,29 @@ build_binaries() {
     fi
     echo "   $("$bin/kube-apiserver" --version 2>&1)"
     echo "   $("$bin/etcd" --version 2>&1 | head -1)"
+}
+# build_k8s_tools: kubeadm and kubectl from the same k8s.io/kubernetes module
+# (and the same cache directory, $bin, as build_binaries), built only by the
+# tests that use them, so the apiserver tests do not pay for them.
+build_k8s_tools() {
+    local mod=tests/interop/apiserver tool t1 ldflags
+    for tool in kubeadm kubectl; do
+        [ -x "$bin/$tool" ] && continue
+        echo "== building $tool $k8s_version into $bin"
+        t1=$SECONDS
+        ldflags="$(k8s_ldflags) -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
+        (cd "$mod" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$bin/$tool.tmp" "k8s.io/kubernetes/cmd/$tool")
+        mv "$bin/$tool.tmp" "$bin/$tool"
+        echo "   built in $((SECONDS - t1)) s"
+    done
+    echo "   kubeadm $("$bin/kubeadm" version -o short), kubectl $("$bin/kubectl" version --client -o json | grep -aoE '"gitVersion": *"[^"]*"' | head -n 1 | cut -d'"' -f4)"
+}
+# k8s_ldflags: the version stamps a release build of $k8s_version carries.
+k8s_ldflags() {
+    local minor=${k8s_version#v1.}
+    minor=${minor%%.*}
+    echo "-X k8s.io/component-base/version.gitVersion=$k8s_version" \
+        "-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 }
 
 # ---------------------------------------------------------------- checks
@@ -220,8 +246,17 @@ make_pki() {
     token=$(openssl rand -hex 16)
     echo "$token,sceau-interop-admin,sceau-interop-admin,system:masters" >"$pki/tokens.csv"
 }
-# write_encryption_config I: secrets through KMS v2 provider "sceau" at node I's socket, then identity.
+# write_encryption_config I [FILE]: node I's EncryptionConfiguration. With
+# FILE (a configuration shown in docs/), that file with only its endpoint
+# unix:///run/sceau/kms.sock pointed at node I's socket and the aescbc key
+# placeholder replaced by $aescbc_key; without, secrets through KMS v2
+# provider "sceau" at node I's socket, then identity.
 write_encryption_config() {
+    if [ $# -ge 2 ]; then
+        sed -e "s|unix:///run/sceau/kms.sock|unix://$(node_file "$1" kms sock)|" \
+            -e "s|YOUR-EXISTING-AESCBC-KEY|${aescbc_key:-}|" "$2" >"$(node_file "$1" encryption yaml)"
+        return
+    fi
     cat >"$(node_file "$1" encryption yaml)" <<EOF
 apiVersion: apiserver.config.k8s.io/v1
 kind: EncryptionConfiguration
@@ -280,7 +315,7 @@ start_apiservers() {
     for i in "${!node_names[@]}"; do
         api_ports[i]=$(free_port_pair "$port")
         port=$((api_ports[i] + 2))
-        write_encryption_config "$i"
+        write_encryption_config "$i" ${encryption_config_file:+"$encryption_config_file"}
         echo "== kube-apiserver$(node_label "$i") $k8s_version on $(api_url "$i")"
         start_apiserver "$i" || {
             tail -n 40 "$(node_file "$i" apiserver log)" >&2

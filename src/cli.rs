@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sceau_cli::{
-    Args, CommandSpec, Flag, Matches, Parsed, Problem, Program, invalid, path, path_arg,
+    Args, CommandSpec, Flag, Manual, Matches, Parsed, Problem, Program, invalid, path, path_arg,
 };
-pub use sceau_cli::{UsageError, utf8_args};
+pub use sceau_cli::{Generate, UsageError, utf8_args};
 
 use crate::sandbox::Enforcement;
 use crate::tpm::Tcti;
@@ -134,6 +134,7 @@ pub const SERVE: CommandSpec = CommandSpec {
     summary: "Serve the KMS v2 API (Status, Encrypt, Decrypt) on a unix socket",
     about: "Serve the KMS v2 API on a unix socket, sealing DEKs under the TPM's storage root key",
     usage: "serve [OPTIONS]",
+    steps: &[],
     flags: &[
         &SOCKET,
         &TCTI,
@@ -157,6 +158,7 @@ pub const CHECK: CommandSpec = CommandSpec {
     summary: "Ask a running sceau for its Status and make one Encrypt/Decrypt round trip",
     about: "Ask a running sceau for its Status and make one Encrypt/Decrypt round trip with a random DEK",
     usage: "check [--socket PATH]",
+    steps: &[],
     flags: &[&SOCKET],
     notes: "",
 };
@@ -165,6 +167,7 @@ pub const SELFTEST: CommandSpec = CommandSpec {
     summary: "With --sandbox: try forbidden actions inside sceau's sandbox, PASS/FAIL each",
     about: "Put a child process in sceau's sandbox and try what it forbids; one PASS/FAIL line each",
     usage: "selftest --sandbox [--tcti TCTI] [--landlock MODE] [--seccomp MODE]",
+    steps: &[],
     flags: &[&SANDBOX, &TCTI, &LANDLOCK, &SECCOMP],
     notes: "The sandbox is the one `serve` would run in with the same --tcti, --landlock and --seccomp.\n",
 };
@@ -173,6 +176,7 @@ pub const SRK_PUBLIC: CommandSpec = CommandSpec {
     summary: "Print this node's SRK public as a member file for `serve --members`",
     about: "Print this node's SRK public area, its Name and its key_id, as a member file for `serve --members`",
     usage: "srk-public [--tcti TCTI] [--srk-handle HANDLE]",
+    steps: &[],
     flags: &[&TCTI, &SRK_HANDLE],
     notes: "\
 Copy the output into the --members directory of every control-plane node as
@@ -184,12 +188,14 @@ pub const ENROLL: CommandSpec = CommandSpec {
     summary: "Prove a member's SRK is in a real TPM (credential activation against its EK)",
     about: "Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)",
     usage: "enroll request|respond [OPTIONS]",
+    steps: &["request", "respond"],
     flags: &[&TCTI, &SRK_HANDLE, &CHALLENGE],
     notes: sceau_cli::ENROLL_STEPS,
 };
 
 pub const PROGRAM: Program = Program {
     name: "sceau",
+    version: env!("CARGO_PKG_VERSION"),
     about: "sceau: a Kubernetes KMS v2 plugin that seals every DEK with this machine's TPM 2.0",
     commands: &[&SERVE, &CHECK, &SELFTEST, &SRK_PUBLIC, &ENROLL],
     notes: "\
@@ -197,11 +203,58 @@ The offline tools (recovery-keygen, recover, and the verifier's side of enroll) 
 `sceau-recover`, which needs no TPM.
 ",
     options_in_main_help: &["serve", "check"],
-    footer: "\
-Environment:
-  SCEAU_TCTI  TPM connection, as --tcti (the flag wins)
-  SCEAU_LOG   Log level: error, warn, info (default), debug, off
+    options: &[&sceau_cli::GENERATE],
+    environment: &[
+        (TCTI_ENV, "TPM connection, as --tcti (the flag wins)"),
+        (
+            "SCEAU_LOG",
+            "Log level: error, warn, info (default), debug, off",
+        ),
+    ],
+    manual: Manual {
+        section: "8",
+        date: sceau_cli::build_date!(),
+        description: "\
+sceau serves the Kubernetes KMS v2 API (Status, Encrypt, Decrypt) on a unix
+socket for kube-apiserver, and seals every data encryption key (DEK) under the
+storage root key (SRK) of this machine's TPM 2.0, so that an envelope opens
+only in the TPM that made it. In cluster mode (serve --members) every DEK is
+wrapped for each member's SRK; with --recovery-key, also for an offline
+recovery key.
+
+It normally runs under systemd: sceau.socket creates the socket and passes
+it, sceau.service starts the daemon at boot inside its sandbox (Landlock,
+seccomp, no capabilities). sceau logs to standard error, one line per event,
+which journald records with the line's priority.
 ",
+        files: &[
+            (
+                DEFAULT_SOCKET,
+                "The KMS socket kube-apiserver connects to (--socket; under systemd, the \
+                 one sceau.socket creates).",
+            ),
+            (
+                "/dev/tpmrm0",
+                "The TPM, through the kernel's resource manager (the default --tcti); \
+                 members of the tss group may open it.",
+            ),
+            (
+                "/usr/lib/systemd/system/sceau.service",
+                "The service: its ExecStart= flags and sandbox; start it at boot, so the \
+                 SRK is ready before kube-apiserver's first call.",
+            ),
+            (
+                "/usr/lib/systemd/system/sceau.socket",
+                "The socket unit, passing the socket as FileDescriptorName=kms.",
+            ),
+        ],
+        see_also: &[
+            "sceau-recover(1)",
+            "systemd.socket(5)",
+            "systemd.exec(5)",
+            "journalctl(1)",
+        ],
+    },
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,6 +266,8 @@ pub enum Command {
     Enroll(EnrollStep),
     Help(String),
     Version,
+    /// `--generate KIND`: the man page or a completion script.
+    Generate(Generate),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,9 +333,10 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
             },
         ));
     }
-    let (spec, step, matches) = match PROGRAM.parse(args, &["enroll"])? {
+    let (spec, step, matches) = match PROGRAM.parse(args)? {
         Parsed::Help(text) => return Ok(Command::Help(text)),
         Parsed::Version => return Ok(Command::Version),
+        Parsed::Generate(kind) => return Ok(Command::Generate(kind)),
         Parsed::Run(command, step, matches) => (command, step, matches),
     };
     let command = match spec.name {
@@ -500,7 +556,8 @@ fn deadline_arg(deadline: Duration) -> String {
 impl Command {
     /// Arguments that parse back to this command, every flag explicit (the
     /// inverse of [`parse`], which the unit tests and the `cli` fuzz target
-    /// check). `None` for help and version, which take no options.
+    /// check). `None` for help, version and generated text, which take no
+    /// command options.
     pub fn to_args(&self) -> Option<Vec<String>> {
         let tpm = |args: Args, options: &SrkPublicOptions| {
             args.flag(&TCTI, options.tcti.to_string()).optional(
@@ -536,7 +593,7 @@ impl Command {
             Self::Enroll(EnrollStep::Respond { tpm: o, challenge }) => {
                 tpm(Args::command("enroll respond"), o).flag(&CHALLENGE, path_arg(challenge))
             }
-            Self::Help(_) | Self::Version => return None,
+            Self::Help(_) | Self::Version | Self::Generate(_) => return None,
         };
         Some(args.0)
     }

@@ -21,6 +21,7 @@
 #![deny(clippy::missing_safety_doc)]
 
 pub mod activation;
+pub mod build_info;
 pub mod cli;
 pub mod client;
 pub mod cluster;

@@ -2,8 +2,8 @@
 //! its own module under `commands/` (`serve` is the daemon's start-up
 //! sequence, written as the checklist of docs/hardening.md).
 //!
-//! A usage error exits 2 with a one-line error and the command's usage line;
-//! any other failure is logged and exits 1.
+//! A usage error (a bare `sceau` included) exits 2 with a one-line error and
+//! the command's usage line; any other failure is logged and exits 1.
 #![forbid(unsafe_code)]
 
 mod commands;
@@ -49,7 +49,11 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Version => {
-            println!("sceau {}", env!("CARGO_PKG_VERSION"));
+            print!("{}", sceau::build_info::BUILD.version_text());
+            Ok(())
+        }
+        Command::Generate(kind) => {
+            print!("{}", cli::PROGRAM.generate(kind));
             Ok(())
         }
         Command::Serve(options) => commands::serve::run(options),

@@ -34,6 +34,7 @@ const WORKER_EXIT_WAIT: Duration = Duration::from_secs(3);
 pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     // 0. Re-execute once with glibc's free() wiping turned on.
     reexec_with_malloc_wiping()?;
+    log::info!("{}", sceau::build_info::BUILD.summary());
     // 1. Not dumpable, no core file; tpm2-tss quiet on stderr.
     sandbox::forbid_core_dumps().context("making the process non-dumpable")?;
     silence_tss_log()?;

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use sceau_cli::check::mentions_flag;
+
 use crate::harness::process::{Finished, poll_until, run_with_timeout};
 use crate::harness::rpc;
 use crate::harness::sceau::{self, BIN, EXIT_TIMEOUT, START_TIMEOUT};
@@ -41,14 +43,6 @@ fn assert_help_mentions_every_flag(args: &[&str]) {
             "sceau {args:?} does not mention {flag}:\n{text}"
         );
     }
-}
-
-/// `flag` as a whole word: "--socket-mode" alone does not mention "--socket".
-fn mentions_flag(text: &str, flag: &str) -> bool {
-    text.match_indices(flag).any(|(at, _)| {
-        let next = text[at + flag.len()..].chars().next();
-        !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
-    })
 }
 
 #[test]
@@ -117,7 +111,21 @@ fn usage_errors_exit_2_with_the_usage_line() {
         &'a str,
         &'a str,
     );
-    let cases: [Case; 8] = [
+    let cases: [Case; 10] = [
+        (
+            sceau,
+            &[],
+            &[],
+            "no command given",
+            "Usage: sceau <COMMAND>",
+        ),
+        (
+            &recover,
+            &[],
+            &[],
+            "no command given",
+            "Usage: sceau-recover <COMMAND>",
+        ),
         (
             sceau,
             &["serve", "--bogus"],
@@ -185,9 +193,118 @@ fn usage_errors_exit_2_with_the_usage_line() {
             done.all_output()
         );
         assert_eq!(lines.len(), 2, "{args:?}: {}", done.stderr);
+        assert!(done.stdout.is_empty(), "{args:?}: {}", done.stdout);
         assert!(lines[0].contains(says), "{args:?}: {}", done.stderr);
         assert!(lines[1].starts_with(usage), "{args:?}: {}", done.stderr);
     }
+}
+
+/// `--help` and `--version` still exit 0, in both binaries; `--version`
+/// names the commit this tree is at (the build script reads git), the
+/// build profile, the features and the tss2-esys version pkg-config gives.
+#[test]
+fn help_and_version_exit_0_and_version_names_the_build() {
+    let sceau = Path::new(BIN);
+    let recover = sceau::recover_bin();
+    for program in [sceau, recover.as_path()] {
+        for flag in ["--help", "-h", "--version", "-V"] {
+            let done = run_quick(program, &[flag], &[]);
+            assert!(done.status.success(), "{flag}: {}", done.all_output());
+            assert!(done.stderr.is_empty(), "{flag}: {}", done.stderr);
+        }
+    }
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let tss = Command::new("pkg-config")
+        .args(["--modversion", "tss2-esys"])
+        .output()
+        .expect("pkg-config");
+    let tss = String::from_utf8_lossy(&tss.stdout).trim().to_string();
+    for (program, name) in [(sceau, "sceau"), (recover.as_path(), "sceau-recover")] {
+        let text = run_quick(program, &["--version"], &[]).stdout;
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], format!("{name} {}", env!("CARGO_PKG_VERSION")));
+        let commit = lines[1].strip_prefix("commit: ").expect("a commit line");
+        assert!(
+            commit == head || commit == format!("{head}-dirty"),
+            "{name} says {commit}, git says {head}"
+        );
+        assert_eq!(lines[2], format!("profile: {profile}"), "{text}");
+        assert_eq!(lines[3], "features: none", "{text}");
+        let tss_line = lines.get(4).copied();
+        match name {
+            "sceau" => assert_eq!(
+                tss_line,
+                Some(format!("tpm2-tss: built against tss2-esys {tss}").as_str())
+            ),
+            _ => assert_eq!(tss_line, None, "sceau-recover links no tpm2-tss"),
+        }
+    }
+    assert_eq!(
+        run_quick(sceau, &["--version"], &[]).stdout,
+        ::sceau::build_info::BUILD.version_text()
+    );
+}
+
+/// The man page and the completions come from the flag table: the page,
+/// rendered by `man`, names every flag of every command and draws no
+/// warning; the scripts pass `bash -n` and `zsh -n`; bash completes every
+/// command and flag (sceau_cli::check has the details).
+#[test]
+fn man_page_and_completions_follow_the_table() {
+    sceau_cli::check::generated(&::sceau::cli::PROGRAM, Path::new(BIN));
+    let dir = TempDir::new("completion");
+    let script = dir.join("sceau.bash");
+    std::fs::write(
+        &script,
+        sceau_cli::check::generate(Path::new(BIN), "complete-bash"),
+    )
+    .unwrap();
+    let complete = |words: &[&str]| sceau_cli::check::complete_bash(&script, words);
+    assert_eq!(complete(&["sceau", "se"]), ["serve", "selftest"]);
+    assert_eq!(
+        complete(&["sceau", "serve", "--request"]),
+        ["--request-deadline"]
+    );
+    assert_eq!(complete(&["sceau", "enroll", "re"]), ["request", "respond"]);
+    assert_eq!(complete(&["sceau", "help", "sr"]), ["srk-public"]);
+    // A flag's value: a directory for --members, nothing for a TCTI.
+    let members = complete(&[
+        "sceau",
+        "serve",
+        "--members",
+        &dir.path().display().to_string(),
+    ]);
+    assert_eq!(members, [dir.path().display().to_string()]);
+    assert!(complete(&["sceau", "serve", "--tcti", ""]).is_empty());
+    // What the Debian package runs.
+    for kind in ["man", "complete-bash", "complete-zsh"] {
+        let by_equals = run_quick(Path::new(BIN), &[&format!("--generate={kind}")], &[]);
+        assert!(by_equals.status.success(), "{}", by_equals.all_output());
+    }
+    let bad = run_quick(Path::new(BIN), &["--generate", "fish"], &[]);
+    assert_eq!(bad.status.code(), Some(2), "{}", bad.all_output());
+}
+
+/// The daemon logs its build once at start-up (once: not again after it
+/// re-executes itself to turn on glibc's free() wiping).
+#[test]
+fn serve_logs_its_build_once() {
+    let fx = Fixture::start("build-log", &[]);
+    let log = fx.sceau.stderr_text();
+    let summary = ::sceau::build_info::BUILD.summary();
+    assert_eq!(log.matches(&summary).count(), 1, "{summary}\n{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

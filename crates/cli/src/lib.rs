@@ -6,13 +6,22 @@
 //! help, each command's help, the usage line printed with a usage error, the
 //! walk over the arguments ([`parse_flags`]) and the way back from options to
 //! arguments ([`Args`]), which the unit tests and the `cli` fuzz target use.
-//! The binaries keep only what is theirs: the typed value of each flag.
+//! The man page ([`man`]) and the bash and zsh completions ([`complete`]) are
+//! rendered from the same table, so they cannot drift from `--help`; the
+//! version text ([`build_info`]) is shared too. The binaries keep only what is
+//! theirs: the typed value of each flag.
 //!
 //! Hand-written rather than clap or lexopt: the two binaries have about
 //! twenty flags, and every dependency of a KMS plugin is code a reviewer must
 //! read (audit/dependencies.md, "Command line", has the measurements).
 
 use std::fmt::Write as _;
+
+pub mod build_info;
+pub mod build_script;
+pub mod check;
+pub mod complete;
+pub mod man;
 
 /// One flag, declared once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,10 +84,19 @@ impl Flag {
     }
 
     /// `--name VALUE`, as the help shows it.
-    fn synopsis(&self) -> String {
+    pub fn synopsis(&self) -> String {
         match self.value {
             Some(value) => format!("{} {value}", self.name),
             None => self.name.to_string(),
+        }
+    }
+
+    /// `-h, --help` for the two options with a short form, else the synopsis.
+    pub fn with_short(&self) -> String {
+        match self.name {
+            "--help" => "-h, --help".into(),
+            "--version" => "-V, --version".into(),
+            _ => self.synopsis(),
         }
     }
 
@@ -103,6 +121,9 @@ pub struct CommandSpec {
     pub about: &'static str,
     /// What follows the program name on the usage line.
     pub usage: &'static str,
+    /// The steps a command takes before its flags (`enroll request …`);
+    /// empty for a command without steps.
+    pub steps: &'static [&'static str],
     pub flags: &'static [&'static Flag],
     /// Free text after the options (examples, notes).
     pub notes: &'static str,
@@ -119,15 +140,89 @@ impl CommandSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Program {
     pub name: &'static str,
-    /// The first line of the main help.
+    /// `CARGO_PKG_VERSION`, for the man page's title line.
+    pub version: &'static str,
+    /// The first line of the main help: `name: what it is`.
     pub about: &'static str,
     pub commands: &'static [&'static CommandSpec],
     /// Text after the list of commands.
     pub notes: &'static str,
     /// Commands whose one-line option help the main help repeats.
     pub options_in_main_help: &'static [&'static str],
-    /// Text at the end of the main help (environment variables).
-    pub footer: &'static str,
+    /// Options of the program itself, given instead of a command, besides
+    /// `--help` and `--version` (which every program has): [`GENERATE`].
+    pub options: &'static [&'static Flag],
+    /// Environment variables and what they do, at the end of the main help
+    /// and in the man page.
+    pub environment: &'static [(&'static str, &'static str)],
+    /// What only the man page says.
+    pub manual: Manual,
+}
+
+/// The parts of a man page the help texts do not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Manual {
+    /// `8` for a daemon and administration tool, `1` for a user command.
+    pub section: &'static str,
+    /// The date on the title line, `YYYY-MM-DD`: the commit's, from
+    /// [`build_date!`] (empty when unknown).
+    pub date: &'static str,
+    /// The DESCRIPTION section, paragraphs separated by blank lines.
+    pub description: &'static str,
+    /// The FILES section: path and what it is.
+    pub files: &'static [(&'static str, &'static str)],
+    /// The SEE ALSO section: `name(section)` each.
+    pub see_also: &'static [&'static str],
+}
+
+/// `-h`, `--help`: every program has it, so it is not in [`Program::options`].
+pub const HELP: Flag = Flag::switch(
+    "--help",
+    "Print help (`help COMMAND` or `COMMAND --help` explains a command in full)",
+);
+/// `-V`, `--version`: every program has it, like [`HELP`].
+pub const VERSION: Flag = Flag::switch(
+    "--version",
+    "Print the version, git commit, build profile and features",
+);
+/// `--generate KIND`: the man page or a completion script, on standard
+/// output. Declared here because both binaries have it, with one meaning.
+pub const GENERATE: Flag = Flag::value(
+    "--generate",
+    "KIND",
+    "Print the man page (man) or a completion script (complete-bash, complete-zsh)",
+)
+.long_help("e.g. `--generate man > NAME.8`; for packagers");
+
+/// What `--generate` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generate {
+    Man,
+    CompleteBash,
+    CompleteZsh,
+}
+
+impl Generate {
+    /// Every kind, with the value `--generate` takes for it.
+    pub const ALL: [(&'static str, Generate); 3] = [
+        ("man", Generate::Man),
+        ("complete-bash", Generate::CompleteBash),
+        ("complete-zsh", Generate::CompleteZsh),
+    ];
+
+    fn parse(value: &str) -> Result<Self, UsageError> {
+        Self::ALL
+            .iter()
+            .find(|(name, _)| *name == value)
+            .map(|(_, kind)| *kind)
+            .ok_or_else(|| {
+                invalid(
+                    &GENERATE,
+                    value,
+                    "expected man, complete-bash or complete-zsh",
+                )
+            })
+    }
 }
 
 /// Width of the flag column, indentation included (`      --flag VALUE  `).
@@ -136,6 +231,15 @@ const FLAG_INDENT: &str = "      ";
 impl Program {
     pub fn command(&self, name: &str) -> Option<&'static CommandSpec> {
         self.commands.iter().copied().find(|c| c.name == name)
+    }
+
+    /// The text `--generate` prints.
+    pub fn generate(&self, kind: Generate) -> String {
+        match kind {
+            Generate::Man => man::render(self),
+            Generate::CompleteBash => complete::bash(self),
+            Generate::CompleteZsh => complete::zsh(self),
+        }
     }
 
     /// `Usage: …` of one command, or of the program when `command` is `None`.
@@ -172,16 +276,39 @@ impl Program {
                 write_flag_line(&mut out, flag, width);
             }
         }
-        let _ = write!(
-            out,
-            "\nOptions:\n  -h, --help     Print help (`{0} help <COMMAND>` explains a command in full)\n  \
-             -V, --version  Print the version\n",
-            self.name
-        );
-        if !self.footer.is_empty() {
-            let _ = write!(out, "\n{}", self.footer);
+        out.push_str("\nOptions:\n");
+        let flags = self.all_options();
+        // Long names line up under `-h, --help`'s.
+        let width = column_width(&flags) + 4;
+        for flag in flags {
+            let names = match flag.with_short() {
+                short if short.starts_with("--") => format!("    {short}"),
+                short => short,
+            };
+            let _ = writeln!(out, "  {names:width$}{}", flag.short_line());
+        }
+        if !self.environment.is_empty() {
+            out.push_str("\nEnvironment:\n");
+            let width = self
+                .environment
+                .iter()
+                .map(|(n, _)| n.len())
+                .max()
+                .unwrap_or(0)
+                + 2;
+            for (name, what) in self.environment {
+                let _ = writeln!(out, "  {name:width$}{what}");
+            }
         }
         out
+    }
+
+    /// `--help`, `--version` and [`Program::options`], in that order.
+    pub fn all_options(&self) -> Vec<&'static Flag> {
+        [&HELP, &VERSION]
+            .into_iter()
+            .chain(self.options.iter().copied())
+            .collect()
     }
 
     /// `program COMMAND --help`, or `program help COMMAND`.
@@ -217,11 +344,25 @@ impl Program {
     /// which arguments.
     pub fn dispatch<'a>(&self, args: &'a [String]) -> Result<Invocation<'a>, UsageError> {
         let Some((first, rest)) = args.split_first() else {
-            return Ok(Invocation::Help(self.main_help()));
+            return Err(UsageError::new(
+                None,
+                Problem::NoCommand {
+                    program: self.name,
+                    commands: self.command_list(),
+                },
+            ));
         };
         match first.as_str() {
             "-h" | "--help" => Ok(Invocation::Help(self.main_help())),
             "-V" | "--version" => Ok(Invocation::Version),
+            option
+                if option.starts_with("--")
+                    && self.options.iter().any(|f| {
+                        option.split_once('=').map_or(option, |(name, _)| name) == f.name
+                    }) =>
+            {
+                self.program_option(option, rest)
+            }
             "help" => match rest.first() {
                 None => Ok(Invocation::Help(self.main_help())),
                 Some(name) => self
@@ -234,6 +375,36 @@ impl Program {
                 .map(|command| Invocation::Run(command, rest))
                 .ok_or_else(|| self.unknown_command(name)),
         }
+    }
+
+    /// `--generate KIND` (or `--generate=KIND`), alone on the command line.
+    fn program_option<'a>(
+        &self,
+        option: &str,
+        rest: &'a [String],
+    ) -> Result<Invocation<'a>, UsageError> {
+        let (value, extra) = match option.split_once('=') {
+            Some((_, value)) => (Some(value), rest),
+            None => (
+                rest.first().map(String::as_str),
+                rest.get(1..).unwrap_or_default(),
+            ),
+        };
+        let value =
+            value.ok_or_else(|| UsageError::new(None, Problem::MissingValue(GENERATE.name)))?;
+        if let Some(extra) = extra.first() {
+            return Err(self.unknown_command(extra));
+        }
+        Generate::parse(value).map(Invocation::Generate)
+    }
+
+    /// `serve, check, …`, for the error of a command line without one.
+    fn command_list(&self) -> String {
+        self.commands
+            .iter()
+            .map(|c| c.name)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn unknown_command(&self, name: &str) -> UsageError {
@@ -252,6 +423,8 @@ impl Program {
 pub enum Invocation<'a> {
     Help(String),
     Version,
+    /// `--generate KIND`: print [`Program::generate`].
+    Generate(Generate),
     /// A command and the arguments after its name.
     Run(&'static CommandSpec, &'a [String]),
 }
@@ -261,25 +434,23 @@ pub enum Invocation<'a> {
 pub enum Parsed<'a> {
     Help(String),
     Version,
+    Generate(Generate),
     /// The command, its step if it takes one (`enroll request`), its flags.
     Run(&'static CommandSpec, Option<&'a str>, Matches),
 }
 
 impl Program {
-    /// [`Program::dispatch`], then [`parse_flags`]. The commands named in
-    /// `stepped` take a step before their flags (`enroll request …`); such
-    /// a command alone prints its help.
-    pub fn parse<'a>(
-        &self,
-        args: &'a [String],
-        stepped: &[&str],
-    ) -> Result<Parsed<'a>, UsageError> {
+    /// [`Program::dispatch`], then [`parse_flags`]. A command with
+    /// [`CommandSpec::steps`] takes its step before its flags
+    /// (`enroll request …`); such a command alone prints its help.
+    pub fn parse<'a>(&self, args: &'a [String]) -> Result<Parsed<'a>, UsageError> {
         let (command, rest) = match self.dispatch(args)? {
             Invocation::Help(text) => return Ok(Parsed::Help(text)),
             Invocation::Version => return Ok(Parsed::Version),
+            Invocation::Generate(kind) => return Ok(Parsed::Generate(kind)),
             Invocation::Run(command, rest) => (command, rest),
         };
-        let takes_step = stepped.contains(&command.name);
+        let takes_step = !command.steps.is_empty();
         let (step, rest) = match rest.split_first() {
             None if takes_step => return Ok(Parsed::Help(self.command_help(command))),
             Some((step, rest)) if takes_step && !step.starts_with('-') => {
@@ -485,6 +656,11 @@ impl UsageError {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Problem {
+    #[error("no command given; the commands are {commands} (see `{program} --help`)")]
+    NoCommand {
+        program: &'static str,
+        commands: String,
+    },
     #[error("unknown command {command:?}; see `{program} --help`")]
     UnknownCommand {
         program: &'static str,
@@ -612,16 +788,26 @@ mod tests {
         summary: "Say hello",
         about: "Say hello to someone",
         usage: "greet [--name NAME] [--loud]",
+        steps: &[],
         flags: &[&NAME, &LOUD],
         notes: "",
     };
-    const PROGRAM: Program = Program {
+    pub(crate) const PROGRAM: Program = Program {
         name: "demo",
+        version: "1.2.3",
         about: "demo: a test program",
         commands: &[&GREET],
         notes: "",
         options_in_main_help: &["greet"],
-        footer: "",
+        options: &[&GENERATE],
+        environment: &[("DEMO_LOG", "Log level")],
+        manual: Manual {
+            section: "1",
+            date: "2026-01-02",
+            description: "Greets.\n\nLoudly, if asked.\n",
+            files: &[("/etc/demo", "Nothing")],
+            see_also: &["hello(1)"],
+        },
     };
 
     fn args(line: &str) -> Vec<String> {
@@ -686,6 +872,43 @@ mod tests {
         assert_eq!(
             PROGRAM.dispatch(&args("help nothing")),
             Err(PROGRAM.unknown_command("nothing"))
+        );
+    }
+
+    #[test]
+    fn the_program_takes_help_version_and_generate_alone() {
+        let error = PROGRAM.dispatch(&[]).unwrap_err();
+        assert!(
+            matches!(error.problem, Problem::NoCommand { .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("greet"), "{error}");
+        for (line, kind) in [
+            ("--generate man", Generate::Man),
+            ("--generate=complete-bash", Generate::CompleteBash),
+            ("--generate complete-zsh", Generate::CompleteZsh),
+        ] {
+            assert_eq!(
+                PROGRAM.dispatch(&args(line)),
+                Ok(Invocation::Generate(kind)),
+                "{line}"
+            );
+        }
+        for line in [
+            "--generate",
+            "--generate roff",
+            "--generate man greet",
+            "--generate=man extra",
+        ] {
+            assert!(PROGRAM.dispatch(&args(line)).is_err(), "{line}");
+        }
+        let main = PROGRAM.main_help();
+        for flag in PROGRAM.all_options() {
+            assert!(main.contains(&flag.with_short()), "{main}");
+        }
+        assert!(
+            main.contains("\nEnvironment:\n  DEMO_LOG  Log level\n"),
+            "{main}"
         );
     }
 

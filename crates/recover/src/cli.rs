@@ -5,8 +5,15 @@
 
 use std::path::PathBuf;
 
-use sceau_cli::{Args, CommandSpec, Flag, Matches, Parsed, Problem, Program, path, path_arg};
-pub use sceau_cli::{UsageError, utf8_args};
+use sceau_cli::build_info::BuildInfo;
+use sceau_cli::{
+    Args, CommandSpec, Flag, Manual, Matches, Parsed, Problem, Program, path, path_arg,
+};
+pub use sceau_cli::{Generate, UsageError, utf8_args};
+
+/// What `sceau-recover --version` prints (build.rs sets the values; no
+/// tpm2-tss: this binary links none).
+pub const BUILD: BuildInfo = sceau_cli::build_info!("sceau-recover", None);
 
 // Every flag of `sceau-recover`, once.
 
@@ -82,6 +89,7 @@ pub const RECOVERY_KEYGEN: CommandSpec = CommandSpec {
     summary: "Create the offline recovery key pair (run offline)",
     about: "Create the offline recovery key pair (P-256); run it on an offline machine",
     usage: "recovery-keygen --identity FILE --public FILE",
+    steps: &[],
     flags: &[&IDENTITY, &PUBLIC],
     notes: "",
 };
@@ -90,6 +98,7 @@ pub const RECOVER: CommandSpec = CommandSpec {
     summary: "Open envelopes or an etcd snapshot with the recovery identity, no TPM",
     about: "Open envelopes and etcd contents with the recovery identity, without any TPM",
     usage: "recover --identity FILE [--envelope FILE | --etcd-snapshot FILE | --etcd-json FILE] [--force]",
+    steps: &[],
     flags: &[&IDENTITY, &ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON, &FORCE],
     notes: "",
 };
@@ -98,6 +107,7 @@ pub const ENROLL: CommandSpec = CommandSpec {
     summary: "The verifier's side of enrollment: challenge, then verify",
     about: "Prove that a member's SRK lives in the same TPM as its endorsement key (credential activation)",
     usage: "enroll challenge|verify [OPTIONS]",
+    steps: &["challenge", "verify"],
     flags: &[
         &REQUEST,
         &CHALLENGE_OUT,
@@ -111,11 +121,29 @@ pub const ENROLL: CommandSpec = CommandSpec {
 
 pub const PROGRAM: Program = Program {
     name: "sceau-recover",
+    version: env!("CARGO_PKG_VERSION"),
     about: "sceau-recover: sceau's offline tools; they need no TPM and no tpm2-tss",
     commands: &[&RECOVERY_KEYGEN, &RECOVER, &ENROLL],
     notes: "",
     options_in_main_help: &[],
-    footer: "",
+    options: &[&sceau_cli::GENERATE],
+    environment: &[],
+    manual: Manual {
+        section: "1",
+        date: sceau_cli::build_date!(),
+        description: "\
+sceau-recover holds the tools of sceau(8) that need no TPM; it links no
+tpm2-tss, so it runs on any Linux machine, such as an offline one.
+
+recovery-keygen makes the offline recovery key, whose public half `sceau serve
+--recovery-key` wraps every DEK for. recover opens envelopes, an etcd snapshot
+or etcdctl's JSON output with its private half when the TPM is lost. enroll
+challenge and enroll verify are the verifier's side of enrolling a cluster
+member.
+",
+        files: &[],
+        see_also: &["sceau(8)", "etcdctl(1)"],
+    },
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +153,8 @@ pub enum Command {
     Enroll(EnrollStep),
     Help(String),
     Version,
+    /// `--generate KIND`: the man page or a completion script.
+    Generate(Generate),
 }
 
 /// The verifier's two steps of enrollment (docs/ha.md, "Enrolling a member").
@@ -175,9 +205,10 @@ pub struct RecoverOptions {
 
 /// Parses the arguments after the program name.
 pub fn parse(args: &[String]) -> Result<Command, UsageError> {
-    let (spec, step, matches) = match PROGRAM.parse(args, &["enroll"])? {
+    let (spec, step, matches) = match PROGRAM.parse(args)? {
         Parsed::Help(text) => return Ok(Command::Help(text)),
         Parsed::Version => return Ok(Command::Version),
+        Parsed::Generate(kind) => return Ok(Command::Generate(kind)),
         Parsed::Run(command, step, matches) => (command, step, matches),
     };
     let command = match spec.name {
@@ -277,7 +308,7 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
 impl Command {
     /// Arguments that parse back to this command, every flag explicit (the
     /// inverse of [`parse`], which the unit tests and the `cli` fuzz target
-    /// check). `None` for help and version.
+    /// check). `None` for help, version and generated text.
     pub fn to_args(&self) -> Option<Vec<String>> {
         let args = match self {
             Self::RecoveryKeygen(o) => Args::command(RECOVERY_KEYGEN.name)
@@ -312,7 +343,7 @@ impl Command {
                 .flag(&EXPECTED, path_arg(expected))
                 .flag(&RESPONSE, path_arg(response))
                 .flag(&MEMBER_OUT, path_arg(member_out)),
-            Self::Help(_) | Self::Version => return None,
+            Self::Help(_) | Self::Version | Self::Generate(_) => return None,
         };
         Some(args.0)
     }

@@ -7,7 +7,8 @@
 //! - `enroll challenge|verify`: the verifier's side of enrollment.
 //!
 //! This file parses and dispatches; each command is a module of `commands/`.
-//! A usage error exits 2 with the error and the command's usage line.
+//! A usage error (a bare `sceau-recover` included) exits 2 with the error
+//! and the command's usage line; any other failure exits 1.
 
 mod commands;
 
@@ -15,13 +16,16 @@ use std::process::ExitCode;
 
 use sceau_recover::cli::{self, Command};
 
+/// The exit status of a usage error, as for most Unix tools.
+const USAGE_ERROR: u8 = 2;
+
 fn main() -> ExitCode {
     let args = match cli::utf8_args(std::env::args_os().skip(1)).and_then(|a| cli::parse(&a)) {
         Ok(command) => command,
         Err(error) => {
             eprintln!("sceau-recover: {error}");
             eprintln!("{}", cli::PROGRAM.usage_line(error.command));
-            return ExitCode::from(2);
+            return ExitCode::from(USAGE_ERROR);
         }
     };
     match run(args) {
@@ -36,7 +40,8 @@ fn main() -> ExitCode {
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Help(text) => print!("{text}"),
-        Command::Version => println!("sceau-recover {}", env!("CARGO_PKG_VERSION")),
+        Command::Version => print!("{}", cli::BUILD.version_text()),
+        Command::Generate(kind) => print!("{}", cli::PROGRAM.generate(kind)),
         Command::RecoveryKeygen(options) => commands::recovery_keygen::run(&options)?,
         Command::Recover(options) => commands::recover::run(&options)?,
         Command::Enroll(step) => commands::enroll::run(&step)?,
