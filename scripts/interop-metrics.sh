@@ -9,11 +9,13 @@
 #
 # The Go program is built once into
 # ${SCEAU_INTEROP_CACHE:-~/.cache/sceau-interop}/bin, keyed by a hash of its
-# sources, go.mod and go.sum, as the other interop scripts cache theirs. Go's
-# caches are GOCACHE and GOMODCACHE if set, else Go's defaults.
+# sources, go.mod and go.sum (build_metricscheck, scripts/lib-metrics.sh,
+# which scripts/prebuild-go.sh can call too). Go's caches are GOCACHE and
+# GOMODCACHE if set, else Go's defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+source scripts/lib-metrics.sh
 
 install_packages
 require_cargo
@@ -38,18 +40,7 @@ t0=$SECONDS
 echo "== building sceau (cargo build --locked)"
 cargo build --locked --quiet
 
-mod=tests/interop/metrics
-key=$(cat "$mod/go.mod" "$mod/go.sum" "$mod"/*.go | sha256sum | cut -c1-16)
-cache=${SCEAU_INTEROP_CACHE:-$HOME/.cache/sceau-interop}
-check="$cache/bin/metricscheck-$key"
-if [ -x "$check" ]; then
-    echo "== metricscheck: cached in $check"
-else
-    echo "== building $mod (GOCACHE=$(go env GOCACHE) GOMODCACHE=$(go env GOMODCACHE))"
-    mkdir -p "$cache/bin"
-    (cd "$mod" && go build -mod=readonly -trimpath -o "$check.tmp" .)
-    mv "$check.tmp" "$check"
-fi
+build_metricscheck
 echo "   ready in $((SECONDS - t0)) s"
 
 start_swtpm "$tmp/tpm"
@@ -76,11 +67,11 @@ status=0
 echo "== sceau check (starts sceau)"
 target/debug/sceau check --socket "$kms" || status=1
 echo "== scrape 1 (saved as the baseline)"
-"$check" --url "$url" --save "$tmp/before.txt" || status=1
+"$metricscheck" --url "$url" --save "$tmp/before.txt" || status=1
 echo "== sceau check, twice"
 for _ in 1 2; do target/debug/sceau check --socket "$kms" || status=1; done
 echo "== scrape 2 (against the baseline)"
-"$check" --url "$url" --baseline "$tmp/before.txt" || status=1
+"$metricscheck" --url "$url" --baseline "$tmp/before.txt" || status=1
 
 echo "== the per-call log line"
 for method in Status Encrypt Decrypt; do

@@ -16,11 +16,11 @@ use super::{BUCKETS, GRPC_CODES, Histogram, METRICS, Method, Registry, TpmComman
 /// The content type of this format, for the HTTP response.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// This build, as `sceau_build_info` labels it: the version, and the git
-/// commit once the build records one (`commit` is then added as a label).
+/// This build, as `sceau_build_info` labels it: the version and the git
+/// commit `sceau --version` names (`unknown` outside git).
 const BUILD: Build = Build {
-    version: env!("CARGO_PKG_VERSION"),
-    commit: None,
+    version: crate::build_info::BUILD.version,
+    commit: Some(crate::build_info::BUILD.commit),
 };
 
 /// The labels of `sceau_build_info`.

@@ -224,8 +224,9 @@ async fn calls_move_the_counters_and_each_is_logged() {
         sample(
             &after,
             &format!(
-                "sceau_build_info{{version=\"{}\"}}",
-                env!("CARGO_PKG_VERSION")
+                "sceau_build_info{{version=\"{}\",commit=\"{}\"}}",
+                env!("CARGO_PKG_VERSION"),
+                sceau::build_info::BUILD.commit
             )
         ),
         1.0
