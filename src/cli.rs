@@ -208,7 +208,7 @@ The offline tools (recovery-keygen, recover, and the verifier's side of enroll) 
         (TCTI_ENV, "TPM connection, as --tcti (the flag wins)"),
         (
             "SCEAU_LOG",
-            "Log level: error, warn, info (default), debug, off",
+            "Log level: error, warn, info (default), debug, trace, off; any other value is a usage error",
         ),
     ],
     manual: Manual {
