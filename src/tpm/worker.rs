@@ -174,19 +174,16 @@ impl TpmWorker {
             reply,
         };
         // Counted before it is sent, so that the worker's decrement never
-        // comes first; taken back if the job never entered the queue.
-        METRICS.tpm_job_queued();
+        // comes first; taken back unless the job entered the queue (also
+        // when this call is dropped while it waits for room).
+        let counted = QueueCount::counted();
         match tokio::time::timeout_at(tokio_deadline, self.jobs.send(job)).await {
             Err(_) => {
-                METRICS.tpm_job_dequeued();
                 METRICS.tpm_deadline_miss();
                 return Err(Fault::Busy);
             }
-            Ok(Err(_)) => {
-                METRICS.tpm_job_dequeued();
-                return Err(Fault::Unreachable);
-            }
-            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(Fault::Unreachable),
+            Ok(Ok(())) => counted.handed_to_the_worker(),
         }
         match tokio::time::timeout_at(tokio_deadline, answer).await {
             Err(_) => {
@@ -198,6 +195,32 @@ impl TpmWorker {
                 metrics::call::add_tpm_time(answer.tpm_time);
                 answer.result
             }
+        }
+    }
+}
+
+/// One job counted in `sceau_tpm_queue_depth` on its way into the queue:
+/// uncounted on drop, unless the worker took over the count.
+struct QueueCount {
+    in_queue: bool,
+}
+
+impl QueueCount {
+    fn counted() -> Self {
+        METRICS.tpm_job_queued();
+        Self { in_queue: false }
+    }
+
+    /// The job is in the queue; the worker uncounts it when it takes it.
+    fn handed_to_the_worker(mut self) {
+        self.in_queue = true;
+    }
+}
+
+impl Drop for QueueCount {
+    fn drop(&mut self) {
+        if !self.in_queue {
+            METRICS.tpm_job_dequeued();
         }
     }
 }
