@@ -24,7 +24,7 @@ struct Activated {
     activator: Child,
     kms: PathBuf,
     log: PathBuf,
-    _tpm: Swtpm,
+    tpm: Swtpm,
     tmp: TempDir,
 }
 
@@ -53,7 +53,7 @@ impl Activated {
             activator,
             kms,
             log,
-            _tpm: tpm,
+            tpm,
             tmp,
         };
         assert!(
@@ -268,6 +268,58 @@ async fn calls_move_the_counters_and_each_is_logged() {
             "a debug structure at INFO: {line}"
         );
     }
+}
+
+/// A TPM that stops answering (swtpm frozen with SIGSTOP) shows up as
+/// deadline misses and `sceau_tpm_healthy 0`; once it answers again, the
+/// queue is empty and the TPM healthy again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_tpm_shows_as_deadline_misses_and_unhealthy() {
+    let port = free_port();
+    let sceau = Activated::start("metrics-frozen", |_| format!("127.0.0.1:{port}")).await;
+    let client = rpc::connect(&sceau.kms).await;
+    let misses = "sceau_tpm_deadline_misses_total";
+    assert_eq!(sample(&scrape_tcp(port), misses), 0.0);
+    sceau.tpm.freeze();
+    let waiting: Vec<_> = (0..3)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move { rpc::encrypt(&mut client, &[i; 32]).await })
+        })
+        .collect();
+    for call in waiting {
+        let status = call.await.unwrap().expect_err("an Encrypt on a frozen TPM");
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    }
+    // Status probes the TPM once its last answer (the Status at start, about
+    // 2.5 s ago) is older than the 5 s probe interval, and the probe times
+    // out too.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let healthz = rpc::status(&mut client.clone()).await.healthz;
+    assert_ne!(healthz, "ok");
+    let frozen = scrape_tcp(port);
+    assert!(sample(&frozen, misses) >= 4.0, "{frozen}");
+    assert_eq!(sample(&frozen, "sceau_tpm_healthy"), 0.0, "{frozen}");
+    assert_eq!(
+        sample(
+            &frozen,
+            "sceau_calls_total{method=\"Encrypt\",code=\"DeadlineExceeded\"}"
+        ),
+        3.0
+    );
+
+    sceau.tpm.thaw();
+    let mut client = client.clone();
+    assert!(
+        poll_until(Duration::from_secs(20), || {
+            let now = scrape_tcp(port);
+            sample(&now, "sceau_tpm_queue_depth") == 0.0
+        }),
+        "the queue never emptied"
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(rpc::status(&mut client).await.healthz, "ok");
+    assert_eq!(sample(&scrape_tcp(port), "sceau_tpm_healthy"), 1.0);
 }
 
 /// The two sockets serve only what they are for. Controls: the same
