@@ -25,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-units=(systemd/sceau.socket systemd/sceau.service)
+units=(systemd/sceau.socket systemd/sceau-metrics.socket systemd/sceau.service)
 service=systemd/sceau.service
 max_exposure=${SCEAU_MAX_EXPOSURE:-1.0}
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds every Go peer the interop steps use, into the same caches they use
 # (Go's build cache, and ~/.cache/sceau-interop keyed by versions): the
-# kube-apiserver's KMS v2 client, kube-apiserver, etcd, kubeadm, kubectl and
-# SPIRE. It changes no result: each interop script still builds whatever is
-# missing itself, with the same functions.
+# kube-apiserver's KMS v2 client, kube-apiserver, etcd, kubeadm, kubectl,
+# SPIRE and the metrics check's Prometheus text parser. It changes no
+# result: each interop script still builds whatever is missing itself, with
+# the same functions.
 #
 # Why: on a cold 2-core machine these builds are most of CI's time, while the
 # fuzz smoke runs (one core each) and the swtpm-bound integration tests leave
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 source scripts/lib-apiserver.sh
 source scripts/lib-spire.sh
+source scripts/lib-metrics.sh
 require_go
 
 t0=$SECONDS
@@ -23,4 +25,5 @@ echo "== prebuild: the KMS v2 client (Go build cache only)"
 build_go_binaries
 build_k8s_tools
 build_spire
+build_metricscheck
 echo "== prebuild: done in $((SECONDS - t0)) s"
