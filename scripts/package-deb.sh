@@ -58,6 +58,13 @@ for bin in sceau sceau-recover sceau-spire-server sceau-spire-agent; do
     }
 done
 
+# Reproducible: every file is dated from the changelog entry (and owned by
+# root). Exported after cargo, so it cannot make cargo rebuild what
+# scripts/size.sh built, and before the man pages are generated, for their
+# date.
+SOURCE_DATE_EPOCH=$(dpkg-parsechangelog -l packaging/debian/changelog -S Timestamp)
+export SOURCE_DATE_EPOCH
+
 # --- a throwaway tree laid out as dpkg-dev expects (debian/ + one root each) --
 mkdir -p target
 tree=$(mktemp -d "$repo/target/deb-tree.XXXXXX")
@@ -145,9 +152,6 @@ for script in postinst prerm postrm; do
     chmod 0755 "$root/DEBIAN/$script"
 done
 
-# Reproducible: every file dated from the changelog entry, owned by root.
-SOURCE_DATE_EPOCH=$(dpkg-parsechangelog -l packaging/debian/changelog -S Timestamp)
-export SOURCE_DATE_EPOCH
 mkdir -p "$outdir"
 built=()
 for pkg in sceau sceau-spire; do

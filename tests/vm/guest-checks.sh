@@ -353,8 +353,13 @@ for algorithm in rsa ecc; do
 done
 
 # --- purge: nothing of the package is left -----------------------------------
-# The units run again first, so prerm has something to stop.
+# The units run again first, so prerm has something to stop. The units the
+# package ships disabled are enabled by hand, as an operator would: purge
+# must remove those links too (postinst recorded them with update-state).
 systemctl start sceau.socket sceau.service
+for unit in "$P"/units/*; do
+    case $(basename "$unit") in sceau.socket | sceau.service) ;; *) systemctl enable --quiet "$(basename "$unit")" ;; esac
+done
 purge_out=$(DEBIAN_FRONTEND=noninteractive timeout 150 apt-get purge -y -q sceau sceau-spire 2>&1)
 purge_rc=$?
 echo "$purge_out" | tail -n 8 | show
