@@ -3,8 +3,8 @@
 #
 #   1. systemd-analyze verify systemd/sceau.socket systemd/sceau.service
 #      passes and prints nothing. verify also checks that ExecStart's binary,
-#      /usr/bin/sceau, exists and is executable. To check the shipped unit
-#      unchanged, the built binary is installed as /usr/bin/sceau in a
+#      /usr/sbin/sceau, exists and is executable. To check the shipped unit
+#      unchanged, the built binary is installed as /usr/sbin/sceau in a
 #      throwaway root (--root=) that also holds the distribution's own units
 #      (sysinit.target and so on).
 #   2. systemd-analyze security --offline=true rates sceau.service with
@@ -17,7 +17,8 @@
 #      (SystemCallErrorNumber=EPERM).
 #
 # Usage: scripts/check-units.sh [PATH_TO_BUILT_SCEAU]
-#   Without an argument it uses /usr/bin/sceau, if sceau is installed.
+#   Without an argument it uses /usr/sbin/sceau, where the Debian package
+#   installs it.
 #   SCEAU_MAX_EXPOSURE (default 1.0) sets the highest acceptable score.
 #
 # Needs only the systemd package (systemd-analyze, Debian 12: systemd 252).
@@ -74,30 +75,30 @@ done
 echo "== $(systemd-analyze --version | head -n1)"
 
 # --- The binary ExecStart= names ---------------------------------------------
-binary=${1:-/usr/bin/sceau}
+binary=${1:-/usr/sbin/sceau}
 if [ ! -f "$binary" ] || [ ! -x "$binary" ]; then
     echo "no executable sceau at $binary: pass the built binary, e.g." >&2
     echo "  $0 target/release/sceau" >&2
     exit 2
 fi
 exec_path=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$service")
-[ "$exec_path" = /usr/bin/sceau ] ||
-    fail "$service: ExecStart= runs '$exec_path', expected /usr/bin/sceau"
+[ "$exec_path" = /usr/sbin/sceau ] ||
+    fail "$service: ExecStart= runs '$exec_path', expected /usr/sbin/sceau"
 echo "== binary: $binary ($("$binary" --version 2>&1 | head -n1))"
 
 # --- 1. systemd-analyze verify -------------------------------------------------
 root=$(mktemp -d "${TMPDIR:-/tmp}/sceau-units.XXXXXX")
 trap 'rm -rf "$root"' EXIT
-mkdir -p "$root/etc/systemd/system" "$root/usr/lib/systemd/system" "$root/usr/bin"
+mkdir -p "$root/etc/systemd/system" "$root/usr/lib/systemd/system" "$root/usr/sbin"
 # The distribution's units (sysinit.target, sockets.target, …), which the
 # default dependencies of the two units refer to.
 for dir in /usr/lib/systemd/system /lib/systemd/system; do
     [ -d "$dir" ] && cp -a "$dir/." "$root/usr/lib/systemd/system/"
 done
 cp "${units[@]}" "$root/etc/systemd/system/"
-ln "$binary" "$root/usr/bin/sceau" 2>/dev/null || cp "$binary" "$root/usr/bin/sceau"
+ln "$binary" "$root/usr/sbin/sceau" 2>/dev/null || cp "$binary" "$root/usr/sbin/sceau"
 
-echo "== systemd-analyze verify ${units[*]} (root: /usr/bin/sceau = $binary)"
+echo "== systemd-analyze verify ${units[*]} (root: /usr/sbin/sceau = $binary)"
 verify_rc=0
 verify_out=$(systemd-analyze verify --root="$root" sceau.socket sceau.service 2>&1) || verify_rc=$?
 if [ "$verify_rc" -ne 0 ] || [ -n "$verify_out" ]; then

@@ -15,8 +15,11 @@ mirror=${SCEAU_VM_MIRROR:-http://deb.debian.org/debian}
 secmirror=${SCEAU_VM_SECMIRROR:-http://deb.debian.org/debian-security}
 
 # The package list is also the cache key (scripts/vm-e2e.sh hashes this file).
-# - libtss2-*: what target/release/sceau links and dlopens (tpm2-tss 3.2.1).
-# - tpm-udev: the group tss and the udev rule giving /dev/tpmrm0 0660 root:tss.
+# - libtss2-*, libssl3, tpm-udev: what sceau_*.deb and sceau-spire_*.deb
+#   depend on (tpm2-tss 3.2.1; tpm-udev brings the group tss and the udev rule
+#   giving /dev/tpmrm0 0660 root:tss). The guest has no network, so apt
+#   installs the .debs with what is already here; a missing dependency makes
+#   the install check fail with apt's "unmet dependencies".
 # - procps: pidof. linux-image-cloud-amd64: 6.1 here, 6.12 added below.
 packages=systemd,systemd-sysv,udev,kmod,dbus,procps,tpm-udev,libtss2-esys-3.0.2-0,libtss2-tctildr0,libtss2-tcti-device0,libtss2-mu0,libtss2-rc0,libtss2-sys1,libssl3,linux-image-cloud-amd64
 backports_kernel=linux-image-cloud-amd64

@@ -4,6 +4,13 @@
 # serial console: "PASS name" or "FAIL name: why"; "INFO ..." lines are
 # context. The host parses them.
 #
+# The payload holds the packages scripts/package-deb.sh built
+# (sceau_*.deb, sceau-spire_*.deb), a copy of the repository's systemd/ units
+# to compare with what the package installed, and the SPIRE test example.
+# The guest has no network: apt installs the .debs from the payload, with the
+# dependencies the image already has (tests/vm/build-image.sh). Then the
+# daemon is checked as the package left it, upgraded in place, and purged.
+#
 # The kernel command line carries sceau_vm.kernel=new|old: on "new" the kernel
 # must give Landlock ABI 4 or later; on "old" the checks are the same and the
 # Landlock line only documents what sceau does on an older ABI.
@@ -39,34 +46,73 @@ else
     fail "kernel TPM" "$(ls -l /dev/tpm* 2>&1 | tr '\n' ' ')"
 fi
 
-# --- install exactly what the repository ships ----------------------------
-install -m 0755 "$P/sceau" /usr/bin/sceau
-install -m 0644 "$P/sceau.socket" "$P/sceau.service" /etc/systemd/system/
-if cmp -s "$P/sceau.socket" /etc/systemd/system/sceau.socket &&
-    cmp -s "$P/sceau.service" /etc/systemd/system/sceau.service; then
-    pass "units installed unchanged ($(sha256sum /etc/systemd/system/sceau.service | cut -c1-12))"
+# --- install the package, as an operator would ------------------------------
+cd "$P" || exit 1
+install_out=$(DEBIAN_FRONTEND=noninteractive timeout 150 apt-get install -y -q --no-install-recommends \
+    ./sceau_*.deb ./sceau-spire_*.deb 2>&1)
+install_rc=$?
+cd / || exit 1
+echo "$install_out" | tail -n 15 | show
+if [ $install_rc -eq 0 ] && [ "$(dpkg-query -W -f='${db:Status-Abbrev}' sceau sceau-spire 2>&1)" = "ii ii " ]; then
+    pass "apt-get install ./sceau_*.deb ./sceau-spire_*.deb (offline, no other step): $(dpkg-query -W -f='${Package} ${Version}, ' sceau sceau-spire)"
 else
-    fail "units installed" "installed units differ from the repository's"
+    fail "apt-get install" "exit $install_rc: $(echo "$install_out" | grep -E '^(E|W): ' | head -2 | tr '\n' ' ')"
 fi
-missing=$(ldd /usr/bin/sceau 2>&1 | grep 'not found')
-if [ -z "$missing" ]; then
-    pass "sceau's libraries resolve ($(ldd /usr/bin/sceau | grep -o 'libtss2-esys[^ ]*' | head -1))"
+# What the packages put on disk, kept for the purge check at the end.
+dpkg -L sceau sceau-spire >/run/pkg-files 2>&1
+missing=$(while IFS= read -r f; do [ -e "$f" ] || echo "$f"; done </run/pkg-files)
+if [ -z "$missing" ] && [ -s /run/pkg-files ]; then
+    pass "every path dpkg -L lists is on disk ($(wc -l </run/pkg-files) paths)"
 else
-    fail "sceau's libraries" "$missing"
+    fail "package files on disk" "missing: $(echo "$missing" | head -3 | tr '\n' ' ')"
 fi
 
-systemctl daemon-reload
-if out=$(systemctl enable --now sceau.socket 2>&1); then
-    pass "systemctl enable --now sceau.socket"
+# The units exactly as in the repository, where the package puts them.
+differ=""
+for unit in "$P"/units/*; do
+    cmp -s "$unit" "/usr/lib/systemd/system/$(basename "$unit")" || differ="$differ $(basename "$unit")"
+done
+if [ -z "$differ" ]; then
+    pass "units installed unchanged in /usr/lib/systemd/system ($(cd "$P/units" && echo *))"
 else
-    fail "enable sceau.socket" "$out"
+    fail "units installed" "differ from the repository's:$differ"
 fi
+for bin in /usr/sbin/sceau /usr/bin/sceau-recover /usr/libexec/sceau/sceau-spire-agent /usr/libexec/sceau/sceau-spire-server; do
+    missing=$(ldd "$bin" 2>&1 | grep 'not found')
+    if [ -x "$bin" ] && [ -z "$missing" ]; then
+        pass "$bin: its libraries resolve$(ldd "$bin" | grep -o 'libtss2-esys[^ ]*' | head -1 | sed 's/^/ (/; s/$/)/')"
+    else
+        fail "$bin" "${missing:-not installed}"
+    fi
+done
+
+# postinst: both units enabled, as sceau.service's [Install] section advises,
+# and started; every other unit (the metrics socket) shipped but disabled.
+for unit in sceau.socket sceau.service; do
+    state=$(systemctl is-enabled "$unit" 2>&1)
+    if [ "$state" = enabled ]; then
+        pass "postinst enabled $unit"
+    else
+        fail "postinst enable $unit" "is-enabled says '$state'"
+    fi
+done
+for unit in "$P"/units/*; do
+    unit=$(basename "$unit")
+    case $unit in sceau.socket | sceau.service) continue ;; esac
+    state="$(systemctl is-enabled "$unit" 2>&1)/$(systemctl show -p ActiveState --value "$unit")"
+    if [ "$state" = disabled/inactive ]; then
+        pass "$unit shipped, not enabled, not started"
+    else
+        fail "$unit shipped disabled" "is-enabled/ActiveState: $state"
+    fi
+done
 sock_state=$(systemctl show -p ActiveState --value sceau.socket)
-svc_state=$(systemctl show -p ActiveState --value sceau.service)
-if [ "$sock_state" = active ] && [ "$svc_state" = inactive ] && [ -S /run/sceau/kms.sock ]; then
-    pass "socket listening, sceau.service not started before the first connection"
+svc_state=$(systemctl show -p ActiveState,SubState --value sceau.service | tr '\n' / | sed 's:/$::')
+if [ "$sock_state" = active ] && [ "$svc_state" = active/running ] && [ -S /run/sceau/kms.sock ]; then
+    pass "postinst started both: socket listening, sceau.service running (READY=1) before any client"
 else
-    fail "socket before first connection" "sceau.socket=$sock_state sceau.service=$svc_state"
+    fail "postinst start" "sceau.socket=$sock_state sceau.service=$svc_state"
+    journalctl -b -u sceau.service -o cat --no-pager | tail -n 10 | show
 fi
 perm=$(stat -c '%U:%G %a' /run/sceau/kms.sock /run/sceau 2>&1 | tr '\n' ' ')
 if [ "$perm" = "root:root 600 root:root 700 " ]; then
@@ -75,14 +121,14 @@ else
     fail "socket permissions" "$perm"
 fi
 
-# --- first connection: socket activation, TPM, READY=1, round trip ---------
+# --- the first client: Status and a round trip on the running service -------
 t0=$(date +%s.%N)
 check_out=$(timeout 150 sceau check --socket /run/sceau/kms.sock 2>&1)
 check_rc=$?
 t1=$(date +%s.%N)
 echo "$check_out" | show
 if [ $check_rc -eq 0 ] && echo "$check_out" | grep -q '^round trip: ok'; then
-    pass "client round trip through socket activation ($(echo "$t1 - $t0" | awk '{printf "%.1f", $1 - $3}') s, first call included start-up)"
+    pass "client round trip ($(echo "$t1 - $t0" | awk '{printf "%.1f", $1 - $3}') s)"
 else
     fail "client round trip" "sceau check exited $check_rc"
 fi
@@ -114,9 +160,9 @@ fi
 
 journal=$(journalctl -b -u sceau.service -o cat --no-pager 2>&1)
 if echo "$journal" | grep -q 'serving key_id=sceau-.* on the socket systemd passed'; then
-    pass "sceau serves on the fd systemd passed (socket activation)"
+    pass "sceau serves on the fd systemd passed (the socket named kms, from sceau.socket)"
 else
-    fail "socket activation" "no 'on the socket systemd passed' in the journal"
+    fail "fd from systemd" "no 'on the socket systemd passed' in the journal"
 fi
 
 # --- the live process -------------------------------------------------------
@@ -214,11 +260,45 @@ else
     fail "journal errors" "$(echo "$errors" | head -1)"
 fi
 
+# --- an upgrade: the package installed again over itself -------------------
+# postinst's upgrade path: the old daemon served until now; the service is
+# restarted onto the (new) binary, and the socket is not touched, so clients
+# wait in its backlog instead of being refused.
+sock_since=$(systemctl show -p ActiveEnterTimestampMonotonic --value sceau.socket)
+upgrade_out=$(DEBIAN_FRONTEND=noninteractive timeout 150 dpkg -i "$P"/sceau_*.deb 2>&1)
+upgrade_rc=$?
+upgraded_pid=$(systemctl show -p MainPID --value sceau.service)
+after_out=$(timeout 60 sceau check --socket /run/sceau/kms.sock 2>&1)
+if [ $upgrade_rc -eq 0 ] && [ "$upgraded_pid" != 0 ] && [ "$upgraded_pid" != "$pid" ] &&
+    [ "$(systemctl show -p ActiveEnterTimestampMonotonic --value sceau.socket)" = "$sock_since" ] &&
+    echo "$after_out" | grep -q '^round trip: ok'; then
+    pass "upgrade (dpkg -i over the installed version): sceau.service restarted (MainPID $pid -> $upgraded_pid), sceau.socket kept listening, round trip ok"
+else
+    fail "upgrade" "dpkg -i exit $upgrade_rc, MainPID $pid -> $upgraded_pid, socket entered active at $sock_since then $(systemctl show -p ActiveEnterTimestampMonotonic --value sceau.socket); check: $(echo "$after_out" | tail -1)"
+    echo "$upgrade_out" | tail -n 10 | show
+fi
+
+# --- socket activation ----------------------------------------------------------
+# With the service stopped and the socket listening, the first connection
+# starts sceau (the start at boot and at installation only saves that wait).
+systemctl stop sceau.service
+sock_state=$(systemctl show -p ActiveState --value sceau.socket)
+svc_state=$(systemctl show -p ActiveState --value sceau.service)
+activation_out=$(timeout 150 sceau check --socket /run/sceau/kms.sock 2>&1)
+pid=$(systemctl show -p MainPID --value sceau.service)
+if [ "$sock_state" = active ] && [ "$svc_state" = inactive ] &&
+    echo "$activation_out" | grep -q '^round trip: ok' && [ "$pid" != 0 ]; then
+    pass "socket activation: with sceau.service stopped, a client's connection starts it (MainPID $pid) and is served"
+else
+    fail "socket activation" "after stopping the service: sceau.socket=$sock_state sceau.service=$svc_state; check: $(echo "$activation_out" | tail -1)"
+fi
+
 # --- lifecycle under real systemd ---------------------------------------------
 # A crash: Restart=always brings sceau back after RestartSec=3s. The units'
 # comments say the socket and its backlog stay across automatic restarts, so a
 # client that connects in between must be served by the new process.
 closed_before=$(journalctl -b -u sceau.socket -o cat --no-pager | grep -c '^Closed sceau.socket')
+restarts_before=$(systemctl show -p NRestarts --value sceau.service)
 kill -KILL "$pid"
 sleep 0.5
 timeout 60 sceau check --socket /run/sceau/kms.sock >/run/backlog.out 2>&1 &
@@ -233,8 +313,8 @@ done
 after_out=$(timeout 60 sceau check --socket /run/sceau/kms.sock 2>&1)
 restarts=$(systemctl show -p NRestarts --value sceau.service)
 sock_state=$(systemctl show -p ActiveState --value sceau.socket)
-if echo "$after_out" | grep -q '^round trip: ok' && [ "$restarts" = 1 ] && [ "$sock_state" = active ]; then
-    pass "after SIGKILL: systemd restarted sceau (NRestarts=1, MainPID $pid -> $new_pid) and it serves again"
+if echo "$after_out" | grep -q '^round trip: ok' && [ "$restarts" = $((restarts_before + 1)) ] && [ "$sock_state" = active ]; then
+    pass "after SIGKILL: systemd restarted sceau (NRestarts $restarts_before -> $restarts, MainPID $pid -> $new_pid) and it serves again"
 else
     fail "restart after SIGKILL" "check: $(echo "$after_out" | tail -1); MainPID $pid -> $new_pid, NRestarts=$restarts, socket $sock_state"
 fi
@@ -271,6 +351,51 @@ for algorithm in rsa ecc; do
         fail "SPIRE attestation through /dev/tpmrm0 ($algorithm EK)" "$(echo "$out" | tail -3 | tr '\n' ' ' | cut -c1-300)"
     fi
 done
+
+# --- purge: nothing of the package is left -----------------------------------
+# The units run again first, so prerm has something to stop. The units the
+# package ships disabled are enabled by hand, as an operator would: purge
+# must remove those links too (postinst recorded them with update-state).
+systemctl start sceau.socket sceau.service
+for unit in "$P"/units/*; do
+    case $(basename "$unit") in sceau.socket | sceau.service) ;; *) systemctl enable --quiet "$(basename "$unit")" ;; esac
+done
+purge_out=$(DEBIAN_FRONTEND=noninteractive timeout 150 apt-get purge -y -q sceau sceau-spire 2>&1)
+purge_rc=$?
+echo "$purge_out" | tail -n 8 | show
+# Status-Abbrev's second letter is the state: "n" not installed (nothing,
+# not even config-files "c"), or dpkg no longer knows the package at all.
+status=$(dpkg-query -W -f='${db:Status-Abbrev}' sceau sceau-spire 2>/dev/null)
+if [ $purge_rc -eq 0 ] && [ -z "$(echo "$status" | tr -s ' ' '\n' | grep -v '^.n$')" ]; then
+    pass "apt-get purge sceau sceau-spire"
+else
+    fail "apt-get purge" "exit $purge_rc, dpkg status '$status'"
+fi
+if ! pidof sceau >/dev/null && [ ! -e /run/sceau ] &&
+    [ "$(systemctl show -p LoadState --value sceau.socket sceau.service | grep . | sort -u)" = not-found ]; then
+    pass "prerm stopped sceau; its units are unknown to systemd; /run/sceau is gone"
+else
+    fail "units after purge" "pidof: $(pidof sceau); LoadState: $(systemctl show -p LoadState --value sceau.socket sceau.service | tr '\n' ' '); /run/sceau: $(ls -ld /run/sceau 2>&1)"
+fi
+# Every file dpkg listed is gone; a listed directory may stay only while
+# other packages' files are in it (/usr/bin, /usr/share/doc, ...).
+left=$(while IFS= read -r f; do
+    if [ -d "$f" ] && [ ! -L "$f" ]; then
+        [ -z "$(ls -A "$f")" ] && echo "$f (empty directory)"
+    elif [ -e "$f" ] || [ -L "$f" ]; then
+        echo "$f"
+    fi
+done </run/pkg-files)
+# Whatever else carries the name: enablement links, deb-systemd-helper's
+# state, dpkg's own records. The test's runner (sceau-vm.service, and
+# systemd's invocation:sceau-vm.service record of it) is not the package's.
+strays=$(find / /run -xdev \( -path /proc -o -path /sys -o -path /payload \) -prune -o \
+    -name '*sceau*' ! -name '*sceau-vm*' -print 2>/dev/null)
+if [ -z "$left" ] && [ -z "$strays" ]; then
+    pass "after purge no file of the package is left ($(wc -l </run/pkg-files) paths checked), and no file named *sceau* anywhere"
+else
+    fail "files left after purge" "$(echo "$left $strays" | head -5 | tr '\n' ' ')"
+fi
 
 info "guest: $passed passed, $failed failed; checks took $(awk -v s="$checks_start" '{printf "%.1f", $1 - s}' /proc/uptime) s"
 [ "$failed" -eq 0 ]

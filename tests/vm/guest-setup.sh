@@ -8,13 +8,18 @@ root=${1:?}
 echo sceau-vm >"$root/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 sceau-vm\n' >"$root/etc/hosts"
 # The payload disk (virtio-blk, so the root stays the only NVMe namespace and
-# keeps its name nvme0n1 whatever the probe order) holds the binary, the units and the checks;
+# keeps its name nvme0n1 whatever the probe order) holds the .debs, the units and the checks;
 # it is read-only, results go out over the serial console.
 cat >"$root/etc/fstab" <<'FSTAB'
 /dev/nvme0n1 / ext4 rw,errors=remount-ro 0 1
 LABEL=payload /payload ext4 ro,nofail 0 0
 FSTAB
 mkdir -p "$root/payload"
+# The image's own packages were unpacked without man pages and docs
+# (build-image.sh's path-exclude options, which mmdebstrap keeps here).
+# Packages installed later, the sceau .debs, are installed whole, as on an
+# operator's machine, so the purge check sees every file they ship.
+rm -f "$root/etc/dpkg/dpkg.cfg.d/99mmdebstrap"
 # An empty machine-id: systemd makes a transient one at each boot.
 : >"$root/etc/machine-id"
 
