@@ -124,16 +124,16 @@ fi
 
 # ---------------------------------------------------------------- systemd drop-ins
 # A throwaway root holding the distribution's units, the shipped sceau units
-# and the built binary as /usr/bin/sceau, as scripts/check-units.sh does.
+# and the built binary as /usr/sbin/sceau, as scripts/check-units.sh does.
 units_root="$tmp/units-root"
-mkdir -p "$units_root/etc/systemd/system" "$units_root/usr/lib/systemd/system" "$units_root/usr/bin"
+mkdir -p "$units_root/etc/systemd/system" "$units_root/usr/lib/systemd/system" "$units_root/usr/sbin"
 for dir in /lib/systemd/system /usr/lib/systemd/system; do
     [ -d "$dir" ] && cp -a "$dir/." "$units_root/usr/lib/systemd/system/"
 done
 cp systemd/sceau.socket systemd/sceau.service "$units_root/etc/systemd/system/"
-cp target/debug/sceau "$units_root/usr/bin/sceau"
+cp target/debug/sceau "$units_root/usr/sbin/sceau"
 # A stand-in for the distribution's service (kubelet, k0scontroller, rke2-server, k3s).
-printf '[Service]\nExecStart=/usr/bin/sceau --version\n' >"$units_root/etc/systemd/system/kubernetes.service"
+printf '[Service]\nExecStart=/usr/sbin/sceau --version\n' >"$units_root/etc/systemd/system/kubernetes.service"
 # verify_dropins NAME UNIT:FILE...: each FILE installed as a drop-in of UNIT
 # (APISERVER_UID replaced by a number); systemd-analyze verify must pass and
 # print nothing. Returns 1 if it did not.
