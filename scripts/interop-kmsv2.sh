@@ -10,9 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-install_packages
-require_cargo
-require_go
+require_interop_tools
 
 tmp=$(mktemp -d /tmp/sceau-interop.XXXXXX)
 swtpm_pid=""
@@ -27,13 +25,10 @@ cleanup() {
     rm -rf "$tmp"
     exit "$status"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup_on_exit cleanup
 
 t0=$SECONDS
-echo "== building sceau (cargo build --locked)"
-cargo build --locked --quiet
+build_sceau
 echo "== building tests/interop/kmsv2client (GOCACHE=$(go env GOCACHE) GOMODCACHE=$(go env GOMODCACHE))"
 (cd tests/interop && go build -mod=readonly -o "$tmp/kmsv2client" ./kmsv2client)
 echo "   built in $((SECONDS - t0)) s"

@@ -17,9 +17,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 source scripts/lib-metrics.sh
 
-install_packages
-require_cargo
-require_go
+require_interop_tools
 
 tmp=$(mktemp -d /tmp/sceau-metrics.XXXXXX)
 swtpm_pid=""
@@ -32,13 +30,10 @@ cleanup() {
     rm -rf "$tmp"
     exit "$status"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup_on_exit cleanup
 
 t0=$SECONDS
-echo "== building sceau (cargo build --locked)"
-cargo build --locked --quiet
+build_sceau
 
 build_metricscheck
 echo "   ready in $((SECONDS - t0)) s"

@@ -64,8 +64,7 @@ start_rig() {
 # module in tests/interop/apiserver into a cache directory keyed by versions
 # and a hash of the module's sources; sets bin, k8s_version, etcd_version.
 build_binaries() {
-    echo "== building sceau (cargo build --locked)"
-    cargo build --locked --quiet
+    build_sceau
     build_go_binaries
 }
 # build_go_binaries: build_binaries' Go half, which scripts/prebuild-go.sh

@@ -44,6 +44,28 @@ require_go() {
     }
 }
 
+# require_interop_tools: what every script against a Go peer needs first:
+# the packages, cargo and Go.
+require_interop_tools() {
+    install_packages
+    require_cargo
+    require_go
+}
+
+# build_sceau: the debug build of the workspace's binaries the scripts run.
+build_sceau() {
+    echo "== building sceau (cargo build --locked)"
+    cargo build --locked --quiet
+}
+
+# cleanup_on_exit FUNCTION: FUNCTION runs when the script exits, also on
+# Ctrl-C and SIGTERM (which exit 130 and 143, so that it sees a failure).
+cleanup_on_exit() {
+    trap "$1" EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
 # Prints the first port P >= $1 such that P and P+1 are both free on loopback.
 free_port_pair() {
     local port=$1
