@@ -104,19 +104,23 @@ start_swtpm() {
     return 1
 }
 
-# Installs a cargo subcommand at an exact version into target/tools (kept out
-# of ~/.cargo so CI's clean clone builds exactly the pinned version), and puts
-# it on PATH. Usage: require_cargo_tool CRATE VERSION BINARY
+# Installs a cargo subcommand at an exact version and puts it on PATH. Usage:
+# require_cargo_tool CRATE VERSION BINARY. Each tool has its own root, outside
+# the clone and outside ~/.cargo, keyed by crate, version and rustc version
+# (${SCEAU_TOOLS_CACHE:-~/.cache/sceau-tools}/CRATE-VERSION-RUSTC), so a clean
+# clone gets exactly the pinned version, built once per machine: building
+# cargo-deny, cargo-vet and cargo-fuzz took about 9 minutes of every CI run.
 require_cargo_tool() {
     local crate=$1 version=$2 binary=$3
-    local root
-    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/tools"
+    local rustc root
+    rustc=$(rustc --version | cut -d' ' -f2)
+    root="${SCEAU_TOOLS_CACHE:-$HOME/.cache/sceau-tools}/$crate-$version-rustc-$rustc"
     export PATH="$root/bin:$PATH"
     if [ -x "$root/bin/$binary" ] &&
         grep -q "^\"$crate $version " "$root/.crates.toml" 2>/dev/null; then
         return 0
     fi
-    echo "installing $crate $version (cargo install --locked)"
+    echo "installing $crate $version into $root (cargo install --locked)"
     cargo install --locked --quiet --root "$root" "$crate" --version "=$version"
 }
 
