@@ -6,8 +6,8 @@
 //! its own accept loop, its own connection cap. It never reaches the KMS
 //! service, so no request on it can cause a TPM command, and the KMS socket
 //! speaks HTTP/2 only, so it never answers a scrape
-//! (`metrics::a_grpc_call_on_the_metrics_socket_reaches_no_kms_method` and
-//! `metrics::the_kms_socket_serves_no_metrics` in tests/integration).
+//! (`metrics::the_sockets_serve_only_their_own_protocol` in
+//! tests/integration).
 //!
 //! The responder is written by hand rather than with hyper's HTTP/1 server:
 //! it needs one request line and one answer, then closes, and everything it
