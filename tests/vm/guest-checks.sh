@@ -378,10 +378,13 @@ else
     fail "units after purge" "pidof: $(pidof sceau); LoadState: $(systemctl show -p LoadState --value sceau.socket sceau.service | tr '\n' ' '); /run/sceau: $(ls -ld /run/sceau 2>&1)"
 fi
 # Every file dpkg listed is gone; a listed directory may stay only while
-# other packages' files are in it (/usr/bin, /usr/share/doc, ...).
+# other packages' files are in it (/usr/bin, /usr/share/doc, ...), or, empty,
+# while another package lists it, as dpkg keeps such directories: the image's
+# packages were unpacked without their man pages, so /usr/share/man stays
+# empty after purge, owned by them.
 left=$(while IFS= read -r f; do
     if [ -d "$f" ] && [ ! -L "$f" ]; then
-        [ -z "$(ls -A "$f")" ] && echo "$f (empty directory)"
+        [ -z "$(ls -A "$f")" ] && ! dpkg -S "$f" >/dev/null 2>&1 && echo "$f (empty directory)"
     elif [ -e "$f" ] || [ -L "$f" ]; then
         echo "$f"
     fi
