@@ -14,9 +14,10 @@ pub enum Protection {
     AllocatorWipe,
     /// The re-exec with glibc tunables that make free() overwrite C blocks.
     MallocTunables,
-    /// The TPM2_Hash that rewrites tpm2-tss's command buffer after Unseal.
+    /// The unsent scrub (`tpm::device`) that rewrites tpm2-tss's command
+    /// buffer after Unseal.
     TssBufferScrub,
-    /// The Load that overwrites tpm2-tss's stored Create input.
+    /// The unsent scrub that overwrites tpm2-tss's stored Create input.
     TssInputScrub,
     /// Zeroizing the TPM and wrapping threads' stacks after each job.
     StackScrub,

@@ -108,4 +108,60 @@ mod tests {
         assert!(!shown.contains("very-secret-marker"));
         assert_eq!(shown, "Dek([redacted; 18 bytes])");
     }
+
+    /// The stack scrub's own control. End to end, `memory_scan` no longer
+    /// needs it in single-node mode: the unsent scrub Create that ends each
+    /// TPM job (`tpm::device`) happens to rewrite the frames Unseal and
+    /// Create used, so `SCEAU_INSECURE_DISABLE=stack-scrub` leaves nothing
+    /// the scan can find. The scrub stays for what that does not reach (the
+    /// wrapping thread, error paths), and this shows it clears what a frame
+    /// deeper than its caller's left: without the scrub the marker is found.
+    #[test]
+    fn scrub_stack_clears_what_a_deeper_frame_left() {
+        assert!(marker_left_on_the_stack(false), "the control must see it");
+        assert!(!marker_left_on_the_stack(true));
+    }
+
+    /// Leaves a marker in a frame ~16 KiB below the caller's, returns, maybe
+    /// scrubs, then reads the thread's stack through /proc/self/mem.
+    fn marker_left_on_the_stack(scrub: bool) -> bool {
+        std::thread::spawn(move || {
+            // Made at run time and kept on the heap, so the only copy below
+            // this frame is the one `leave_deep` puts there.
+            let marker: Vec<u8> = (0u8..32).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+            leave_deep(&marker);
+            if scrub {
+                scrub_stack();
+            }
+            let here = 0u8;
+            let top = std::hint::black_box(&here) as *const u8 as u64;
+            let below = read_own_memory(top - 60 * 1024, 56 * 1024);
+            below.windows(marker.len()).any(|w| w == marker.as_slice())
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[inline(never)]
+    fn leave_deep(marker: &[u8]) {
+        let padding = [0u8; 16 * 1024];
+        std::hint::black_box(&padding);
+        copy_into_frame(marker);
+    }
+
+    #[inline(never)]
+    fn copy_into_frame(marker: &[u8]) {
+        let mut frame = [0u8; 32];
+        frame.copy_from_slice(marker);
+        std::hint::black_box(&frame);
+    }
+
+    fn read_own_memory(start: u64, len: usize) -> Vec<u8> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut mem = std::fs::File::open("/proc/self/mem").unwrap();
+        mem.seek(SeekFrom::Start(start)).unwrap();
+        let mut bytes = vec![0u8; len];
+        mem.read_exact(&mut bytes).unwrap();
+        bytes
+    }
 }

@@ -99,19 +99,17 @@ pub enum TpmCommand {
     Unseal,
     Import,
     FlushContext,
-    Hash,
     ReadPublic,
     StartAuthSession,
 }
 
 impl TpmCommand {
-    const ALL: [TpmCommand; 8] = [
+    const ALL: [TpmCommand; 7] = [
         TpmCommand::Create,
         TpmCommand::Load,
         TpmCommand::Unseal,
         TpmCommand::Import,
         TpmCommand::FlushContext,
-        TpmCommand::Hash,
         TpmCommand::ReadPublic,
         TpmCommand::StartAuthSession,
     ];
@@ -123,7 +121,6 @@ impl TpmCommand {
             TpmCommand::Unseal => "Unseal",
             TpmCommand::Import => "Import",
             TpmCommand::FlushContext => "FlushContext",
-            TpmCommand::Hash => "Hash",
             TpmCommand::ReadPublic => "ReadPublic",
             TpmCommand::StartAuthSession => "StartAuthSession",
         }

@@ -3,14 +3,12 @@
 #![forbid(unsafe_code)]
 
 use tss_esapi::Context;
-use tss_esapi::constants::{CapabilityType, StartupType};
-use tss_esapi::handles::{ObjectHandle, SessionHandle, TpmHandle};
+use tss_esapi::constants::response_code::Tss2ResponseCode;
+use tss_esapi::constants::{CapabilityType, SessionType, StartupType};
+use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle, TpmHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
-use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{
-    CapabilityData, MaxBuffer, Private, Public, SensitiveData, SymmetricDefinitionObject,
-};
+use tss_esapi::structures::{CapabilityData, SensitiveData, SymmetricDefinitionObject};
 
 use super::fault::{ConnectFailure, Fault, INITIALIZE, TpmError};
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
@@ -34,10 +32,13 @@ pub struct TpmConfig {
 /// TPM_HT_TRANSIENT and TPM_HT_LOADED_SESSION: the first handle of each.
 const FIRST_TRANSIENT_HANDLE: u32 = 0x8000_0000;
 const FIRST_LOADED_SESSION_HANDLE: u32 = 0x0200_0000;
-/// Bytes of zeros the scrub command carries: its command (header, TPM2B size,
-/// data) covers the buffer offsets where Unseal's largest answer (header,
-/// parameter size, TPM2B size, 128-byte DEK) lay.
+/// Bytes of zeros the unsent scrub Create carries as its data: marshalled at
+/// buffer offset 20, they cover where Unseal's largest answer (header,
+/// parameter size, TPM2B size, a DEK of at most 128 bytes) lay, 16..144.
 const SCRUB_LEN: usize = 160;
+/// TSS2_ESYS_RC_LAYER | TSS2_BASE_RC_BAD_TR: ESAPI's "not a handle it
+/// knows as that kind of resource".
+const ESYS_RC_BAD_TR: u32 = (7 << 16) | tss_esapi::tss2_esys::TSS2_BASE_RC_BAD_TR;
 /// More than any TPM holds at once (the PC Client minimum is 3).
 const MAX_HANDLES: u32 = 64;
 
@@ -99,31 +100,12 @@ impl Tpm {
             })
         })
         .map_err(|e| TpmError::new("Create", e))?;
-        let blobs = blobs_from_created(created.out_public.clone(), &created.out_private)
+        let blobs = blobs_from_created(created.out_public, &created.out_private)
             .map_err(|e| TpmError::new("marshal sealed object", e))?;
         if hooks::enabled(Protection::TssInputScrub) {
-            self.load_and_flush(created.out_private, created.out_public)?;
+            self.scrub_tss_without_sending();
         }
         Ok(blobs)
-    }
-
-    /// Loads the new object once and flushes it. This proves the envelope
-    /// opens before it is handed out, and it overwrites tpm2-tss's stored
-    /// copy of Create's input (kept in the context, in the clear, for a
-    /// possible resubmission) with Load's, which holds no secret.
-    fn load_and_flush(&mut self, private: Private, public: Public) -> Result<(), TpmError> {
-        let parent = self.srk.handle;
-        let loaded = timed(TpmCommand::Load, || {
-            self.ctx
-                .execute_with_session(Some(AuthSession::Password), |c| {
-                    c.load(parent, private, public)
-                })
-        })
-        .map_err(|e| TpmError::new("Load of the new object", e))?;
-        timed(TpmCommand::FlushContext, || {
-            self.ctx.flush_context(loaded.into())
-        })
-        .map_err(|e| TpmError::new("FlushContext", e))
     }
 
     /// Load, Unseal and FlushContext. The loaded object is flushed on every
@@ -144,7 +126,7 @@ impl Tpm {
             log::warn!("FlushContext of a loaded sealed object failed: {e}");
         }
         if hooks::enabled(Protection::TssBufferScrub) {
-            self.scrub_tss_buffer();
+            self.scrub_tss_without_sending();
         }
         unsealed
     }
@@ -175,19 +157,32 @@ impl Tpm {
         })
     }
 
-    /// tpm2-tss decrypts Unseal's response in place, in the one command
-    /// buffer it keeps for the context's whole life; FlushContext's short
-    /// exchange overwrites only its first 14 bytes, leaving the DEK behind.
-    /// A TPM2_Hash of zeros rewrites the buffer well past the largest DEK.
-    fn scrub_tss_buffer(&mut self) {
-        let zeros = MaxBuffer::try_from(vec![0u8; SCRUB_LEN]).expect("within MaxBuffer's limit");
-        let scrubbed = timed(TpmCommand::Hash, || {
-            self.ctx.execute_without_session(|c| {
-                c.hash(zeros, HashingAlgorithm::Sha256, Hierarchy::Null)
-            })
-        });
-        if let Err(e) = scrubbed {
-            log::warn!("scrubbing the TSS command buffer failed: {e}");
+    /// Rewrites what tpm2-tss 3.2 keeps in the clear between commands,
+    /// without sending anything to the TPM:
+    ///
+    /// - Create's input, DEK included, which ESAPI copies into the context
+    ///   for a possible resubmission (`in.Create.inSensitiveData`);
+    /// - the last response, which ESAPI decrypts in place in the one command
+    ///   buffer the context keeps for its whole life: after Unseal, the DEK
+    ///   at offsets 16..16+len (FlushContext's short exchange rewrites only
+    ///   the first 14 bytes).
+    ///
+    /// Esys_Create with [`SCRUB_LEN`] zeros as its data does both: it copies
+    /// its input over the stored one, and its Prepare step marshals the
+    /// zeros over the buffer (the data starts at offset 20). The session
+    /// handle it is given is the SRK's, which is not a session, so ESAPI
+    /// stops at its session check, after Prepare and before sending
+    /// (`init_session_tab`: TSS2_ESYS_RC_BAD_TR): no TPM round trip. Until
+    /// tpm2-tss 3.2.1 this took a Load and a FlushContext after each Create,
+    /// and a TPM2_Hash after each Unseal: three of the six commands of an
+    /// Encrypt and a Decrypt, each tens of milliseconds on a discrete TPM.
+    ///
+    /// Shown by `memory_scan::controls` (the DEK is found without it) and
+    /// `fault_matrix::commands_per_call` (no command reaches the TPM).
+    fn scrub_tss_without_sending(&mut self) {
+        let outcome = scrub_by_unsent_create(&mut self.ctx, self.srk.handle);
+        if outcome != ScrubOutcome::StoppedBeforeSending {
+            log::warn!("scrubbing tpm2-tss's buffers: {outcome:?}");
         }
     }
 
@@ -234,6 +229,51 @@ impl Tpm {
                 Ok(session)
             }
         }
+    }
+}
+
+/// How the unsent scrub Create ended.
+#[derive(Debug, PartialEq, Eq)]
+enum ScrubOutcome {
+    /// ESAPI refused the session after Prepare: the buffers are rewritten and
+    /// nothing went to the TPM (tpm2-tss 3.2).
+    StoppedBeforeSending,
+    /// Any other refusal: the buffers may not have been rewritten.
+    RefusedOtherwise(tss_esapi::Error),
+    /// The TPM ran it (a tpm2-tss that checks sessions differently): the
+    /// buffers are rewritten, at the cost of a round trip and an object.
+    Sent,
+}
+
+/// Esys_Create of [`SCRUB_LEN`] zeros under the SRK with the SRK's handle as
+/// the "session", which ESAPI refuses once it has marshalled the command.
+fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle) -> ScrubOutcome {
+    let (Ok(template), Ok(zeros)) = (
+        sealed_template(),
+        SensitiveData::try_from(vec![0u8; SCRUB_LEN]),
+    ) else {
+        return ScrubOutcome::RefusedOtherwise(tss_esapi::Error::WrapperError(
+            tss_esapi::WrapperErrorKind::InvalidParam,
+        ));
+    };
+    let not_a_session = AuthSession::create(
+        SessionType::Hmac,
+        SessionHandle::from(ObjectHandle::from(srk)),
+        HashingAlgorithm::Sha256,
+    );
+    // tss-esapi logs each failed call at error level; this failure is the
+    // plan, so it stays out of the log even at debug.
+    let result = crate::logging::without_tss_log(|| {
+        ctx.execute_with_session(not_a_session, |c| {
+            c.create(srk, template, None, Some(zeros), None, None)
+        })
+    });
+    match result {
+        Err(tss_esapi::Error::Tss2Error(rc)) if rc == Tss2ResponseCode::from(ESYS_RC_BAD_TR) => {
+            ScrubOutcome::StoppedBeforeSending
+        }
+        Err(other) => ScrubOutcome::RefusedOtherwise(other),
+        Ok(_) => ScrubOutcome::Sent,
     }
 }
 

@@ -189,8 +189,9 @@ mod controls {
         .await;
     }
 
-    #[tokio::test(flavor = "multi_thread")]
-    async fn without_stack_scrub() {
-        assert_found("control-stack", Workload::RoundTrips, "stack-scrub").await;
-    }
+    // No end-to-end control for `stack-scrub`: since the unsent scrub
+    // Create ends every TPM job (`tpm::device`), it rewrites the frames that
+    // Unseal and Create used, and with the stack scrub off this scan finds
+    // nothing (tried with round trips and with Encrypts only). The stack
+    // scrub's control is `secret::tests::scrub_stack_clears_what_a_deeper_frame_left`.
 }
