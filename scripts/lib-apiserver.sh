@@ -24,6 +24,8 @@ sceau_serve_args=() # extra `sceau serve` arguments for every node (cluster mode
 api_ports=()
 apiserver_pids=()
 apiserver_starts=()
+apiserver_exec_ms=()  # when start_apiserver started node I's kube-apiserver (epoch ms)
+apiserver_ready_ms=() # how long after that /readyz first answered 200 (ms; polled every 0.1 s)
 etcd_pid=""
 ns=sceau-interop
 encryption_config_file="" # if set, the EncryptionConfiguration start_apiservers gives every node
@@ -271,7 +273,7 @@ resources:
       - identity: {}
 EOF
 }
-start_apiserver() { # start_apiserver I: starts node I's kube-apiserver and waits (<= 120 s) for /readyz
+start_apiserver() { # start_apiserver I: starts node I's kube-apiserver and waits (<= 120 s) for /readyz; sets apiserver_ready_ms[I]
     local i=$1 log t1 code
     log=$(node_file "$i" apiserver log)
     apiserver_starts[i]=$((${apiserver_starts[i]:-0} + 1))
@@ -289,19 +291,21 @@ start_apiserver() { # start_apiserver I: starts node I's kube-apiserver and wait
         --cert-dir="$(node_file "$i" cert-dir)" --profiling=false -v=2 \
         >>"$log" 2>&1 &
     apiserver_pids[i]=$!
+    apiserver_exec_ms[i]=$(date +%s%3N)
     t1=$SECONDS
-    for _ in $(seq 240); do
+    while [ $((SECONDS - t1)) -lt 120 ]; do
         code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$pki/ca.crt" \
             -H "Authorization: Bearer $token" "$(api_url "$i")/readyz" || true)
         if [ "$code" = 200 ]; then
-            echo "   kube-apiserver$(node_label "$i") ready in $((SECONDS - t1)) s"
+            apiserver_ready_ms[i]=$(($(date +%s%3N) - apiserver_exec_ms[i]))
+            echo "   kube-apiserver$(node_label "$i") ready in ${apiserver_ready_ms[i]} ms"
             return 0
         fi
         kill -0 "${apiserver_pids[i]}" 2>/dev/null || {
             echo "kube-apiserver$(node_label "$i") exited after $((SECONDS - t1)) s" >&2
             return 1
         }
-        sleep 0.5
+        sleep 0.1
     done
     echo "kube-apiserver$(node_label "$i") not ready within 120 s" >&2
     return 1
