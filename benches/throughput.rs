@@ -9,7 +9,9 @@
 //! each with the salted session on and off; then (c) cluster mode (three
 //! members and a recovery key: Encrypt wraps in software, Decrypt adds
 //! TPM2_Import) against single-node mode, both through the socket. It also
-//! measures exec → first served Status of the real binary, and its idle RSS.
+//! measures exec → first served Status of the real binary, and its idle RSS;
+//! and (e) the commands per call and their time on modelled hardware (the
+//! test kit's TPM proxy with its discrete and firmware TPM profiles).
 //! Absolute times on swtpm say nothing about a hardware TPM (100–1000× slower).
 
 /// The daemon's allocator, so that both paths pay for wiping as sceau does.
@@ -30,6 +32,7 @@ use sceau_format::members::{Membership, member_file};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::storage_key::StorageKey;
 use sceau_testkit::process::send_signal;
+use sceau_testkit::tpm_proxy::{Profile, TpmProxy, command_code};
 use sceau_testkit::{Swtpm, TempDir, random_bytes};
 
 /// Rounds alternate the paths, so that load from other tenants of the
@@ -144,7 +147,9 @@ fn main() {
     }
     println!("(ratios of ops/s, median over {ROUNDS} alternating rounds)");
     println!();
-    let (startup, rss_kib) = startup_and_rss(&tmp, &swtpm);
+    modelled_hardware(&tmp);
+    println!();
+    let (startup, rss_kib) = startup_and_rss(&tmp, &swtpm.tcti());
     println!(
         "exec → first served Status (real binary, median of {STARTUP_RUNS}): {:.1} ms",
         ms(startup)
@@ -441,15 +446,89 @@ async fn one_decrypt(state: &mut ClientState, index: usize) {
         .expect("decrypt");
 }
 
+/// (e) The TPM command sequences on modelled hardware: each profile of the
+/// test kit's TPM proxy (crates/testkit/profiles) in front of a swtpm of its
+/// own. Counts the commands the proxy sees per Encrypt and per Decrypt (the
+/// in-process sequences, as `sceau serve` runs them) and at `Tpm::open`, and
+/// times them; "before issue 14" is the same profile's time for the
+/// sequences sceau ran until then (Create + Load + FlushContext; Load +
+/// Unseal + FlushContext + Hash), modelled, not measured. Then exec → first
+/// served Status of the real binary through the proxy.
+fn modelled_hardware(tmp: &TempDir) {
+    const CALLS: usize = 5;
+    println!(
+        "| profile | commands at open | open ms | commands per Encrypt | Encrypt p50 ms | \
+         before issue 14, modelled ms | commands per Decrypt | Decrypt p50 ms | before issue 14, \
+         modelled ms | exec → first Status ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (name, profile) in [
+        ("discrete TPM", Profile::discrete_tpm()),
+        ("firmware TPM", Profile::firmware_tpm()),
+    ] {
+        let modelled = |commands: &[&str]| -> f64 {
+            commands
+                .iter()
+                .map(|c| ms(profile.latency(command_code(c).expect("a named command"))))
+                .sum()
+        };
+        let encrypt_before = modelled(&["Create", "Load", "FlushContext"]);
+        let decrypt_before = modelled(&["Load", "Unseal", "FlushContext", "Hash"]);
+        let swtpm = Swtpm::start(&tmp.subdir(&format!("tpm-{}", name.replace(' ', "-"))));
+        let proxy = TpmProxy::start(swtpm.port(), profile);
+        let config = TpmConfig {
+            tcti: proxy.tcti().parse().expect("proxy TCTI"),
+            srk_handle: None,
+            parameter_encryption: ParameterEncryption::SaltedSession,
+        };
+        let opened = Instant::now();
+        let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
+        let open_ms = ms(opened.elapsed());
+        let at_open = proxy.total_commands();
+        proxy.reset_counts();
+        let row = in_process(&mut tpm, CALLS);
+        let counts = proxy.counts();
+        let per_call = |commands: &[&str]| -> String {
+            let total: u64 = commands.iter().filter_map(|c| counts.get(*c)).sum();
+            format!("{:.0}", total as f64 / CALLS as f64)
+        };
+        drop(tpm);
+        let startup = startup_and_rss(tmp, &proxy.tcti()).0;
+        println!(
+            "| {name} | {at_open} | {open_ms:.0} | {} | {:.0} | {encrypt_before:.0} | {} | {:.0} | \
+             {decrypt_before:.0} | {:.0} |",
+            per_call(&["Create"]),
+            ms(row.encrypt.percentile(0.5)),
+            per_call(&["Load", "Unseal", "FlushContext", "Hash"]),
+            ms(row.decrypt.percentile(0.5)),
+            ms(startup),
+        );
+        let unexpected: Vec<_> = counts
+            .keys()
+            .filter(|c| !["Create", "Load", "Unseal", "FlushContext"].contains(&c.as_str()))
+            .collect();
+        assert!(
+            unexpected.is_empty(),
+            "commands other than Create, Load, Unseal and FlushContext per call: {counts:?}"
+        );
+    }
+    println!(
+        "(each profile: {CALLS} Encrypts then {CALLS} Decrypts in-process with the salted \
+         session; exec → first Status: median of {STARTUP_RUNS} starts of the real binary)"
+    );
+}
+
 /// Spawns the real binary until its first Status answers, then reads VmRSS.
-fn startup_and_rss(tmp: &TempDir, swtpm: &Swtpm) -> (Duration, u64) {
+fn startup_and_rss(tmp: &TempDir, tcti: &str) -> (Duration, u64) {
     let mut startups = Vec::new();
     let mut rss = 0;
     for run in 0..STARTUP_RUNS {
-        let socket = tmp.join(&format!("startup-{run}.sock"));
+        // One socket per TPM and run: the TCTI ends with the TPM's port.
+        let port = tcti.rsplit('=').next().unwrap_or_default();
+        let socket = tmp.join(&format!("startup-{port}-{run}.sock"));
         let started = Instant::now();
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sceau"))
-            .args(["serve", "--tcti", &swtpm.tcti(), "--socket"])
+            .args(["serve", "--tcti", tcti, "--socket"])
             .arg(&socket)
             .env("SCEAU_LOG", "warn")
             .spawn()

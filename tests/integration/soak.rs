@@ -208,3 +208,56 @@ fn assert_rss_did_not_grow(samples: &[Sample]) {
         last.at.as_secs()
     );
 }
+
+/// Issue 14, item 3: the apiserver's health check (Status) while Decrypts
+/// queue for a slow TPM. Ten Decrypts, each on its own connection, queue for
+/// a modelled discrete TPM (about two seconds of TPM time in all); a Status
+/// every 50 ms on another connection must answer healthy at once: it reads
+/// the TPM thread's last verdict, which each finished Decrypt renews, and
+/// never waits in the queue behind them.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_answers_at_once_while_decrypts_queue_for_a_slow_tpm() {
+    const QUEUED: usize = 10;
+    /// Far below one modelled TPM command (tens of ms), far above a cached
+    /// answer on a loaded machine.
+    const STATUS_BOUND: Duration = Duration::from_millis(40);
+    let tmp = TempDir::new("status-under-load");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let proxy = TpmProxy::start(tpm.port(), Profile::discrete_tpm());
+    let sceau = Sceau::start_on_socket(&tmp, &tmp.join("sceau.sock"), &proxy.tcti(), &[]);
+    let mut client = sceau.client().await;
+    let key_id = rpc::status(&mut client).await.key_id;
+    let mut envelopes = Vec::new();
+    for _ in 0..QUEUED {
+        let dek = random_bytes(32);
+        envelopes.push((rpc::seal(&mut client, &key_id, &dek).await, dek));
+    }
+
+    let decrypts: Vec<_> = envelopes
+        .into_iter()
+        .map(|(envelope, dek)| {
+            let (socket, key_id) = (sceau.socket().to_path_buf(), key_id.clone());
+            tokio::spawn(async move {
+                let mut client = rpc::connect(&socket).await;
+                rpc::decrypt(&mut client, &envelope, &key_id).await.map(|p| p == dek)
+            })
+        })
+        .collect();
+    let mut prober = sceau.client().await;
+    let mut slowest = Duration::ZERO;
+    let mut probes = 0;
+    while !decrypts.iter().all(|d| d.is_finished()) {
+        let asked = Instant::now();
+        let status = rpc::status(&mut prober).await;
+        slowest = slowest.max(asked.elapsed());
+        probes += 1;
+        assert_eq!(status.healthz, "ok", "Status while Decrypts queue: {status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for decrypt in decrypts {
+        assert_eq!(decrypt.await.unwrap().ok(), Some(true), "a queued Decrypt failed");
+    }
+    println!("{probes} Status calls while {QUEUED} Decrypts queued; slowest {slowest:?}");
+    assert!(probes >= 5, "the Decrypts were over before Status was asked enough");
+    assert!(slowest < STATUS_BOUND, "a Status took {slowest:?} while Decrypts queued");
+}
