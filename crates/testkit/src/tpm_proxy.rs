@@ -381,8 +381,9 @@ pub enum Fault {
     DropConnections,
 }
 
-/// A small seeded generator (SplitMix64): the jitter must be reproducible
-/// from a seed, and the kit needs nothing more.
+/// A small seeded generator, SplitMix64 (Steele, Lea and Flood, 2014; the
+/// generator behind Java's SplittableRandom): the jitter must be
+/// reproducible from a seed, and the kit needs nothing more.
 #[derive(Debug, Clone)]
 struct SplitMix64(u64);
 
