@@ -27,6 +27,7 @@ mod cli;
 mod cluster;
 mod concurrency;
 mod enroll;
+mod fault_matrix;
 mod foreign_tpm;
 mod hardening;
 mod harness_self_test;

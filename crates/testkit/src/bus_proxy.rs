@@ -33,8 +33,8 @@ impl RecordingProxy {
     }
 }
 
-/// Two listeners on consecutive loopback ports.
-fn listener_pair() -> (TcpListener, TcpListener) {
+/// Two listeners on consecutive loopback ports (the TPM proxy's too).
+pub(crate) fn listener_pair() -> (TcpListener, TcpListener) {
     for _ in 0..50 {
         let first = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = first.local_addr().unwrap().port();

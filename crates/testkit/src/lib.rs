@@ -17,6 +17,9 @@
 //!   applies to sceau's answers;
 //! - [`envelope`]: the tests' own reading of the version-1 envelope;
 //! - [`bus_proxy`]: a TCP proxy that records the TPM bus;
+//! - [`tpm_proxy`]: a TPM latency model and fault injector: a proxy that
+//!   delays each command as a profile says (`profiles/`), counts commands,
+//!   follows held handles and answers with injected return codes;
 //! - [`memscan`]: a scan of a live process's memory for secrets;
 //! - [`notify`]: a stand-in for systemd's notification socket;
 //! - [`no_landlock`]: a command run as on a kernel without Landlock.
@@ -36,6 +39,7 @@ pub mod sceau;
 pub mod swtpm;
 pub mod tempdir;
 pub mod tools;
+pub mod tpm_proxy;
 
 use std::io::Read;
 
@@ -45,6 +49,7 @@ pub use sceau::Sceau;
 pub use swtpm::Swtpm;
 pub use tempdir::TempDir;
 pub use tools::Tpm2Tools;
+pub use tpm_proxy::TpmProxy;
 
 /// `n` bytes from the kernel CSPRNG, so DEKs look like real ones.
 pub fn random_bytes(n: usize) -> Vec<u8> {

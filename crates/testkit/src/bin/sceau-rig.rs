@@ -7,6 +7,7 @@
 //! sceau-rig swtpm --state DIR [--port N]
 //! sceau-rig provision --ca DIR --state DIR
 //! sceau-rig no-landlock PROGRAM [ARGS...]
+//! sceau-rig tpm-proxy --tpm-port P --profile FILE [--scale F] [--seed N]
 //! ```
 //!
 //! `swtpm` starts a throwaway swtpm with its state (and `swtpm.log`) in DIR,
@@ -25,6 +26,16 @@
 //! `intermediates.pem` are what a verifier trusts. It prints one line saying
 //! what it made, or why it could not and exits 1.
 //!
+//! `tpm-proxy` puts the TPM latency model (`tpm_proxy::TpmProxy`) in front
+//! of the swtpm on P, P + 1: it listens on a free loopback pair Q, Q + 1,
+//! prints `port=Q` on one line and stays in the foreground, delaying each
+//! TPM command as the profile FILE says (`profiles/*.profile`), times F
+//! (default 1), with the jitter seeded by N. Point a client at it with
+//! `--tcti swtpm:host=127.0.0.1,port=Q`. On SIGTERM or SIGINT it prints the
+//! command counts, the modelled delay and the handles still held on stderr
+//! and exits 0. A profile that does not parse is reported with its line and
+//! exit status 2.
+//!
 //! `no-landlock` installs the seccomp filter of `no_landlock` and execs
 //! PROGRAM, as on a kernel without Landlock.
 
@@ -34,12 +45,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use sceau_testkit::no_landlock::{RIG_SUBCOMMAND, exec_without_landlock};
+use sceau_testkit::tpm_proxy::{DEFAULT_SEED, Profile, TpmProxy};
 use sceau_testkit::{EkCa, Swtpm};
 use tokio::signal::unix::{SignalKind, signal};
 
 const USAGE: &str = "usage: sceau-rig swtpm --state DIR [--port N]\n       \
                      sceau-rig provision --ca DIR --state DIR\n       \
-                     sceau-rig no-landlock PROGRAM [ARGS...]";
+                     sceau-rig no-landlock PROGRAM [ARGS...]\n       \
+                     sceau-rig tpm-proxy --tpm-port P --profile FILE [--scale F] [--seed N]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
@@ -51,6 +64,10 @@ fn main() -> ExitCode {
         },
         Some("provision") => match parse_provision_args(args) {
             Ok((ca, state)) => provision(&ca, &state),
+            Err(why) => usage_error(&why),
+        },
+        Some("tpm-proxy") => match parse_tpm_proxy_args(args) {
+            Ok(options) => run_tpm_proxy(options),
             Err(why) => usage_error(&why),
         },
         Some(c) if c == RIG_SUBCOMMAND => {
@@ -65,7 +82,7 @@ fn main() -> ExitCode {
             );
             ExitCode::from(127)
         }
-        _ => usage_error("expected a subcommand: swtpm, provision or no-landlock"),
+        _ => usage_error("expected a subcommand: swtpm, provision, no-landlock or tpm-proxy"),
     }
 }
 
@@ -99,6 +116,92 @@ fn parse_swtpm_args(
     }
     let state = state.ok_or("swtpm needs --state DIR")?;
     Ok((state, port))
+}
+
+struct TpmProxyOptions {
+    tpm_port: u16,
+    profile: Profile,
+    scale: f64,
+    seed: u64,
+}
+
+/// `--tpm-port P --profile FILE [--scale F] [--seed N]`, in any order.
+fn parse_tpm_proxy_args(
+    mut args: impl Iterator<Item = OsString>,
+) -> Result<TpmProxyOptions, String> {
+    let (mut tpm_port, mut profile, mut scale, mut seed) = (None, None, 1.0, DEFAULT_SEED);
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{} needs a value", flag.to_string_lossy()))?;
+        let text = value.to_string_lossy();
+        match flag.to_str() {
+            Some("--tpm-port") => {
+                let parsed = text.parse::<u16>().ok().filter(|p| *p > 0 && *p < u16::MAX);
+                tpm_port = Some(parsed.ok_or_else(|| {
+                    format!("--tpm-port {text}: expected swtpm's command port (1-65534)")
+                })?);
+            }
+            Some("--profile") => {
+                let path = PathBuf::from(&value);
+                profile = Some(Profile::load(&path).map_err(|e| e.to_string())?);
+            }
+            Some("--scale") => {
+                scale = text
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| format!("--scale {text}: expected a number, 0 or more"))?;
+            }
+            Some("--seed") => {
+                seed = text
+                    .parse::<u64>()
+                    .map_err(|_| format!("--seed {text}: expected a whole number"))?;
+            }
+            _ => return Err(format!("unknown flag {}", flag.to_string_lossy())),
+        }
+    }
+    Ok(TpmProxyOptions {
+        tpm_port: tpm_port.ok_or("tpm-proxy needs --tpm-port P (swtpm's command port)")?,
+        profile: profile.ok_or("tpm-proxy needs --profile FILE")?,
+        scale,
+        seed,
+    })
+}
+
+/// Runs the proxy until SIGTERM or SIGINT, then reports what it saw.
+fn run_tpm_proxy(options: TpmProxyOptions) -> ExitCode {
+    let start = || {
+        let proxy = TpmProxy::start_seeded(options.tpm_port, options.profile, options.seed);
+        proxy.set_scale(options.scale);
+        proxy
+    };
+    hold_until_signalled(start, TpmProxy::port, |proxy| {
+        eprint!("{}", proxy_report(&proxy));
+    })
+}
+
+/// `N TPM commands, modelled delay D`, one `Name count` line each, and the
+/// handles still held.
+fn proxy_report(proxy: &TpmProxy) -> String {
+    let mut report = format!(
+        "sceau-rig: tpm-proxy: {} TPM commands, modelled delay {:.3} s\n",
+        proxy.total_commands(),
+        proxy.modelled_delay().as_secs_f64()
+    );
+    for (name, count) in proxy.counts() {
+        report.push_str(&format!("  {name} {count}\n"));
+    }
+    let held: Vec<String> = proxy
+        .held_handles()
+        .iter()
+        .map(|h| format!("{h:#010x}"))
+        .collect();
+    report.push_str(&format!("  handles held: {}\n", held.len()));
+    if !held.is_empty() {
+        report.push_str(&format!("  ({})\n", held.join(" ")));
+    }
+    report
 }
 
 /// `--ca DIR --state DIR`, in either order.
@@ -147,20 +250,30 @@ fn run_swtpm(state: PathBuf, port: Option<u16>) -> ExitCode {
         eprintln!("sceau-rig: cannot create {}: {e}", state.display());
         return ExitCode::FAILURE;
     }
+    hold_until_signalled(|| Swtpm::start_preferring(&state, port), Swtpm::port, drop)
+}
+
+/// Starts what `start` makes, prints `port=P` for it and holds it until
+/// SIGTERM or SIGINT, then hands it to `finish`.
+fn hold_until_signalled<T>(
+    start: impl FnOnce() -> T,
+    port: impl FnOnce(&T) -> u16,
+    finish: impl FnOnce(T),
+) -> ExitCode {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
     runtime.block_on(async {
-        // Listening before swtpm exists: a signal that arrives while it
-        // starts is kept, and stops it as soon as it answers.
+        // Listening before the start: a signal that arrives meanwhile is
+        // kept, and stops the rig as soon as it is up.
         let mut terminate = signal(SignalKind::terminate()).expect("a SIGTERM listener");
         let mut interrupt = signal(SignalKind::interrupt()).expect("a SIGINT listener");
-        let tpm = Swtpm::start_preferring(&state, port);
+        let held = start();
         let mut stdout = std::io::stdout().lock();
         // The one line the scripts wait for; nothing is written after it, so
         // a reader that has gone away cannot fail the rig.
-        if writeln!(stdout, "port={}", tpm.port())
+        if writeln!(stdout, "port={}", port(&held))
             .and_then(|()| stdout.flush())
             .is_err()
         {
@@ -170,7 +283,7 @@ fn run_swtpm(state: PathBuf, port: Option<u16>) -> ExitCode {
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
         }
-        drop(tpm);
+        finish(held);
         ExitCode::SUCCESS
     })
 }
