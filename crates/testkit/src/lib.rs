@@ -21,6 +21,7 @@
 //!   delays each command as a profile says (`profiles/`), counts commands,
 //!   follows held handles and answers with injected return codes;
 //! - [`memscan`]: a scan of a live process's memory for secrets;
+//! - [`footprint`]: a live process's RSS (smaps_rollup), open fds and threads;
 //! - [`notify`]: a stand-in for systemd's notification socket;
 //! - [`no_landlock`]: a command run as on a kernel without Landlock.
 //!
@@ -30,6 +31,7 @@
 pub mod bus_proxy;
 pub mod ek_ca;
 pub mod envelope;
+pub mod footprint;
 pub mod memscan;
 pub mod no_landlock;
 pub mod notify;
