@@ -178,7 +178,7 @@ impl Tpm {
     /// Encrypt and a Decrypt, each tens of milliseconds on a discrete TPM.
     ///
     /// Shown by `memory_scan::controls` (the DEK is found without it) and
-    /// `fault_matrix::commands_per_call` (no command reaches the TPM).
+    /// `fault_matrix::commands_per_encrypt_and_decrypt` (no command reaches the TPM).
     fn scrub_tss_without_sending(&mut self) {
         let outcome = scrub_by_unsent_create(&mut self.ctx, self.srk.handle);
         if outcome != ScrubOutcome::StoppedBeforeSending {

@@ -57,7 +57,10 @@ impl Rig {
     async fn wait_for_a_command_after(&self, seen: u64) {
         let started = Instant::now();
         while self.proxy.total_commands() == seen {
-            assert!(started.elapsed() < DEADLINE, "the call never reached the TPM");
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the call never reached the TPM"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -77,7 +80,7 @@ async fn all_open(sceau: &Sceau, key_id: &str, sealed: &[(Vec<u8>, Vec<u8>)]) {
 /// return to what they were, and the daemon's fds too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_that_disconnects_mid_call_leaks_nothing() {
-    let rig = Rig::start("disconnect-mid-call");
+    let mut rig = Rig::start("disconnect-mid-call");
     let (key_id, sealed) = rig.seal_some(3).await;
     let handles_before = rig.proxy.held_handles().len();
     let fds_before = footprint(rig.sceau.pid()).unwrap().open_fds;
@@ -102,10 +105,7 @@ async fn a_client_that_disconnects_mid_call_leaks_nothing() {
     let started = Instant::now();
     all_open(&rig.sceau, &key_id, &sealed).await;
     let next_call = started.elapsed();
-    assert!(
-        next_call < DEADLINE,
-        "the next calls took {next_call:?}"
-    );
+    assert!(next_call < DEADLINE, "the next calls took {next_call:?}");
     assert_eq!(
         rig.proxy.held_handles().len(),
         handles_before,
@@ -113,7 +113,10 @@ async fn a_client_that_disconnects_mid_call_leaks_nothing() {
         rig.proxy.held_handles()
     );
     let fds_after = settled_fds(&rig.sceau, fds_before).await;
-    assert!(fds_after <= fds_before, "fds {fds_before} before, {fds_after} after");
+    assert!(
+        fds_after <= fds_before,
+        "fds {fds_before} before, {fds_after} after"
+    );
     assert!(rig.sceau.try_exit().is_none(), "sceau exited");
     println!(
         "client gone mid-Decrypt: sceau kept serving ({next_call:?} for the next {} opens), \
@@ -141,11 +144,10 @@ async fn sigterm_under_load_exits_cleanly_and_loses_no_envelope() {
             let socket = sceau.socket().to_path_buf();
             tokio::spawn(async move {
                 let mut sealed = Vec::new();
-                let mut failures = 0;
-                let Ok(mut client) =
-                    tokio::time::timeout(DEADLINE, rpc::connect(&socket)).await
+                let mut failures = Vec::new();
+                let Ok(mut client) = tokio::time::timeout(DEADLINE, rpc::connect(&socket)).await
                 else {
-                    return (sealed, 1);
+                    return (sealed, vec!["connect timed out".to_string()]);
                 };
                 // Until the daemon stops answering: the test kit's calls are
                 // bounded, so a hang would fail the test, not stall it.
@@ -153,8 +155,8 @@ async fn sigterm_under_load_exits_cleanly_and_loses_no_envelope() {
                     let dek = random_bytes(32);
                     match rpc::encrypt(&mut client, &dek).await {
                         Ok(response) => sealed.push((response.ciphertext, dek)),
-                        Err(_) => {
-                            failures += 1;
+                        Err(status) => {
+                            failures.push(format!("{:?} {}", status.code(), status.message()));
                             break;
                         }
                     }
@@ -169,20 +171,27 @@ async fn sigterm_under_load_exits_cleanly_and_loses_no_envelope() {
     let took = stopped.elapsed();
     assert!(status.success(), "sceau's exit status: {status:?}");
     let mut sealed = Vec::new();
+    let mut endings = std::collections::BTreeMap::<String, usize>::new();
     for client in clients {
-        let (answered, _failures) = tokio::time::timeout(DEADLINE + MARGIN, client)
+        let (answered, failures) = tokio::time::timeout(DEADLINE + MARGIN, client)
             .await
             .expect("a client's call hung past the stop")
             .expect("a client panicked");
         sealed.extend(answered);
+        for failure in failures {
+            *endings.entry(failure).or_default() += 1;
+        }
     }
-    assert!(!sealed.is_empty(), "no Encrypt was answered before the stop");
+    assert!(
+        !sealed.is_empty(),
+        "no Encrypt was answered before the stop"
+    );
 
     let next = Sceau::start_on_socket(&tmp, &tmp.join("sceau-2.sock"), &proxy.tcti(), &[]);
     all_open(&next, &key_id, &sealed).await;
     println!(
-        "SIGTERM under {CLIENTS} clients: exit 0 in {took:?}; all {} envelopes answered \
-         before the stop open in the next sceau",
+        "SIGTERM under {CLIENTS} clients: exit 0 in {took:?}; the clients' last calls ended \
+         {endings:?}; all {} envelopes answered before the stop open in the next sceau",
         sealed.len()
     );
 }
@@ -197,7 +206,7 @@ async fn sigterm_under_load_exits_cleanly_and_loses_no_envelope() {
 async fn a_reconnect_storm_is_absorbed() {
     const CONNECTIONS: usize = 500;
     const AT_ONCE: usize = 50;
-    let rig = Rig::start("reconnect-storm");
+    let mut rig = Rig::start("reconnect-storm");
     let (key_id, sealed) = rig.seal_some(2).await;
     let fds_before = footprint(rig.sceau.pid()).unwrap().open_fds;
 
@@ -223,10 +232,16 @@ async fn a_reconnect_storm_is_absorbed() {
         }
     }
     let took = started.elapsed();
-    assert!(rig.sceau.try_exit().is_none(), "sceau exited during the storm");
+    assert!(
+        rig.sceau.try_exit().is_none(),
+        "sceau exited during the storm"
+    );
     assert!(answered > 0, "no Status was answered during the storm");
     let fds_after = settled_fds(&rig.sceau, fds_before).await;
-    assert!(fds_after <= fds_before, "fds {fds_before} before the storm, {fds_after} after");
+    assert!(
+        fds_after <= fds_before,
+        "fds {fds_before} before the storm, {fds_after} after"
+    );
     all_open(&rig.sceau, &key_id, &sealed).await;
     rpc::round_trip(&mut rig.sceau.client().await, &key_id, &random_bytes(32)).await;
     println!(

@@ -41,7 +41,10 @@ const RSS_SLACK_KIB: u64 = 512;
 fn duration() -> Duration {
     let seconds = std::env::var("SCEAU_SOAK_SECONDS")
         .ok()
-        .map(|s| s.parse::<u64>().expect("SCEAU_SOAK_SECONDS is whole seconds"))
+        .map(|s| {
+            s.parse::<u64>()
+                .expect("SCEAU_SOAK_SECONDS is whole seconds")
+        })
         .unwrap_or(60);
     Duration::from_secs(seconds)
 }
@@ -140,12 +143,21 @@ async fn sixty_four_clients_on_a_discrete_tpm_profile_make_no_error_and_grow_not
         client.await.expect("a client task panicked");
     }
     let idle_after = idle_sample(&sceau, &proxy, idle_before.0).await;
-    println!("idle before: {}, {} TPM handles", idle_before.0, idle_before.1);
-    println!("idle after:  {}, {} TPM handles", idle_after.0, idle_after.1);
+    println!(
+        "idle before: {}, {} TPM handles",
+        idle_before.0, idle_before.1
+    );
+    println!(
+        "idle after:  {}, {} TPM handles",
+        idle_after.0, idle_after.1
+    );
 
     let errors = tally.errors.load(Ordering::Relaxed);
     let calls = tally.calls.load(Ordering::Relaxed);
-    println!("soak: {calls} calls, {errors} failed round trips; proxy counts {:?}", proxy.counts());
+    println!(
+        "soak: {calls} calls, {errors} failed round trips; proxy counts {:?}",
+        proxy.counts()
+    );
     assert_eq!(errors, 0, "round trips failed during the soak");
     assert!(calls > 0, "no call was made");
     let (before, after) = (idle_before.0, idle_after.0);
@@ -153,7 +165,10 @@ async fn sixty_four_clients_on_a_discrete_tpm_profile_make_no_error_and_grow_not
         after.open_fds <= before.open_fds && after.threads <= before.threads,
         "once idle again: {after}; before the soak: {before}"
     );
-    assert_eq!(idle_after.1, idle_before.1, "TPM handles held, after against before");
+    assert_eq!(
+        idle_after.1, idle_before.1,
+        "TPM handles held, after against before"
+    );
     assert_rss_did_not_grow(&samples);
 }
 
@@ -239,7 +254,9 @@ async fn status_answers_at_once_while_decrypts_queue_for_a_slow_tpm() {
             let (socket, key_id) = (sceau.socket().to_path_buf(), key_id.clone());
             tokio::spawn(async move {
                 let mut client = rpc::connect(&socket).await;
-                rpc::decrypt(&mut client, &envelope, &key_id).await.map(|p| p == dek)
+                rpc::decrypt(&mut client, &envelope, &key_id)
+                    .await
+                    .map(|p| p == dek)
             })
         })
         .collect();
@@ -251,13 +268,26 @@ async fn status_answers_at_once_while_decrypts_queue_for_a_slow_tpm() {
         let status = rpc::status(&mut prober).await;
         slowest = slowest.max(asked.elapsed());
         probes += 1;
-        assert_eq!(status.healthz, "ok", "Status while Decrypts queue: {status:?}");
+        assert_eq!(
+            status.healthz, "ok",
+            "Status while Decrypts queue: {status:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for decrypt in decrypts {
-        assert_eq!(decrypt.await.unwrap().ok(), Some(true), "a queued Decrypt failed");
+        assert_eq!(
+            decrypt.await.unwrap().ok(),
+            Some(true),
+            "a queued Decrypt failed"
+        );
     }
     println!("{probes} Status calls while {QUEUED} Decrypts queued; slowest {slowest:?}");
-    assert!(probes >= 5, "the Decrypts were over before Status was asked enough");
-    assert!(slowest < STATUS_BOUND, "a Status took {slowest:?} while Decrypts queued");
+    assert!(
+        probes >= 5,
+        "the Decrypts were over before Status was asked enough"
+    );
+    assert!(
+        slowest < STATUS_BOUND,
+        "a Status took {slowest:?} while Decrypts queued"
+    );
 }
