@@ -110,9 +110,6 @@ start_swtpm() {
 # (${SCEAU_TOOLS_CACHE:-~/.cache/sceau-tools}/CRATE-VERSION-RUSTC), so a clean
 # clone gets exactly the pinned version, built once per machine: building
 # cargo-deny, cargo-vet and cargo-fuzz took about 9 minutes of every CI run.
-# They are built with --debug: on a cold machine that halves their build, and
-# on this project's 150-crate graph each runs in well under a second either
-# way.
 require_cargo_tool() {
     local crate=$1 version=$2 binary=$3
     local rustc root
@@ -123,8 +120,8 @@ require_cargo_tool() {
         grep -q "^\"$crate $version " "$root/.crates.toml" 2>/dev/null; then
         return 0
     fi
-    echo "installing $crate $version into $root (cargo install --locked --debug)"
-    cargo install --locked --debug --quiet --root "$root" "$crate" --version "=$version"
+    echo "installing $crate $version into $root (cargo install --locked)"
+    cargo install --locked --quiet --root "$root" "$crate" --version "=$version"
 }
 
 # Stops a background process the rigs started (lib-apiserver.sh, lib-spire.sh):
