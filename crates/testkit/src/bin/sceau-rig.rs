@@ -33,7 +33,9 @@
 //! (default 1), with the jitter seeded by N. Point a client at it with
 //! `--tcti swtpm:host=127.0.0.1,port=Q`. On SIGTERM or SIGINT it prints the
 //! command counts, the modelled delay and the handles still held on stderr
-//! and exits 0. A profile that does not parse is reported with its line and
+//! and exits 0. SIGUSR1 prints the same report and starts the counts again;
+//! SIGUSR2 turns the delays off, and on again (a script compares phases of
+//! one run). A profile that does not parse is reported with its line and
 //! exit status 2.
 //!
 //! `no-landlock` installs the seccomp filter of `no_landlock` and execs
@@ -176,7 +178,22 @@ fn run_tpm_proxy(options: TpmProxyOptions) -> ExitCode {
         proxy.set_scale(options.scale);
         proxy
     };
-    hold_until_signalled(start, TpmProxy::port, |proxy| {
+    // A script measures phases of one run: SIGUSR1 reports and starts a new
+    // count; SIGUSR2 turns the delays off and on again.
+    let mut delays_on = true;
+    let on_user_signal = |proxy: &TpmProxy, signal: UserSignal| match signal {
+        UserSignal::One => {
+            eprint!("{}", proxy_report(proxy));
+            proxy.reset_counts();
+        }
+        UserSignal::Two => {
+            delays_on = !delays_on;
+            let scale = if delays_on { options.scale } else { 0.0 };
+            proxy.set_scale(scale);
+            eprintln!("sceau-rig: tpm-proxy: scale {scale}");
+        }
+    };
+    hold_until_signalled(start, TpmProxy::port, on_user_signal, |proxy| {
         eprint!("{}", proxy_report(&proxy));
     })
 }
@@ -250,14 +267,21 @@ fn run_swtpm(state: PathBuf, port: Option<u16>) -> ExitCode {
         eprintln!("sceau-rig: cannot create {}: {e}", state.display());
         return ExitCode::FAILURE;
     }
-    hold_until_signalled(|| Swtpm::start_preferring(&state, port), Swtpm::port, drop)
+    hold_until_signalled(
+        || Swtpm::start_preferring(&state, port),
+        Swtpm::port,
+        |_, _| {},
+        drop,
+    )
 }
 
 /// Starts what `start` makes, prints `port=P` for it and holds it until
-/// SIGTERM or SIGINT, then hands it to `finish`.
+/// SIGTERM or SIGINT, then hands it to `finish`. SIGUSR1 and SIGUSR2 in
+/// between go to `on_user_signal`.
 fn hold_until_signalled<T>(
     start: impl FnOnce() -> T,
     port: impl FnOnce(&T) -> u16,
+    mut on_user_signal: impl FnMut(&T, UserSignal),
     finish: impl FnOnce(T),
 ) -> ExitCode {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -269,6 +293,8 @@ fn hold_until_signalled<T>(
         // kept, and stops the rig as soon as it is up.
         let mut terminate = signal(SignalKind::terminate()).expect("a SIGTERM listener");
         let mut interrupt = signal(SignalKind::interrupt()).expect("a SIGINT listener");
+        let mut user1 = signal(SignalKind::user_defined1()).expect("a SIGUSR1 listener");
+        let mut user2 = signal(SignalKind::user_defined2()).expect("a SIGUSR2 listener");
         let held = start();
         let mut stdout = std::io::stdout().lock();
         // The one line the scripts wait for; nothing is written after it, so
@@ -279,11 +305,21 @@ fn hold_until_signalled<T>(
         {
             return ExitCode::FAILURE;
         }
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
+        loop {
+            tokio::select! {
+                _ = terminate.recv() => break,
+                _ = interrupt.recv() => break,
+                _ = user1.recv() => on_user_signal(&held, UserSignal::One),
+                _ = user2.recv() => on_user_signal(&held, UserSignal::Two),
+            }
         }
         finish(held);
         ExitCode::SUCCESS
     })
+}
+
+/// SIGUSR1 or SIGUSR2.
+enum UserSignal {
+    One,
+    Two,
 }
