@@ -18,6 +18,7 @@
 //! - [`envelope`]: the tests' own reading of the version-1 envelope;
 //! - [`bus_proxy`]: a TCP proxy that records the TPM bus;
 //! - [`memscan`]: a scan of a live process's memory for secrets;
+//! - [`footprint`]: a live process's RSS (smaps_rollup), open fds and threads;
 //! - [`notify`]: a stand-in for systemd's notification socket;
 //! - [`no_landlock`]: a command run as on a kernel without Landlock.
 //!
@@ -27,6 +28,7 @@
 pub mod bus_proxy;
 pub mod ek_ca;
 pub mod envelope;
+pub mod footprint;
 pub mod memscan;
 pub mod no_landlock;
 pub mod notify;
