@@ -308,7 +308,10 @@ Rss:                  64 kB
                 .is_ok_and(|m| m.iter().any(|(name, _)| name.starts_with("libc.so")));
             comm.trim() == "sleep" && libc_mapped
         };
-        assert!(crate::process::poll_until(std::time::Duration::from_secs(5), settled));
+        assert!(crate::process::poll_until(
+            std::time::Duration::from_secs(5),
+            settled
+        ));
         (child, pid)
     }
 }
