@@ -29,6 +29,7 @@ use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau_format::members::{Membership, member_file};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::storage_key::StorageKey;
+use sceau_testkit::footprint::{self, Footprint};
 use sceau_testkit::process::send_signal;
 use sceau_testkit::{Swtpm, TempDir, random_bytes};
 
@@ -144,14 +145,14 @@ fn main() {
     }
     println!("(ratios of ops/s, median over {ROUNDS} alternating rounds)");
     println!();
-    let (startup, rss_kib) = startup_and_rss(&tmp, &swtpm);
+    let (startup, idle) = startup_and_rss(&tmp, &swtpm);
     println!(
         "exec → first served Status (real binary, median of {STARTUP_RUNS}): {:.1} ms",
         ms(startup)
     );
     println!(
-        "idle RSS of the serving binary: {:.1} MiB",
-        rss_kib as f64 / 1024.0
+        "idle RSS of the serving binary: {:.1} MiB ({idle})",
+        idle.memory.rss_kib as f64 / 1024.0
     );
 }
 
@@ -441,10 +442,11 @@ async fn one_decrypt(state: &mut ClientState, index: usize) {
         .expect("decrypt");
 }
 
-/// Spawns the real binary until its first Status answers, then reads VmRSS.
-fn startup_and_rss(tmp: &TempDir, swtpm: &Swtpm) -> (Duration, u64) {
+/// Spawns the real binary until its first Status answers, then reads its
+/// footprint (RSS from smaps_rollup, fds, threads) a second later.
+fn startup_and_rss(tmp: &TempDir, swtpm: &Swtpm) -> (Duration, Footprint) {
     let mut startups = Vec::new();
-    let mut rss = 0;
+    let mut idle = None;
     for run in 0..STARTUP_RUNS {
         let socket = tmp.join(&format!("startup-{run}.sock"));
         let started = Instant::now();
@@ -463,12 +465,15 @@ fn startup_and_rss(tmp: &TempDir, swtpm: &Swtpm) -> (Duration, u64) {
         // Closes the client's connection, so the daemon's drain is immediate.
         drop(runtime);
         std::thread::sleep(Duration::from_secs(1));
-        rss = vm_rss_kib(child.id());
+        idle = Some(footprint::footprint(child.id()).expect("the daemon's footprint"));
         send_signal(&child, libc::SIGTERM);
         child.wait().unwrap();
     }
     startups.sort();
-    (startups[startups.len() / 2], rss)
+    (
+        startups[startups.len() / 2],
+        idle.expect("at least one run"),
+    )
 }
 
 async fn first_status(socket: &Path) {
@@ -480,15 +485,6 @@ async fn first_status(socket: &Path) {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-}
-
-fn vm_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }
 
 fn ms(d: Duration) -> f64 {
