@@ -95,7 +95,6 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         listeners,
         socket_file.as_ref(),
         deferred_signals,
-        clock,
     );
     if let Some(file) = socket_file {
         file.remove();
@@ -195,8 +194,8 @@ fn confine_and_serve(
     listeners: activation::Listeners,
     socket_file: Option<&socket::SocketFile>,
     deferred_signals: DeferredStopSignals,
-    mut clock: StartupClock,
 ) -> anyhow::Result<StopReason> {
+    let mut clock = StartupClock::resume();
     // 5 to 7. Landlock, capabilities, no_new_privs, still on one thread; the
     //    TCTI library stays loaded so that a lost TPM can be reopened.
     let tpm_access = TpmAccess::for_tcti(&options.tcti);
@@ -337,10 +336,10 @@ fn wiping_tunables_set(glibc_tunables: &str) -> bool {
     let last_value = |name: &str| {
         glibc_tunables
             .split(':')
+            .rev()
             .filter_map(|entry| entry.split_once('='))
-            .filter(|(entry_name, _)| *entry_name == name)
+            .find(|(entry_name, _)| *entry_name == name)
             .map(|(_, value)| value)
-            .last()
     };
     MALLOC_WIPING_TUNABLES
         .iter()
@@ -405,19 +404,26 @@ async fn feed_watchdog(worker: Arc<TpmWorker>, interval: Duration) {
 /// the re-exec took. Reading the clock costs nanoseconds; with DEBUG off the
 /// lines cost a level check.
 struct StartupClock {
-    began: Instant,
     last: Instant,
 }
+
+/// When `serve` began, for [`StartupClock`]'s running total.
+static SERVE_BEGAN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 impl StartupClock {
     fn start() -> Self {
         if let Some(reexec) = reexec_duration() {
             log::debug!("start-up: re-exec took {} µs", reexec.as_micros());
         }
-        let now = Instant::now();
         Self {
-            began: now,
-            last: now,
+            last: *SERVE_BEGAN.get_or_init(Instant::now),
+        }
+    }
+
+    /// Goes on timing in another function, from now.
+    fn resume() -> Self {
+        Self {
+            last: Instant::now(),
         }
     }
 
@@ -426,7 +432,7 @@ impl StartupClock {
         log::debug!(
             "start-up: {what} in {} µs ({} µs since serve began)",
             (now - self.last).as_micros(),
-            (now - self.began).as_micros()
+            (now - *SERVE_BEGAN.get_or_init(Instant::now)).as_micros()
         );
         self.last = now;
     }
