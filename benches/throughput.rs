@@ -31,6 +31,7 @@ use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau_format::members::{Membership, member_file};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::storage_key::StorageKey;
+use sceau_testkit::footprint::{self, Footprint};
 use sceau_testkit::process::send_signal;
 use sceau_testkit::tpm_proxy::{Profile, TpmProxy, command_code};
 use sceau_testkit::{Swtpm, TempDir, random_bytes};
@@ -149,14 +150,14 @@ fn main() {
     println!();
     modelled_hardware(&tmp);
     println!();
-    let (startup, rss_kib) = startup_and_rss(&tmp, &swtpm.tcti());
+    let (startup, idle) = startup_and_rss(&tmp, &swtpm.tcti());
     println!(
         "exec → first served Status (real binary, median of {STARTUP_RUNS}): {:.1} ms",
         ms(startup)
     );
     println!(
-        "idle RSS of the serving binary: {:.1} MiB",
-        rss_kib as f64 / 1024.0
+        "idle RSS of the serving binary: {:.1} MiB ({idle})",
+        idle.memory.rss_kib as f64 / 1024.0
     );
 }
 
@@ -518,10 +519,11 @@ fn modelled_hardware(tmp: &TempDir) {
     );
 }
 
-/// Spawns the real binary until its first Status answers, then reads VmRSS.
-fn startup_and_rss(tmp: &TempDir, tcti: &str) -> (Duration, u64) {
+/// Spawns the real binary on `tcti` until its first Status answers, then
+/// reads its footprint (RSS from smaps_rollup, fds, threads) a second later.
+fn startup_and_rss(tmp: &TempDir, tcti: &str) -> (Duration, Footprint) {
     let mut startups = Vec::new();
-    let mut rss = 0;
+    let mut idle = None;
     for run in 0..STARTUP_RUNS {
         // One socket per TPM and run: the TCTI ends with the TPM's port.
         let port = tcti.rsplit('=').next().unwrap_or_default();
@@ -542,12 +544,15 @@ fn startup_and_rss(tmp: &TempDir, tcti: &str) -> (Duration, u64) {
         // Closes the client's connection, so the daemon's drain is immediate.
         drop(runtime);
         std::thread::sleep(Duration::from_secs(1));
-        rss = vm_rss_kib(child.id());
+        idle = Some(footprint::footprint(child.id()).expect("the daemon's footprint"));
         send_signal(&child, libc::SIGTERM);
         child.wait().unwrap();
     }
     startups.sort();
-    (startups[startups.len() / 2], rss)
+    (
+        startups[startups.len() / 2],
+        idle.expect("at least one run"),
+    )
 }
 
 async fn first_status(socket: &Path) {
@@ -559,15 +564,6 @@ async fn first_status(socket: &Path) {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-}
-
-fn vm_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }
 
 fn ms(d: Duration) -> f64 {

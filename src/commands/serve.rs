@@ -4,6 +4,12 @@
 //! (Landlock and capabilities are per thread), then starts the TPM thread and
 //! builds the tokio runtime by hand (no `#[tokio::main]`), installs seccomp on
 //! every thread, and only then reports READY=1.
+//!
+//! The runtime is tokio's current-thread one, on the main thread: gRPC work
+//! is a fraction of a millisecond per call next to the TPM thread's, which
+//! does all TPM work, and cluster mode's wrapping has its own thread too. So
+//! the serving process has two threads (three in cluster mode), not four:
+//! fewer stacks and malloc arenas to keep resident (docs/performance.md).
 #![forbid(unsafe_code)]
 
 use std::path::Path;
@@ -24,20 +30,25 @@ use sceau_format::members::Membership;
 
 use super::{open_tpm_explained, silence_tss_log};
 
-/// Tokio threads for gRPC. TPM work runs on its own thread, so two suffice.
-const RUNTIME_THREADS: usize = 2;
 /// How long to wait for the TPM thread to flush its handles at exit.
 const WORKER_EXIT_WAIT: Duration = Duration::from_secs(3);
+/// How often the C heap's free pages go back to the kernel. A burst of
+/// calls (an apiserver restart's Decrypts) leaves holes in the heap, which
+/// glibc's perturb has written and so keeps resident; trimming costs
+/// microseconds when there is nothing to return.
+const HEAP_TRIM_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Steps 0 to 3 here, 5 to 11 in [`confine_and_serve`]; READY=1 is sent only
 /// once every step has succeeded.
 pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     // 0. Re-execute once with glibc's free() wiping turned on.
     reexec_with_malloc_wiping()?;
+    let mut clock = StartupClock::start();
     log::info!("{}", sceau::build_info::BUILD.summary());
     // 1. Not dumpable, no core file; tpm2-tss quiet on stderr.
     sandbox::forbid_core_dumps().context("making the process non-dumpable")?;
     silence_tss_log()?;
+    clock.step("non-dumpable");
     // 2. The socket systemd passed, if any, and the one sd_notify socket:
     //    after the sandbox no unix socket can be created or connected.
     let passed = sys::take_passed_fds().context("reading LISTEN_FDS")?;
@@ -52,6 +63,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         require_socket_directory(&socket_options.path)?;
         socket::preflight(&socket_options)?;
     }
+    clock.step("passed sockets, notify socket, socket checks");
     // 3. The TPM: flush leftovers, recreate the SRK, start the salted
     //    session, extending systemd's start timeout meanwhile.
     let config = TpmConfig {
@@ -61,6 +73,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     };
     notify::status("opening the TPM");
     let tpm = notify::extending_start_timeout(|| open_tpm(&config))?;
+    clock.step("TPM open: SRK and salted session");
     //    Cluster mode: the member files, read while the filesystem is open.
     let membership = load_membership(&options, &tpm)?;
     //    Stop signals wait from here until their handlers exist.
@@ -72,6 +85,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
             (listeners, Some(f))
         })?,
     };
+    clock.step("members, socket bound");
     // 5 to 11.
     let result = confine_and_serve(
         &options,
@@ -181,6 +195,7 @@ fn confine_and_serve(
     socket_file: Option<&socket::SocketFile>,
     deferred_signals: DeferredStopSignals,
 ) -> anyhow::Result<StopReason> {
+    let mut clock = StartupClock::resume();
     // 5 to 7. Landlock, capabilities, no_new_privs, still on one thread; the
     //    TCTI library stays loaded so that a lost TPM can be reopened.
     let tpm_access = TpmAccess::for_tcti(&options.tcti);
@@ -190,23 +205,24 @@ fn confine_and_serve(
     };
     pin_tcti_library(&options.tcti);
     let files = sandbox::confine(&policy, options.landlock)?;
+    clock.step("Landlock, capabilities, no_new_privs");
 
-    // 8. The TPM thread, then the runtime, inheriting 5 to 7.
+    // 8. The TPM thread, then the runtime (on this thread), inheriting 5 to 7.
     let key_id = match &membership {
         Some(membership) => membership.key_id().clone(),
         None => tpm.srk().key_id(),
     };
     let (worker, death, worker_thread) = TpmWorker::spawn(tpm, config, options.request_deadline)
         .context("starting the TPM thread")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(RUNTIME_THREADS)
-        .thread_name("sceau-grpc")
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("building the async runtime")?;
+    clock.step("TPM thread, runtime");
     // 9. seccomp on every thread.
     let allow_inet = matches!(tpm_access, Some(TpmAccess::Tcp { .. }));
     sandbox::seccomp::install(allow_inet, files, options.seccomp)?;
+    clock.step("seccomp");
 
     // 10. Serve; 11. READY=1 and the watchdog, once serving.
     let worker = Arc::new(worker);
@@ -220,6 +236,7 @@ fn confine_and_serve(
         if let Some(interval) = notify::watchdog_interval() {
             tokio::spawn(feed_watchdog(worker, interval));
         }
+        tokio::spawn(release_free_heap_periodically());
         sceau::metrics::METRICS.set_key_id(key_id.as_str());
         if let Some(metrics) = listeners.metrics {
             log::info!("serving metrics on the socket systemd passed as \"metrics\"");
@@ -229,7 +246,11 @@ fn confine_and_serve(
             Some(file) => log::info!("serving key_id={key_id} on {}", file.path().display()),
             None => log::info!("serving key_id={key_id} on the socket systemd passed"),
         }
+        // Start-up's freed C heap (OpenSSL's initialisation above all)
+        // leaves the resident set before serving begins.
+        sys::release_free_heap();
         notify::ready(&key_id);
+        clock.step("heap trimmed, READY=1");
         anyhow::Ok(server::serve(listener, service, callers, options.request_deadline, stop).await?)
     })?;
     drop(runtime);
@@ -241,31 +262,61 @@ fn confine_and_serve(
 /// (`perturb`; it skips blocks kept in the per-thread cache, hence
 /// `tcache_count=0`). They cover what tpm2-tss and OpenSSL allocate, which
 /// the Rust allocator never sees. glibc reads tunables only at exec.
-const MALLOC_WIPING_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165";
-/// Set on the re-executed process, so that it never re-executes again.
+const MALLOC_WIPING_TUNABLES: [(&str, &str); 2] = [
+    ("glibc.malloc.tcache_count", "0"),
+    ("glibc.malloc.perturb", "165"),
+];
+/// Set in the same exec, for the resident set only: one malloc arena for
+/// the process instead of one per thread that allocates (the TPM thread's
+/// C heap and the runtime's Rust heap share it; their allocations are
+/// serial next to the TPM's work anyway). Not a protection: an environment
+/// that already sets the wiping tunables without it is not re-executed.
+const MALLOC_FOOTPRINT_TUNABLES: [(&str, &str); 1] = [("glibc.malloc.arena_max", "1")];
+/// Set on the re-executed process, so that it never re-executes again. Its
+/// value, the wall-clock time of the re-exec in µs since the epoch, only
+/// feeds a DEBUG line ([`reexec_duration`]); its presence is what counts.
 const REEXEC_MARKER: &str = "SCEAU_REEXECUTED";
+/// `AT_SECURE` in the auxiliary vector: the kernel started this process in
+/// secure-execution mode (setuid, setgid, file capabilities).
+const AT_SECURE: u64 = 23;
 
-/// Re-executes sceau once with [`MALLOC_WIPING_TUNABLES`] added to
-/// GLIBC_TUNABLES, before anything else happens (same pid, same fds, so
-/// socket activation is unaffected). A no-op when they are already set.
+/// Re-executes sceau once with [`MALLOC_WIPING_TUNABLES`] (and
+/// [`MALLOC_FOOTPRINT_TUNABLES`]) added to GLIBC_TUNABLES, before anything
+/// else happens (same pid, same fds, so socket activation is unaffected).
+///
+/// Not needed, and skipped, when the environment sceau was started with
+/// already sets the wiping tunables (the unit can, saving a second exec and
+/// its dynamic loading at every start): glibc applied them at this exec,
+/// unless the process runs in secure-execution mode, which is checked.
 fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     if !sceau::hooks::enabled(sceau::hooks::Protection::MallocTunables) {
         return Ok(());
     }
+    let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    let applied = wiping_tunables_set(&current) && secure_execution() == Some(false);
     // The marker, not the tunables, says "already done": glibc erases
     // GLIBC_TUNABLES for a secure-execution (setuid, file capabilities)
     // binary, and checking for them would then re-execute forever.
     if std::env::var_os(REEXEC_MARKER).is_some() {
-        if !std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains(MALLOC_WIPING_TUNABLES)) {
+        if !applied {
             log::warn!("glibc ignored GLIBC_TUNABLES; freed C heap blocks are not wiped");
         }
         return Ok(());
     }
-    let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if applied {
+        log::debug!("GLIBC_TUNABLES already wipe freed C heap blocks; no re-exec");
+        return Ok(());
+    }
+    let ours = MALLOC_WIPING_TUNABLES
+        .iter()
+        .chain(&MALLOC_FOOTPRINT_TUNABLES)
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect::<Vec<_>>()
+        .join(":");
     let tunables = match current.as_str() {
-        "" => MALLOC_WIPING_TUNABLES.to_string(),
-        other => format!("{other}:{MALLOC_WIPING_TUNABLES}"),
+        "" => ours,
+        other => format!("{other}:{ours}"),
     };
     let mut args = std::env::args_os();
     let program = args.next().unwrap_or_else(|| "sceau".into());
@@ -273,9 +324,54 @@ fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
         .arg0(program)
         .args(args)
         .env("GLIBC_TUNABLES", tunables)
-        .env(REEXEC_MARKER, "1")
+        .env(REEXEC_MARKER, micros_since_epoch().to_string())
         .exec();
     Err(error).context("re-executing with glibc's free() wiping enabled")
+}
+
+/// Whether a GLIBC_TUNABLES value sets every wiping tunable to sceau's
+/// value. glibc reads the list left to right, so a later entry for the same
+/// name wins, and so it does here.
+fn wiping_tunables_set(glibc_tunables: &str) -> bool {
+    let last_value = |name: &str| {
+        glibc_tunables
+            .split(':')
+            .rev()
+            .filter_map(|entry| entry.split_once('='))
+            .find(|(entry_name, _)| *entry_name == name)
+            .map(|(_, value)| value)
+    };
+    MALLOC_WIPING_TUNABLES
+        .iter()
+        .all(|(name, value)| last_value(name) == Some(value))
+}
+
+/// `AT_SECURE` from /proc/self/auxv (pairs of native-endian words); `None`
+/// when it cannot be read, which callers treat as "maybe secure".
+fn secure_execution() -> Option<bool> {
+    let auxv = std::fs::read("/proc/self/auxv").ok()?;
+    auxv.chunks_exact(16)
+        .map(|pair| {
+            let word = |at: usize| u64::from_ne_bytes(pair[at..at + 8].try_into().unwrap());
+            (word(0), word(8))
+        })
+        .find(|(kind, _)| *kind == AT_SECURE)
+        .map(|(_, value)| value != 0)
+}
+
+fn micros_since_epoch() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or_default()
+}
+
+/// How long ago the first image re-executed itself, from the marker's value
+/// (wall-clock time, so only as good as the clock; DEBUG use only).
+fn reexec_duration() -> Option<Duration> {
+    let then: u128 = std::env::var(REEXEC_MARKER).ok()?.parse().ok()?;
+    let elapsed = micros_since_epoch().checked_sub(then)?;
+    Some(Duration::from_micros(u64::try_from(elapsed).ok()?))
 }
 
 /// Keeps the TCTI library loaded, so that the TPM thread can reopen a lost
@@ -303,6 +399,57 @@ async fn feed_watchdog(worker: Arc<TpmWorker>, interval: Duration) {
     }
 }
 
+/// Where start-up time goes: a DEBUG line per step with its duration and
+/// the time since `serve` began (after the re-exec), plus, once, how long
+/// the re-exec took. Reading the clock costs nanoseconds; with DEBUG off the
+/// lines cost a level check.
+struct StartupClock {
+    last: Instant,
+}
+
+/// When `serve` began, for [`StartupClock`]'s running total.
+static SERVE_BEGAN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+impl StartupClock {
+    fn start() -> Self {
+        if let Some(reexec) = reexec_duration() {
+            log::debug!("start-up: re-exec took {} µs", reexec.as_micros());
+        }
+        Self {
+            last: *SERVE_BEGAN.get_or_init(Instant::now),
+        }
+    }
+
+    /// Goes on timing in another function, from now.
+    fn resume() -> Self {
+        Self {
+            last: Instant::now(),
+        }
+    }
+
+    fn step(&mut self, what: &str) {
+        let now = Instant::now();
+        log::debug!(
+            "start-up: {what} in {} µs ({} µs since serve began)",
+            (now - self.last).as_micros(),
+            (now - *SERVE_BEGAN.get_or_init(Instant::now)).as_micros()
+        );
+        self.last = now;
+    }
+}
+
+/// Gives the C heap's free pages back every [`HEAP_TRIM_INTERVAL`], so that
+/// the resident set returns to its idle size after a burst of calls.
+async fn release_free_heap_periodically() {
+    let first = tokio::time::Instant::now() + HEAP_TRIM_INTERVAL;
+    let mut ticks = tokio::time::interval_at(first, HEAP_TRIM_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        sys::release_free_heap();
+    }
+}
+
 /// The worker flushes the SRK and the session when its queue closes. A TPM
 /// that hangs must not keep the process alive, so the wait is bounded.
 fn wait_for_worker(worker_thread: std::thread::JoinHandle<()>) {
@@ -315,4 +462,32 @@ fn wait_for_worker(worker_thread: std::thread::JoinHandle<()>) {
         std::thread::sleep(Duration::from_millis(10));
     }
     let _ = worker_thread.join();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wiping_tunables_count_only_when_the_last_entry_sets_them() {
+        let ours = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165";
+        assert!(wiping_tunables_set(ours));
+        assert!(wiping_tunables_set(&format!(
+            "glibc.malloc.perturb=1:{ours}:glibc.malloc.arena_max=1"
+        )));
+        assert!(!wiping_tunables_set(""));
+        assert!(!wiping_tunables_set("glibc.malloc.perturb=165"));
+        assert!(!wiping_tunables_set(&format!(
+            "{ours}:glibc.malloc.tcache_count=7"
+        )));
+        assert!(!wiping_tunables_set(
+            "glibc.malloc.tcache_count=00:glibc.malloc.perturb=165"
+        ));
+    }
+
+    /// The test runs as a plain process (no setuid, no file capabilities).
+    #[test]
+    fn reads_at_secure_from_the_auxiliary_vector() {
+        assert_eq!(secure_execution(), Some(false));
+    }
 }

@@ -155,16 +155,13 @@ fn mapping_name(line: &str) -> Option<String> {
     let _offset = fields.next()?;
     let _device = fields.next()?;
     let _inode = fields.next()?;
-    let path: Vec<&str> = fields.collect();
-    Some(match path.as_slice() {
-        [] => format!("[anon] {} KiB {perms}", (end - start) / 1024),
-        [path @ ..] => {
-            let path = path.join(" ");
-            match path.rsplit_once('/') {
-                Some((_, file)) => file.to_string(),
-                None => path,
-            }
-        }
+    let path = fields.collect::<Vec<&str>>().join(" ");
+    if path.is_empty() {
+        return Some(format!("[anon] {} KiB {perms}", (end - start) / 1024));
+    }
+    Some(match path.rsplit_once('/') {
+        Some((_, file)) => file.to_string(),
+        None => path,
     })
 }
 
