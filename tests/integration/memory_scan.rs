@@ -45,13 +45,19 @@ struct Run {
     connection: Connection,
     /// Protections to switch off (`SCEAU_INSECURE_DISABLE`).
     disabled: &'static str,
+    /// GLIBC_TUNABLES in sceau's environment, as the unit sets it (then
+    /// sceau does not re-execute itself); None: sceau sets them itself.
+    glibc_tunables: Option<&'static str>,
 }
 
 async fn scan_after(label: &str, run: Run) -> Vec<Hit> {
     let tmp = TempDir::new(label);
     let tpm = Swtpm::start(&tmp.subdir("tpm"));
     let socket = tmp.join("sceau.sock");
-    let env = [("SCEAU_INSECURE_DISABLE", run.disabled)];
+    let mut env = vec![("SCEAU_INSECURE_DISABLE", run.disabled)];
+    if let Some(tunables) = run.glibc_tunables {
+        env.extend([("GLIBC_TUNABLES", tunables), ("SCEAU_LOG", "debug")]);
+    }
     let args = serve_args(&socket, Some(&tpm.tcti()), &[]);
     let mut sceau = Sceau::spawn(&tmp, &socket, args, &env);
     sceau
@@ -70,6 +76,13 @@ async fn scan_after(label: &str, run: Run) -> Vec<Hit> {
             Some(client)
         }
     };
+    if run.glibc_tunables.is_some() {
+        assert!(
+            sceau.stderr_text().contains("no re-exec"),
+            "with the unit's GLIBC_TUNABLES sceau must not re-execute itself:\n{}",
+            sceau.stderr_text()
+        );
+    }
     let hits = find_in_process(sceau.pid(), MARKER_DEK, WINDOW);
     // The scan is a snapshot; make sure the daemon was alive for all of it.
     assert!(
@@ -105,8 +118,30 @@ async fn no_dek_copy_survives_round_trips() {
         workload: Workload::RoundTrips,
         connection: Connection::Closed,
         disabled: "",
+        glibc_tunables: None,
     };
     assert_clean(&scan_after("memscan", run).await);
+}
+
+/// The same with GLIBC_TUNABLES set as `systemd/sceau.service` sets it:
+/// sceau takes them as in force and does not re-execute itself, and glibc's
+/// free() still wipes. (With the unit's line minus the wiping tunables,
+/// sceau would re-execute: `commands::serve` unit tests.)
+#[tokio::test(flavor = "multi_thread")]
+async fn no_dek_copy_survives_round_trips_with_the_units_tunables() {
+    let unit = include_str!("../../systemd/sceau.service");
+    let tunables = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Environment=GLIBC_TUNABLES="))
+        .expect("the unit sets GLIBC_TUNABLES");
+    let tunables: &'static str = Box::leak(tunables.to_string().into_boxed_str());
+    let run = Run {
+        workload: Workload::RoundTrips,
+        connection: Connection::Closed,
+        disabled: "",
+        glibc_tunables: Some(tunables),
+    };
+    assert_clean(&scan_after("memscan-unit-tunables", run).await);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -115,6 +150,7 @@ async fn no_dek_copy_survives_encrypts() {
         workload: Workload::EncryptOnly,
         connection: Connection::Closed,
         disabled: "",
+        glibc_tunables: None,
     };
     assert_clean(&scan_after("memscan-encrypt", run).await);
 }
@@ -132,6 +168,7 @@ async fn no_dek_copy_survives_past_the_idle_limit() {
         workload: Workload::EncryptOnly,
         connection: Connection::KeptOpenPastIdleLimit,
         disabled: "",
+        glibc_tunables: None,
     };
     assert_clean(&scan_after("memscan-open", run).await);
 }
@@ -146,6 +183,7 @@ mod controls {
             workload,
             connection: Connection::Closed,
             disabled,
+            glibc_tunables: None,
         };
         let hits = scan_after(label, run).await;
         assert!(
