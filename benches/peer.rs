@@ -118,18 +118,14 @@ fn main() {
         },
     ];
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     for contender in &contenders {
-        run_round(&runtime, &tmp, contender, "warmup");
+        run_round(&tmp, contender, "warmup");
     }
     let mut rounds: [Vec<Round>; 2] = Default::default();
     for round in 0..ROUNDS {
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for index in order {
-            let measured = run_round(&runtime, &tmp, &contenders[index], &round.to_string());
+            let measured = run_round(&tmp, &contenders[index], &round.to_string());
             rounds[index].push(measured);
         }
     }
@@ -140,12 +136,14 @@ fn main() {
 }
 
 /// Starts `contender`, measures it, stops it.
-fn run_round(
-    runtime: &tokio::runtime::Runtime,
-    tmp: &TempDir,
-    contender: &Contender,
-    label: &str,
-) -> Round {
+fn run_round(tmp: &TempDir, contender: &Contender, label: &str) -> Round {
+    // The client's runtime is the round's own: dropping it closes the
+    // connection before SIGTERM (its connection task runs only inside the
+    // runtime), so neither plugin waits out a drain on an idle client.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let socket = tmp.join(&format!("{}-{label}.sock", contender.name));
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -173,9 +171,10 @@ fn run_round(
     std::thread::sleep(SETTLE);
     let rss_idle_kib = rss_kib(&child);
     let (status, encrypt, decrypt) = runtime.block_on(calls(&mut client));
-    drop(client);
     std::thread::sleep(SETTLE);
     let rss_after_kib = rss_kib(&child);
+    drop(client);
+    drop(runtime);
     stop(&mut child);
     Round {
         first_status,
