@@ -16,10 +16,12 @@
 //! - idle RSS (`Rss` of /proc/PID/smaps_rollup) SETTLE after that Status;
 //! - Status, Encrypt and Decrypt latency, one client on one connection, each
 //!   call awaited before the next; every Decrypt must give back its plaintext;
-//! - RSS again, SETTLE after those calls;
-//! then SIGTERM. The ratio column is the median of the per-round ratios
-//! sceau/peer; the value columns pool every round. Sizes are of copies
-//! stripped by strip(1), both the same way.
+//! - RSS again, SETTLE after those calls, then SIGTERM.
+//!
+//! The ratio column is the median of the per-round ratios sceau/peer; the
+//! value columns are medians over the rounds (for latencies, the p50 of all
+//! rounds' calls together). Sizes are of copies stripped by strip(1), both
+//! the same way.
 //!
 //! The two do different work per call by design: the peer unseals one domain
 //! key at start and then does AES in memory; sceau does TPM work per
