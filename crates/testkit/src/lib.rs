@@ -1,5 +1,5 @@
 //! sceau's test kit: everything the integration tests (`tests/integration`)
-//! and the benchmark (`benches/throughput.rs`) need to run the real daemon
+//! and the benchmarks (`benches/`) need to run the real daemon
 //! against a software TPM, and `sceau-rig`, the binary through which the
 //! scripts start their swtpm the same way.
 //!
@@ -23,7 +23,9 @@
 //! - [`memscan`]: a scan of a live process's memory for secrets;
 //! - [`footprint`]: a live process's RSS (smaps_rollup), open fds and threads;
 //! - [`notify`]: a stand-in for systemd's notification socket;
-//! - [`no_landlock`]: a command run as on a kernel without Landlock.
+//! - [`no_landlock`]: a command run as on a kernel without Landlock;
+//! - [`peer`]: the TPM peer plugin (jc-lab/k8s-tpm-kms-plugin) on a swtpm
+//!   of its own, for the side-by-side benchmark (`benches/peer.rs`).
 //!
 //! The kit is a dev-dependency of `sceau` only; it has no unsafe code
 //! (`[workspace.lints]` forbids it).
@@ -35,6 +37,7 @@ pub mod footprint;
 pub mod memscan;
 pub mod no_landlock;
 pub mod notify;
+pub mod peer;
 pub mod process;
 pub mod rpc;
 pub mod sceau;
