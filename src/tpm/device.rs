@@ -57,8 +57,8 @@ impl Tpm {
     pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
         let mut ctx =
             Context::new(config.tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
-        ensure_started(&mut ctx)?;
-        flush_leftovers(&mut ctx)?;
+        let transients = started_and_transients(&mut ctx)?;
+        flush_leftovers(&mut ctx, transients)?;
         let srk = Srk::recreate(&mut ctx, config.srk_handle)?;
         let mut tpm = Self {
             ctx,
@@ -277,24 +277,22 @@ fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle) -> ScrubOutcome {
     }
 }
 
-/// A TPM that was reset without Startup answers TPM_RC_INITIALIZE to
-/// everything. The kernel and swtpm's `startup-clear` normally send it.
-fn ensure_started(ctx: &mut Context) -> Result<(), TpmError> {
-    let probe = ctx.execute_without_session(|c| {
-        c.get_capability(CapabilityType::Handles, FIRST_TRANSIENT_HANDLE, 1)
-    });
-    let not_started = matches!(
-        probe
-            .as_ref()
-            .map_err(|e| TpmError::new("GetCapability", *e).response_code()),
-        Err(Some(0x100))
-    );
-    if not_started {
-        log::info!("TPM was not started; sending Startup(CLEAR)");
-        ctx.execute_without_session(|c| c.startup(StartupType::Clear))
-            .map_err(|e| TpmError::new("Startup", e))?;
+/// The transient objects the TPM holds: the first command sceau sends, so
+/// it also finds a TPM that was reset without Startup, which answers
+/// TPM_RC_INITIALIZE to everything (the kernel and swtpm's `startup-clear`
+/// normally send Startup): sceau then sends Startup(CLEAR) and asks again.
+/// One GetCapability serves both purposes, one round trip less at every
+/// start than a separate probe.
+fn started_and_transients(ctx: &mut Context) -> Result<Vec<TpmHandle>, TpmError> {
+    match list_handles(ctx, FIRST_TRANSIENT_HANDLE) {
+        Err(e) if e.response_code() == Some(0x100) => {
+            log::info!("TPM was not started; sending Startup(CLEAR)");
+            ctx.execute_without_session(|c| c.startup(StartupType::Clear))
+                .map_err(|e| TpmError::new("Startup", e))?;
+            list_handles(ctx, FIRST_TRANSIENT_HANDLE)
+        }
+        listed => listed,
     }
-    Ok(())
 }
 
 /// Without a resource manager, objects and sessions a killed sceau left
@@ -302,22 +300,23 @@ fn ensure_started(ctx: &mut Context) -> Result<(), TpmError> {
 /// TPMs). Under /dev/tpmrm0 the lists are always empty: the kernel gives each
 /// file descriptor its own view. On a TPM without a resource manager sceau
 /// assumes it is the only user.
-fn flush_leftovers(ctx: &mut Context) -> Result<(), TpmError> {
-    for (first, kind) in [
-        (FIRST_TRANSIENT_HANDLE, "transient object"),
-        (FIRST_LOADED_SESSION_HANDLE, "loaded session"),
-    ] {
-        for handle in list_handles(ctx, first)? {
-            let object = ctx
-                .execute_without_session(|c| c.tr_from_tpm_public(handle))
-                .map_err(|e| TpmError::new("TR_FromTPMPublic", e))?;
-            ctx.flush_context(object)
-                .map_err(|e| TpmError::new("FlushContext", e))?;
-            log::warn!(
-                "flushed a {kind} ({:#010x}) left by an earlier process",
-                u32::from(handle)
-            );
-        }
+fn flush_leftovers(ctx: &mut Context, transients: Vec<TpmHandle>) -> Result<(), TpmError> {
+    let mut leftovers: Vec<(TpmHandle, &str)> = transients
+        .into_iter()
+        .map(|h| (h, "transient object"))
+        .collect();
+    let sessions = list_handles(ctx, FIRST_LOADED_SESSION_HANDLE)?;
+    leftovers.extend(sessions.into_iter().map(|h| (h, "loaded session")));
+    for (handle, kind) in leftovers {
+        let object = ctx
+            .execute_without_session(|c| c.tr_from_tpm_public(handle))
+            .map_err(|e| TpmError::new("TR_FromTPMPublic", e))?;
+        ctx.flush_context(object)
+            .map_err(|e| TpmError::new("FlushContext", e))?;
+        log::warn!(
+            "flushed a {kind} ({:#010x}) left by an earlier process",
+            u32::from(handle)
+        );
     }
     Ok(())
 }
