@@ -101,7 +101,11 @@ fn main() {
             serve
                 .args(["serve", "--tcti", &tcti, "--socket"])
                 .arg(socket)
-                .env("SCEAU_LOG", "warn");
+                .env("SCEAU_LOG", "warn")
+                .env(
+                    "GLIBC_TUNABLES",
+                    sceau_testkit::sceau::unit_glibc_tunables(),
+                );
             serve
         }
     };

@@ -533,6 +533,11 @@ fn startup_and_rss(tmp: &TempDir, tcti: &str) -> (Duration, Footprint) {
             .args(["serve", "--tcti", tcti, "--socket"])
             .arg(&socket)
             .env("SCEAU_LOG", "warn")
+            // As the unit starts it: the malloc tunables set, no re-exec.
+            .env(
+                "GLIBC_TUNABLES",
+                sceau_testkit::sceau::unit_glibc_tunables(),
+            )
             .spawn()
             .expect("spawn sceau");
         let runtime = tokio::runtime::Builder::new_current_thread()

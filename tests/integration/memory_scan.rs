@@ -129,12 +129,7 @@ async fn no_dek_copy_survives_round_trips() {
 /// sceau would re-execute: `commands::serve` unit tests.)
 #[tokio::test(flavor = "multi_thread")]
 async fn no_dek_copy_survives_round_trips_with_the_units_tunables() {
-    let unit = include_str!("../../systemd/sceau.service");
-    let tunables = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("Environment=GLIBC_TUNABLES="))
-        .expect("the unit sets GLIBC_TUNABLES");
-    let tunables: &'static str = Box::leak(tunables.to_string().into_boxed_str());
+    let tunables = crate::harness::sceau::unit_glibc_tunables();
     let run = Run {
         workload: Workload::RoundTrips,
         connection: Connection::Closed,

@@ -245,3 +245,13 @@ fn parse_logged_key_id(log: &str) -> Option<String> {
         rpc::is_well_formed_key_id(candidate).then(|| candidate.to_string())
     })
 }
+
+/// GLIBC_TUNABLES as `systemd/sceau.service` sets it (`Environment=`), so
+/// that a test or a benchmark starts sceau as the unit does: with the
+/// tunables in force from the first exec, and no re-exec.
+pub fn unit_glibc_tunables() -> &'static str {
+    include_str!("../../../systemd/sceau.service")
+        .lines()
+        .find_map(|line| line.strip_prefix("Environment=GLIBC_TUNABLES="))
+        .expect("systemd/sceau.service sets GLIBC_TUNABLES")
+}
