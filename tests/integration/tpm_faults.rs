@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tonic::{Code, Status};
 
 use crate::harness::rpc::{self, Client, assert_clean_message};
-use crate::harness::{Fixture, random_bytes};
+use crate::harness::{Fixture, Sceau, random_bytes};
 
 /// What the contract allows beyond the request deadline.
 const MARGIN: Duration = Duration::from_secs(2);
@@ -30,7 +30,10 @@ const CLIENT_BUDGET: Duration = Duration::from_secs(40);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn losing_the_tpm_fails_calls_cleanly_and_ends_the_daemon() {
     let mut fx = Fixture::start("tpm-loss", &[]);
-    let (_, key_id) = fx.client().await;
+    let (mut client, key_id) = fx.client().await;
+    let dek = random_bytes(32);
+    let before = rpc::seal(&mut client, &key_id, &dek).await;
+    drop(client);
     let load = Load::start(&fx, &key_id, 8);
     load.warm_up().await;
 
@@ -53,6 +56,14 @@ async fn losing_the_tpm_fails_calls_cleanly_and_ends_the_daemon() {
         matches!(status.code(), Some(code) if code != 0),
         "after TPM loss sceau must exit with a non-zero code, got {status} after {exit_after:?}"
     );
+
+    // No lost DEK: the TPM comes back on its state, systemd starts a new
+    // sceau, and what was sealed before the loss opens.
+    fx.tpm.restart();
+    fx.sceau = Sceau::start(&fx.tmp, &fx.tpm, &[]);
+    let (mut client, key_id_after) = fx.client().await;
+    assert_eq!(key_id_after, key_id);
+    rpc::open(&mut client, &key_id, &before, &dek).await;
 }
 
 /// A TPM that stops answering (SIGSTOP: its connection stays open, nothing
@@ -63,7 +74,9 @@ async fn frozen_tpm_calls_end_within_the_request_deadline() {
     const DEADLINE: Duration = Duration::from_secs(1);
     const FROZEN_FOR: Duration = Duration::from_secs(5);
     let mut fx = Fixture::start("tpm-frozen", &["--request-deadline", "1s"]);
-    let (_, key_id) = fx.client().await;
+    let (mut client, key_id) = fx.client().await;
+    let dek = random_bytes(32);
+    let before = rpc::seal(&mut client, &key_id, &dek).await;
     let load = Load::start(&fx, &key_id, 4);
     load.warm_up().await;
 
@@ -83,6 +96,41 @@ async fn frozen_tpm_calls_end_within_the_request_deadline() {
         failures > 0,
         "no call failed while the TPM was frozen for {FROZEN_FOR:?}"
     );
+
+    // The TPM comes back: sceau serves again, and what was sealed before the
+    // freeze opens (the commands stuck in the frozen TPM drain first).
+    let (sceau, envelope, id) = (&fx.sceau, &before, &key_id);
+    let recovered = wait_for_async(Duration::from_secs(15), || async move {
+        rpc::decrypt(&mut sceau.client().await, envelope, id)
+            .await
+            .ok()
+    })
+    .await;
+    assert_eq!(
+        recovered.as_deref(),
+        Some(dek.as_slice()),
+        "{}",
+        fx.sceau.stderr_text()
+    );
+    assert!(fx.sceau.try_exit().is_none(), "sceau exited after the thaw");
+    drop(client);
+}
+
+/// Calls `attempt` until it gives Some, for at most `limit`.
+async fn wait_for_async<T, F: std::future::Future<Output = Option<T>>>(
+    limit: Duration,
+    mut attempt: impl FnMut() -> F,
+) -> Option<T> {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = attempt().await {
+            return Some(value);
+        }
+        if started.elapsed() >= limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// What one call ended with and how long it took.
