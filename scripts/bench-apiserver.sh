@@ -24,9 +24,16 @@
 #      could cost. The ratio of what the TPM's speed added to "every Secret
 #      read" to that floor is what sceau adds over the physical minimum.
 #
+# NODES=3 runs the same with three kube-apiservers on one etcd, each with
+# its own sceau in cluster mode, its own swtpm and its own proxy (the rig of
+# scripts/interop-ha.sh), and the cold start restarts the three together.
+# The floor is then one modelled cluster unseal per seed (Import + Load +
+# Unseal + FlushContext) on each node's own TPM.
+#
 # A benchmark, not a test: prints a table (for docs/performance.md); not in
 # CI. Usage: bash scripts/bench-apiserver.sh [PROFILE]
-# (SECRETS=200 SEEDS=5 by default). Needs root, like the interop scripts.
+# (SECRETS=200 SEEDS=5 ROUNDS=3 NODES=1 by default). Needs root, like the
+# interop scripts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -35,21 +42,33 @@ source scripts/lib-apiserver.sh
 profile=${1:-crates/testkit/profiles/discrete-tpm.profile}
 secrets=${SECRETS:-200}
 seeds=${SEEDS:-5}
+rounds=${ROUNDS:-3}
+case ${NODES:-1} in
+1) node_names=("") ;;
+3) node_names=(a b c) ;;
+*)
+    echo "NODES=${NODES}: 1 (one apiserver) or 3 (three, cluster mode)" >&2
+    exit 2
+    ;;
+esac
+nodes=("${!node_names[@]}")
 [ -f "$profile" ] || {
     echo "no TPM profile at $profile: give the path of one (crates/testkit/profiles/)" >&2
     exit 2
 }
 
-# start_tpm_proxy I PROFILE: the latency proxy in front of node I's swtpm;
-# node I's sceau, started after this, talks to the proxy. The proxy prints
-# port=Q once it listens and its command counts on stderr when stopped.
+# start_tpm_proxy I: the latency proxy in front of node I's swtpm; node I's
+# sceau, started after this, talks to the proxy. The proxy prints port=Q
+# once it listens, and a report of its counts on stderr on SIGUSR1 (then
+# counts afresh) and when stopped; SIGUSR2 turns its delays off and on.
+proxy_pids=()
 start_tpm_proxy() {
     local i=$1 ready="$tmp/proxy-$1.ready" line=""
     mkfifo "$ready"
-    target/debug/sceau-rig tpm-proxy --tpm-port "${tpm_ports[i]}" --profile "$2" \
+    target/debug/sceau-rig tpm-proxy --tpm-port "${tpm_ports[i]}" --profile "$profile" \
         >"$ready" 2>"$tmp/proxy-$i.log" &
+    proxy_pids[i]=$!
     swtpm_pids+=("$!") # stopped with the swtpms by lib-apiserver.sh's cleanup
-    proxy_pid=$!
     read -r line <"$ready" || true
     rm -f "$ready"
     [[ ${line#port=} =~ ^[0-9]+$ ]] || {
@@ -57,7 +76,7 @@ start_tpm_proxy() {
         echo "the TPM proxy did not start" >&2
         exit 1
     }
-    echo "== TPM proxy on 127.0.0.1:${line#port=} in front of swtpm ${tpm_ports[i]}, profile $profile"
+    echo "== TPM proxy$(node_label "$i") on 127.0.0.1:${line#port=} in front of swtpm ${tpm_ports[i]}"
     tpm_ports[i]=${line#port=}
 }
 
@@ -83,20 +102,88 @@ list_all_ms() {
         fi
         sleep 0.05
     done
-    echo "the Secrets were not all readable within 120 s" >&2
+    echo "the Secrets were not all readable through node $1 within 120 s" >&2
     return 1
 }
 
-node_names=("")
+# proxy_phase I: asks node I's proxy for its counts since the last call and
+# sets phase_unseals and phase_modelled_ms from its report.
+proxy_phase() {
+    local i=$1 log="$tmp/proxy-$1.log" before after report
+    before=$(grep -c 'TPM commands, modelled delay' "$log" || true)
+    kill -USR1 "${proxy_pids[i]}"
+    for _ in $(seq 100); do
+        after=$(grep -c 'TPM commands, modelled delay' "$log" || true)
+        [ "$after" -gt "$before" ] && break
+        sleep 0.05
+    done
+    sleep 0.1 # the rest of the report
+    report=$(awk -v n="$after" '/TPM commands, modelled delay/ { k++ } k == n' "$log")
+    phase_unseals=$(awk '$1 == "Unseal" { print $2 }' <<<"$report")
+    phase_unseals=${phase_unseals:-0}
+    phase_modelled_ms=$(grep -oE 'modelled delay [0-9.]+' <<<"$report" | awk '{ printf "%d", $3 * 1000 }')
+}
+
+# cold_start LABEL: stops every apiserver, starts them all at once (empty
+# DEK caches), and records per node, under LABEL-I: exec → /readyz, exec →
+# every Secret read, the apiserver's Decrypt calls, and the TPM unseals and
+# modelled TPM time its proxy saw meanwhile.
+declare -A results
+cold_start() {
+    local label=$1 i
+    for i in "${nodes[@]}"; do
+        proxy_phase "$i"
+        stop "${apiserver_pids[i]}" 30
+    done
+    for i in "${nodes[@]}"; do launch_apiserver "$i"; done
+    for i in "${nodes[@]}"; do wait_apiserver_ready "$i" >/dev/null; done
+    local listers=()
+    for i in "${nodes[@]}"; do
+        list_all_ms "$i" >"$tmp/all-$i" &
+        listers+=("$!")
+    done
+    wait "${listers[@]}"
+    for i in "${nodes[@]}"; do
+        results[$label-$i-ready]=${apiserver_ready_ms[i]}
+        results[$label-$i-all]=$(cat "$tmp/all-$i")
+        results[$label-$i-decrypts]=$(kms_calls "$i" Decrypt)
+        results[$label-$i-failed]=$(kms_calls "$i" Decrypt not-OK)
+        proxy_phase "$i"
+        results[$label-$i-unseals]=$phase_unseals
+        results[$label-$i-modelled]=$phase_modelled_ms
+        echo "   $label$(node_label "$i"): /readyz ${results[$label-$i-ready]} ms, all read ${results[$label-$i-all]} ms, \
+apiserver Decrypts ${results[$label-$i-decrypts]} OK / ${results[$label-$i-failed]} not, TPM unseals $phase_unseals, \
+modelled TPM time $phase_modelled_ms ms"
+    done
+}
+
+# median of the arguments (an odd count)
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[(NR + 1) / 2] }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
 start_rig sceau-bench-apiserver
 start_etcd
 start_swtpms
-start_tpm_proxy 0 "$profile"
+for i in "${nodes[@]}"; do start_tpm_proxy "$i"; done
+echo "   profile: $profile"
+unseal_commands=(Load Unseal FlushContext)
+if [ "${#nodes[@]}" -gt 1 ]; then
+    members="$tmp/members"
+    mkdir "$members"
+    for i in "${nodes[@]}"; do
+        target/debug/sceau srk-public --tcti "$(tcti "$i")" >"$members/${node_names[i]}.pub"
+    done
+    target/debug/sceau-recover recovery-keygen --identity "$tmp/recovery.identity" \
+        --public "$tmp/recovery.pub" 2>/dev/null
+    sceau_serve_args=(--members "$members" --recovery-key "$tmp/recovery.pub")
+    unseal_commands=(Import Load Unseal FlushContext)
+    echo "== cluster mode: members $(cd "$members" && echo *.pub) and a recovery key"
+fi
 start_sceaus
 start_apiservers
 create_namespace 0
 
-echo "== writing $secrets Secrets across $seeds apiserver starts (one DEK seed each)"
+echo "== writing $secrets Secrets across $seeds starts of kube-apiserver$(node_label 0) (one DEK seed each)"
 per_seed=$(((secrets + seeds - 1) / seeds))
 written=0
 for seed in $(seq "$seeds"); do
@@ -112,76 +199,46 @@ done
     exit 1
 }
 
-# proxy_phase: asks the proxy for its counts since the last call (SIGUSR1:
-# it prints a report and starts counting again) and sets phase_unseals and
-# phase_modelled_ms from that report.
-proxy_phase() {
-    local before after report
-    before=$(grep -c 'TPM commands, modelled delay' "$tmp/proxy-0.log" || true)
-    kill -USR1 "$proxy_pid"
-    for _ in $(seq 100); do
-        after=$(grep -c 'TPM commands, modelled delay' "$tmp/proxy-0.log" || true)
-        [ "$after" -gt "$before" ] && break
-        sleep 0.05
-    done
-    sleep 0.1 # the rest of the report
-    report=$(awk -v n="$after" '/TPM commands, modelled delay/ { k++ } k == n' "$tmp/proxy-0.log")
-    phase_unseals=$(awk '$1 == "Unseal" { print $2 }' <<<"$report")
-    phase_unseals=${phase_unseals:-0}
-    phase_modelled_ms=$(grep -oE 'modelled delay [0-9.]+' <<<"$report" | awk '{ printf "%d", $3 * 1000 }')
-}
-
-# cold_start LABEL: restarts the apiserver (empty DEK cache) and records,
-# under LABEL, exec → /readyz, exec → every Secret read, its Decrypt calls,
-# and the TPM unseals and modelled TPM time the proxy saw meanwhile.
-cold_start() {
-    proxy_phase
-    restart_apiserver 0 >/dev/null
-    results[$1-ready]=${apiserver_ready_ms[0]}
-    results[$1-all]=$(list_all_ms 0)
-    results[$1-decrypts]="$(kms_calls 0 Decrypt) / $(kms_calls 0 Decrypt not-OK)"
-    proxy_phase
-    results[$1-unseals]=$phase_unseals
-    results[$1-modelled]=$phase_modelled_ms
-    echo "   $1: /readyz ${results[$1-ready]} ms, all read ${results[$1-all]} ms, \
-apiserver Decrypts ${results[$1-decrypts]}, TPM unseals $phase_unseals, modelled TPM time $phase_modelled_ms ms"
-}
-
-# median of the arguments (an odd count)
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[(NR + 1) / 2] }'; }
-
-rounds=${ROUNDS:-3}
-echo "== $rounds rounds of two cold starts each (kube-apiserver restarted, its DEK cache empty):"
-echo "   the TPM at swtpm speed (the proxy's delays off), then at the profile's"
-declare -A results
-fast_all=() slow_all=() fast_ready=() slow_ready=()
+echo "== $rounds rounds of two cold starts (every kube-apiserver restarted at once, DEK caches empty):"
+echo "   the TPMs at swtpm speed (the proxies' delays off), then at the profile's"
 for round in $(seq "$rounds"); do
-    kill -USR2 "$proxy_pid" # delays off
+    for i in "${nodes[@]}"; do kill -USR2 "${proxy_pids[i]}"; done # delays off
     cold_start "fast-$round"
-    kill -USR2 "$proxy_pid" # delays on
+    for i in "${nodes[@]}"; do kill -USR2 "${proxy_pids[i]}"; done # delays on
     cold_start "slow-$round"
-    fast_all+=("${results[fast-$round-all]}") slow_all+=("${results[slow-$round-all]}")
-    fast_ready+=("${results[fast-$round-ready]}") slow_ready+=("${results[slow-$round-ready]}")
-done
-unseal_ms=$(($(profile_ms Load) + $(profile_ms Unseal) + $(profile_ms FlushContext)))
-floor_ms=$((seeds * unseal_ms))
-added=()
-for round in $(seq "$rounds"); do
-    added+=($((results[slow-$round-all] - results[fast-$round-all])))
 done
 
+unseal_ms=0
+for command in "${unseal_commands[@]}"; do unseal_ms=$((unseal_ms + $(profile_ms "$command"))); done
+floor_ms=$((seeds * unseal_ms))
+mode="one kube-apiserver, sceau single-node"
+[ "${#nodes[@]}" -gt 1 ] && mode="three kube-apiservers restarted together, sceau in cluster mode"
 echo
-echo "| cold start of kube-apiserver ($secrets Secrets, $seeds DEK seeds; median of $rounds) | TPM at swtpm speed | TPM at the profile's speed |"
+echo "| cold start: $mode; $secrets Secrets, $seeds DEK seeds; median of $rounds rounds | TPM at swtpm speed | TPM at the profile's speed |"
 echo "|---|---|---|"
-echo "| exec → /readyz | $(median "${fast_ready[@]}") ms | $(median "${slow_ready[@]}") ms |"
-echo "| exec → every Secret read (a LIST of all $secrets) | $(median "${fast_all[@]}") ms | $(median "${slow_all[@]}") ms |"
-echo "| the apiserver's Decrypt calls, OK / not OK (round 1) | ${results[fast-1-decrypts]} | ${results[slow-1-decrypts]} |"
-echo "| TPM unseals (Load, Unseal, FlushContext) the proxy saw (round 1) | ${results[fast-1-unseals]} | ${results[slow-1-unseals]} |"
-echo "| modelled TPM time (round 1) | — | ${results[slow-1-modelled]} ms |"
+for i in "${nodes[@]}"; do
+    declare -A med=()
+    for speed in fast slow; do
+        for what in ready all; do
+            values=()
+            for round in $(seq "$rounds"); do values+=("${results[$speed-$round-$i-$what]}"); done
+            med[$what-$speed]=$(median "${values[@]}")
+        done
+    done
+    echo "| kube-apiserver$(node_label "$i"): exec → /readyz | ${med[ready-fast]} ms | ${med[ready-slow]} ms |"
+    echo "| kube-apiserver$(node_label "$i"): exec → every Secret read | ${med[all-fast]} ms | ${med[all-slow]} ms |"
+    echo "| kube-apiserver$(node_label "$i"): its Decrypt calls, OK / not OK (round 1) | ${results[fast-1-$i-decrypts]} / ${results[fast-1-$i-failed]} | ${results[slow-1-$i-decrypts]} / ${results[slow-1-$i-failed]} |"
+    echo "| its sceau's TPM unseals (round 1) | ${results[fast-1-$i-unseals]} | ${results[slow-1-$i-unseals]} |"
+    echo "| its TPM's modelled time (round 1) | — | ${results[slow-1-$i-modelled]} ms |"
+done
 echo
-echo "- the physical floor: $seeds seeds × one modelled unseal (Load $(profile_ms Load) + Unseal $(profile_ms Unseal) + FlushContext $(profile_ms FlushContext) ms) = $floor_ms ms"
-echo "- TPM unseals per distinct seed: $(awk -v a="${results[slow-1-unseals]}" -v b="$seeds" 'BEGIN { printf "%.2f", a / b }') (the apiserver's Decrypt calls for one seed are coalesced into one unseal)"
-echo "- ratio, modelled TPM time of the cold start / floor: $(awk -v a="${results[slow-1-modelled]}" -v b="$floor_ms" 'BEGIN { printf "%.2f", a / b }') (beyond the unseals: the Encrypt of the new seed, Status probes, jitter)"
-echo "- what the TPM's speed added to exec → every Secret read: $(median "${added[@]}") ms (median of the per-round differences: ${added[*]}; the apiserver's own start-up runs meanwhile, and its noise is of the same order)"
+echo "- the physical floor, per TPM: $seeds seeds × one modelled unseal (${unseal_commands[*]}: $unseal_ms ms) = $floor_ms ms"
+for i in "${nodes[@]}"; do
+    added=()
+    for round in $(seq "$rounds"); do
+        added+=($((results[slow-$round-$i-all] - results[fast-$round-$i-all])))
+    done
+    echo "- node$(node_label "$i"): TPM unseals per seed $(ratio "${results[slow-1-$i-unseals]}" "$seeds"); modelled TPM time / floor $(ratio "${results[slow-1-$i-modelled]}" "$floor_ms"); the TPM's speed added $(median "${added[@]}") ms to exec → every Secret read (per round: ${added[*]})"
+done
 echo
 echo "profile: $profile; kube-apiserver $k8s_version; sceau $(git rev-parse --short HEAD); $(date -u +%F)"

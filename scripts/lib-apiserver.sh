@@ -274,7 +274,11 @@ resources:
 EOF
 }
 start_apiserver() { # start_apiserver I: starts node I's kube-apiserver and waits (<= 120 s) for /readyz; sets apiserver_ready_ms[I]
-    local i=$1 log t1 code
+    launch_apiserver "$1"
+    wait_apiserver_ready "$1"
+}
+launch_apiserver() { # launch_apiserver I: starts node I's kube-apiserver; sets apiserver_pids[I], apiserver_exec_ms[I]
+    local i=$1 log
     log=$(node_file "$i" apiserver log)
     apiserver_starts[i]=$((${apiserver_starts[i]:-0} + 1))
     echo "---- kube-apiserver start ${apiserver_starts[i]}" >>"$log"
@@ -292,7 +296,9 @@ start_apiserver() { # start_apiserver I: starts node I's kube-apiserver and wait
         >>"$log" 2>&1 &
     apiserver_pids[i]=$!
     apiserver_exec_ms[i]=$(date +%s%3N)
-    t1=$SECONDS
+}
+wait_apiserver_ready() { # wait_apiserver_ready I: polls node I's /readyz every 0.1 s (<= 120 s); sets apiserver_ready_ms[I]
+    local i=$1 t1=$SECONDS code
     while [ $((SECONDS - t1)) -lt 120 ]; do
         code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$pki/ca.crt" \
             -H "Authorization: Bearer $token" "$(api_url "$i")/readyz" || true)
