@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 
 use crate::harness::rpc::{self, Client, assert_clean_message};
-use crate::harness::tpm_proxy::{Fault, Profile, TpmProxy, command_code, rc};
-use crate::harness::{Sceau, Swtpm, TempDir, process, random_bytes};
+use crate::harness::tpm_proxy::{Fault, Profile, command_code, rc};
+use crate::harness::{ProxiedFixture, Sceau, Swtpm, TempDir, process, random_bytes};
 
 /// The rows run sceau with a short request deadline, so a persistent fault
 /// costs one second of test time, not the default 2.5.
@@ -37,53 +37,19 @@ const FAST: f64 = 0.02;
 /// An endless injected answer.
 const ENDLESS: u64 = u64::MAX;
 
-/// A swtpm, the proxy in front of it, and sceau serving through the proxy.
-struct Rig {
-    // Field order is drop order: sceau before the proxy and the TPM.
-    sceau: Sceau,
-    proxy: TpmProxy,
-    _tpm: Swtpm,
-    tmp: TempDir,
+/// sceau on the discrete profile at `scale`, through the proxy.
+fn on_discrete_profile(label: &str, scale: f64, extra: &[&str]) -> ProxiedFixture {
+    let rig = ProxiedFixture::start(label, Profile::discrete_tpm(), extra);
+    rig.proxy.set_scale(scale);
+    rig
 }
 
-impl Rig {
-    fn start(label: &str, scale: f64, extra: &[&str]) -> Rig {
-        let tmp = TempDir::new(label);
-        let tpm = Swtpm::start(&tmp.subdir("tpm"));
-        let proxy = TpmProxy::start(tpm.port(), Profile::discrete_tpm());
-        proxy.set_scale(scale);
-        let sceau = Sceau::start_on_socket(&tmp, &tmp.join("sceau.sock"), &proxy.tcti(), extra);
-        Rig {
-            sceau,
-            proxy,
-            _tpm: tpm,
-            tmp,
-        }
-    }
-
-    async fn client(&self) -> (Client, String) {
-        let mut client = self.sceau.client().await;
-        let key_id = rpc::status(&mut client).await.key_id;
-        (client, key_id)
-    }
-
-    /// A second sceau on the same TPM and proxy, after the first exited.
-    fn restart_sceau(&mut self) {
-        let socket = self.tmp.join("sceau-2.sock");
-        self.sceau = Sceau::start_on_socket(
-            &self.tmp,
-            &socket,
-            &self.proxy.tcti(),
-            &["--request-deadline", DEADLINE_ARG],
-        );
-    }
-
-    fn reopens(&self) -> usize {
-        self.sceau
-            .stderr_text()
-            .matches("TPM reopened; SRK unchanged")
-            .count()
-    }
+/// How many times this sceau reopened its TPM.
+fn reopens(sceau: &Sceau) -> usize {
+    sceau
+        .stderr_text()
+        .matches("TPM reopened; SRK unchanged")
+        .count()
 }
 
 /// Which KMS call carries the faulted command.
@@ -123,7 +89,7 @@ async fn run_row(
         "Create" => Call::Encrypt,
         _ => Call::Decrypt,
     };
-    let mut rig = Rig::start(label, FAST, &["--request-deadline", DEADLINE_ARG]);
+    let mut rig = on_discrete_profile(label, FAST, &["--request-deadline", DEADLINE_ARG]);
     let (mut client, key_id) = rig.client().await;
     let only = Some(command_code(command).expect("a named command"));
     let before_dek = random_bytes(32);
@@ -149,7 +115,7 @@ async fn run_row(
         0,
         "{label}: sceau gave up before the fault passed"
     );
-    let reopens = rig.reopens();
+    let reopens = reopens(&rig.sceau);
 
     // A persistent fault: a clean error with the row's class word, in time.
     let count = ENDLESS;
@@ -252,7 +218,7 @@ async fn tpm_rc_session_memory_on_unseal() {
 /// next sceau on the same TPM opens what the first sealed.
 #[tokio::test(flavor = "multi_thread")]
 async fn tpm_rc_session_memory_during_the_reopen_ends_the_daemon() {
-    let mut rig = Rig::start(
+    let mut rig = on_discrete_profile(
         "session-memory-reopen",
         FAST,
         &["--request-deadline", DEADLINE_ARG],
@@ -286,7 +252,7 @@ async fn tpm_rc_session_memory_during_the_reopen_ends_the_daemon() {
         "exit {exit}"
     );
 
-    rig.restart_sceau();
+    rig.restart_sceau(&["--request-deadline", DEADLINE_ARG]);
     let (mut client, second_key_id) = rig.client().await;
     assert_eq!(second_key_id, key_id);
     rpc::open(&mut client, &key_id, &before, &dek).await;
@@ -307,7 +273,7 @@ async fn tpm_rc_session_memory_during_the_reopen_ends_the_daemon() {
 #[tokio::test(flavor = "multi_thread")]
 async fn tpm_twenty_times_slower_than_the_discrete_profile() {
     const DEFAULT_DEADLINE: Duration = Duration::from_millis(2_500);
-    let rig = Rig::start("slow-20x", 1.0, &[]);
+    let rig = on_discrete_profile("slow-20x", 1.0, &[]);
     let (mut client, key_id) = rig.client().await;
     let dek = random_bytes(32);
     let before = rpc::seal(&mut client, &key_id, &dek).await;
@@ -366,7 +332,7 @@ async fn tpm_twenty_times_slower_than_the_discrete_profile() {
 /// test failed on both counts.
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_per_encrypt_and_decrypt() {
-    let rig = Rig::start("command-counts", FAST, &[]);
+    let rig = on_discrete_profile("command-counts", FAST, &[]);
     let (mut client, key_id) = rig.client().await;
     let dek = random_bytes(32);
     rig.proxy.reset_counts();
@@ -400,7 +366,7 @@ async fn commands_per_encrypt_and_decrypt() {
 /// level version of this row (SIGSTOP) is in tpm_faults.rs.
 #[tokio::test(flavor = "multi_thread")]
 async fn tpm_holding_its_answers_times_calls_out_and_is_survived() {
-    let rig = Rig::start("tpm-hang", FAST, &["--request-deadline", DEADLINE_ARG]);
+    let rig = on_discrete_profile("tpm-hang", FAST, &["--request-deadline", DEADLINE_ARG]);
     let (mut client, key_id) = rig.client().await;
     let dek = random_bytes(32);
     let before = rpc::seal(&mut client, &key_id, &dek).await;
@@ -426,7 +392,7 @@ async fn tpm_holding_its_answers_times_calls_out_and_is_survived() {
     rig.proxy.release();
     rpc::round_trip(&mut client, &key_id, &random_bytes(32)).await;
     rpc::open(&mut client, &key_id, &before, &dek).await;
-    assert_eq!(rig.reopens(), 0, "{}", rig.sceau.stderr_text());
+    assert_eq!(reopens(&rig.sceau), 0, "{}", rig.sceau.stderr_text());
     println!(
         "hang: {}; after release: recovered, earlier envelope opens",
         outcomes.join("; ")
@@ -438,7 +404,7 @@ async fn tpm_holding_its_answers_times_calls_out_and_is_survived() {
 /// deadline.
 #[tokio::test(flavor = "multi_thread")]
 async fn tpm_connection_cut_mid_command_is_reopened() {
-    let rig = Rig::start("tpm-cut", FAST, &["--request-deadline", DEADLINE_ARG]);
+    let rig = on_discrete_profile("tpm-cut", FAST, &["--request-deadline", DEADLINE_ARG]);
     let (mut client, key_id) = rig.client().await;
     let dek = random_bytes(32);
     let before = rpc::seal(&mut client, &key_id, &dek).await;
@@ -464,7 +430,7 @@ async fn tpm_connection_cut_mid_command_is_reopened() {
     decrypt.await.expect("the Decrypt after the cut succeeds");
     let took = started.elapsed();
     assert!(took <= DEADLINE, "took {took:?}");
-    assert_eq!(rig.reopens(), 1, "{}", rig.sceau.stderr_text());
+    assert_eq!(reopens(&rig.sceau), 1, "{}", rig.sceau.stderr_text());
     rpc::round_trip(&mut client, &key_id, &random_bytes(32)).await;
     println!("connection cut mid-Decrypt: reopened, ok in {took:?}");
 }

@@ -11,58 +11,38 @@ use std::time::{Duration, Instant};
 
 use crate::harness::footprint::footprint;
 use crate::harness::tpm_proxy::{Fault, Profile, TpmProxy};
-use crate::harness::{Sceau, Swtpm, TempDir, random_bytes, rpc};
+use crate::harness::{ProxiedFixture, Sceau, random_bytes, rpc};
 
 /// sceau's default --request-deadline, and what a loaded machine may add.
 const DEADLINE: Duration = Duration::from_millis(2500);
 const MARGIN: Duration = Duration::from_secs(2);
 
-struct Rig {
-    // Field order is drop order: sceau before the proxy and the TPM.
-    sceau: Sceau,
-    proxy: TpmProxy,
-    _tpm: Swtpm,
-    _tmp: TempDir,
+/// sceau on a swtpm behind a proxy that adds no delay.
+fn rig(label: &str) -> ProxiedFixture {
+    ProxiedFixture::start(label, Profile::instant(), &[])
 }
 
-impl Rig {
-    /// sceau on a swtpm behind a proxy that adds no delay.
-    fn start(label: &str) -> Rig {
-        let tmp = TempDir::new(label);
-        let tpm = Swtpm::start(&tmp.subdir("tpm"));
-        let proxy = TpmProxy::start(tpm.port(), Profile::instant());
-        let sceau = Sceau::start_on_socket(&tmp, &tmp.join("sceau.sock"), &proxy.tcti(), &[]);
-        Rig {
-            sceau,
-            proxy,
-            _tpm: tpm,
-            _tmp: tmp,
-        }
+/// Envelopes sealed now, with their DEKs, to open after the fault.
+async fn seal_some(rig: &ProxiedFixture, count: usize) -> (String, Vec<(Vec<u8>, Vec<u8>)>) {
+    let (mut client, key_id) = rig.client().await;
+    let mut sealed = Vec::new();
+    for _ in 0..count {
+        let dek = random_bytes(32);
+        sealed.push((rpc::seal(&mut client, &key_id, &dek).await, dek));
     }
+    (key_id, sealed)
+}
 
-    /// Envelopes sealed now, with their DEKs, to open after the fault.
-    async fn seal_some(&self, count: usize) -> (String, Vec<(Vec<u8>, Vec<u8>)>) {
-        let mut client = self.sceau.client().await;
-        let key_id = rpc::status(&mut client).await.key_id;
-        let mut sealed = Vec::new();
-        for _ in 0..count {
-            let dek = random_bytes(32);
-            sealed.push((rpc::seal(&mut client, &key_id, &dek).await, dek));
-        }
-        (key_id, sealed)
-    }
-
-    /// Waits (up to the deadline) until the TPM has seen a command more
-    /// than `seen`: the call under test is in the TPM's hands.
-    async fn wait_for_a_command_after(&self, seen: u64) {
-        let started = Instant::now();
-        while self.proxy.total_commands() == seen {
-            assert!(
-                started.elapsed() < DEADLINE,
-                "the call never reached the TPM"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+/// Waits (up to the deadline) until the TPM has seen a command more than
+/// `seen`: the call under test is in the TPM's hands.
+async fn wait_for_a_command_after(proxy: &TpmProxy, seen: u64) {
+    let started = Instant::now();
+    while proxy.total_commands() == seen {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the call never reached the TPM"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -80,8 +60,8 @@ async fn all_open(sceau: &Sceau, key_id: &str, sealed: &[(Vec<u8>, Vec<u8>)]) {
 /// return to what they were, and the daemon's fds too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_that_disconnects_mid_call_leaks_nothing() {
-    let mut rig = Rig::start("disconnect-mid-call");
-    let (key_id, sealed) = rig.seal_some(3).await;
+    let mut rig = rig("disconnect-mid-call");
+    let (key_id, sealed) = seal_some(&rig, 3).await;
     let handles_before = rig.proxy.held_handles().len();
     let fds_before = footprint(rig.sceau.pid()).unwrap().open_fds;
 
@@ -96,7 +76,7 @@ async fn a_client_that_disconnects_mid_call_leaks_nothing() {
         let mut client = rpc::connect(&socket).await;
         rpc::decrypt(&mut client, &envelope, &id).await
     });
-    rig.wait_for_a_command_after(seen).await;
+    wait_for_a_command_after(&rig.proxy, seen).await;
     // The client goes away: its task, connection and all.
     caller.abort();
     let _ = caller.await;
@@ -133,15 +113,12 @@ async fn a_client_that_disconnects_mid_call_leaks_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_under_load_exits_cleanly_and_loses_no_envelope() {
     const CLIENTS: usize = 16;
-    let tmp = TempDir::new("sigterm-under-load");
-    let tpm = Swtpm::start(&tmp.subdir("tpm"));
-    let proxy = TpmProxy::start(tpm.port(), Profile::instant());
-    let mut sceau = Sceau::start_on_socket(&tmp, &tmp.join("sceau.sock"), &proxy.tcti(), &[]);
-    let key_id = rpc::status(&mut sceau.client().await).await.key_id;
+    let mut rig = rig("sigterm-under-load");
+    let key_id = rig.client().await.1;
 
     let clients: Vec<_> = (0..CLIENTS)
         .map(|_| {
-            let socket = sceau.socket().to_path_buf();
+            let socket = rig.sceau.socket().to_path_buf();
             tokio::spawn(async move {
                 let mut sealed = Vec::new();
                 let mut failures = Vec::new();
@@ -167,7 +144,7 @@ async fn sigterm_under_load_exits_cleanly_and_loses_no_envelope() {
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stopped = Instant::now();
-    let status = sceau.terminate();
+    let status = rig.sceau.terminate();
     let took = stopped.elapsed();
     assert!(status.success(), "sceau's exit status: {status:?}");
     let mut sealed = Vec::new();
@@ -187,8 +164,8 @@ async fn sigterm_under_load_exits_cleanly_and_loses_no_envelope() {
         "no Encrypt was answered before the stop"
     );
 
-    let next = Sceau::start_on_socket(&tmp, &tmp.join("sceau-2.sock"), &proxy.tcti(), &[]);
-    all_open(&next, &key_id, &sealed).await;
+    rig.restart_sceau(&[]);
+    all_open(&rig.sceau, &key_id, &sealed).await;
     println!(
         "SIGTERM under {CLIENTS} clients: exit 0 in {took:?}; the clients' last calls ended \
          {endings:?}; all {} envelopes answered before the stop open in the next sceau",
@@ -206,8 +183,8 @@ async fn sigterm_under_load_exits_cleanly_and_loses_no_envelope() {
 async fn a_reconnect_storm_is_absorbed() {
     const CONNECTIONS: usize = 500;
     const AT_ONCE: usize = 50;
-    let mut rig = Rig::start("reconnect-storm");
-    let (key_id, sealed) = rig.seal_some(2).await;
+    let mut rig = rig("reconnect-storm");
+    let (key_id, sealed) = seal_some(&rig, 2).await;
     let fds_before = footprint(rig.sceau.pid()).unwrap().open_fds;
 
     let started = Instant::now();

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::footprint::{Footprint, footprint};
 use crate::harness::tpm_proxy::{Profile, TpmProxy, command_code};
-use crate::harness::{Sceau, Swtpm, TempDir, random_bytes, rpc};
+use crate::harness::{ProxiedFixture, Sceau, random_bytes, rpc};
 
 const CLIENTS: usize = 64;
 /// The share of the modelled TPM's capacity the clients ask for together.
@@ -78,14 +78,12 @@ enum RoundTrip {
 #[tokio::test(flavor = "multi_thread")]
 async fn sixty_four_clients_on_a_discrete_tpm_profile_make_no_error_and_grow_nothing() {
     let run_for = duration();
-    let tmp = TempDir::new("soak");
-    let tpm = Swtpm::start(&tmp.subdir("tpm"));
     let profile = Profile::discrete_tpm();
     let round_trip = modelled_round_trip(&profile);
-    let proxy = TpmProxy::start(tpm.port(), profile);
-    let sceau = Sceau::start_on_socket(&tmp, &tmp.join("sceau.sock"), &proxy.tcti(), &[]);
+    let rig = ProxiedFixture::start("soak", profile, &[]);
+    let (sceau, proxy) = (&rig.sceau, &rig.proxy);
     let key_id = rpc::status(&mut sceau.client().await).await.key_id;
-    let idle_before = idle_sample(&sceau, &proxy, footprint(sceau.pid()).unwrap()).await;
+    let idle_before = idle_sample(sceau, proxy, footprint(sceau.pid()).unwrap()).await;
 
     // CLIENTS round trips per period must fit in TARGET_LOAD of the period.
     let period = round_trip.mul_f64(CLIENTS as f64 / TARGET_LOAD);
@@ -161,7 +159,7 @@ async fn sixty_four_clients_on_a_discrete_tpm_profile_make_no_error_and_grow_not
     for client in clients {
         client.await.expect("a client task panicked");
     }
-    let idle_after = idle_sample(&sceau, &proxy, idle_before.0).await;
+    let idle_after = idle_sample(sceau, proxy, idle_before.0).await;
     println!(
         "idle before: {}, {} TPM handles",
         idle_before.0, idle_before.1
@@ -264,10 +262,8 @@ async fn status_answers_at_once_while_decrypts_queue_for_a_slow_tpm() {
     /// Far below one modelled TPM command (tens of ms), far above a cached
     /// answer on a loaded machine.
     const STATUS_BOUND: Duration = Duration::from_millis(40);
-    let tmp = TempDir::new("status-under-load");
-    let tpm = Swtpm::start(&tmp.subdir("tpm"));
-    let proxy = TpmProxy::start(tpm.port(), Profile::discrete_tpm());
-    let sceau = Sceau::start_on_socket(&tmp, &tmp.join("sceau.sock"), &proxy.tcti(), &[]);
+    let rig = ProxiedFixture::start("status-under-load", Profile::discrete_tpm(), &[]);
+    let sceau = &rig.sceau;
     let mut client = sceau.client().await;
     let key_id = rpc::status(&mut client).await.key_id;
     let mut envelopes = Vec::new();

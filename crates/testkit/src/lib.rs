@@ -90,3 +90,50 @@ impl Fixture {
         (client, key_id)
     }
 }
+
+/// The fixture on a modelled TPM: a private directory, a fresh swtpm, the
+/// TPM proxy in front of it (`tpm_proxy`: latency from `profile`, counts,
+/// injected faults) and a sceau serving through the proxy on
+/// `<dir>/sceau.sock`. The fault matrix, the soak and the benchmark share it.
+pub struct ProxiedFixture {
+    // Field order is drop order: sceau, then the proxy and the TPM behind
+    // it, then their directory.
+    pub sceau: Sceau,
+    pub proxy: TpmProxy,
+    pub tpm: Swtpm,
+    pub tmp: TempDir,
+    starts: usize,
+}
+
+impl ProxiedFixture {
+    pub fn start(label: &str, profile: tpm_proxy::Profile, extra_args: &[&str]) -> Self {
+        let tmp = TempDir::new(label);
+        let tpm = Swtpm::start(&tmp.subdir("tpm"));
+        let proxy = TpmProxy::start(tpm.port(), profile);
+        let sceau =
+            Sceau::start_on_socket(&tmp, &tmp.join("sceau.sock"), &proxy.tcti(), extra_args);
+        ProxiedFixture {
+            sceau,
+            proxy,
+            tpm,
+            tmp,
+            starts: 1,
+        }
+    }
+
+    /// A connected client and the key_id sceau reports in Status.
+    pub async fn client(&self) -> (Client, String) {
+        let mut client = self.sceau.client().await;
+        let key_id = rpc::status(&mut client).await.key_id;
+        (client, key_id)
+    }
+
+    /// A new sceau on the same TPM and proxy, once the last one has exited,
+    /// on a socket of its own (`<dir>/sceau-N.sock`), as systemd would
+    /// start the next process.
+    pub fn restart_sceau(&mut self, extra_args: &[&str]) {
+        self.starts += 1;
+        let socket = self.tmp.join(&format!("sceau-{}.sock", self.starts));
+        self.sceau = Sceau::start_on_socket(&self.tmp, &socket, &self.proxy.tcti(), extra_args);
+    }
+}
