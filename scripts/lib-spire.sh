@@ -53,7 +53,9 @@ start_spire_rig() {
 build_spire() {
     local mod=tests/interop/spire key cache t1
     spire_version=$(cd "$mod" && go list -m -f '{{.Version}}' github.com/spiffe/spire)
-    key=$( (go version; cd "$mod" && cat go.mod go.sum) | sha256sum | cut -c1-12)
+    # -s -w as SPIRE's release builds: no symbol table or DWARF, shorter links.
+    local ldflags="-s -w"
+    key=$( (go version; echo "$ldflags"; cd "$mod" && cat go.mod go.sum) | sha256sum | cut -c1-12)
     cache=${SCEAU_INTEROP_CACHE:-$HOME/.cache/sceau-interop}
     spire_bin="$cache/bin/spire-$spire_version-$key"
     if [ -x "$spire_bin/spire-server" ] && [ -x "$spire_bin/spire-agent" ]; then
@@ -64,7 +66,7 @@ build_spire() {
         t1=$SECONDS
         rm -rf "$spire_bin.tmp"
         mkdir -p "$spire_bin.tmp"
-        (cd "$mod" && go build -mod=readonly -trimpath -o "$spire_bin.tmp/" \
+        (cd "$mod" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$spire_bin.tmp/" \
             github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire-agent)
         rm -rf "$spire_bin"
         mv "$spire_bin.tmp" "$spire_bin"

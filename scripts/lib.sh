@@ -120,8 +120,14 @@ require_cargo_tool() {
         grep -q "^\"$crate $version " "$root/.crates.toml" 2>/dev/null; then
         return 0
     fi
-    echo "installing $crate $version into $root (cargo install --locked)"
-    cargo install --locked --quiet --root "$root" "$crate" --version "=$version"
+    echo "installing $crate $version into $root (cargo install --locked, quick profile)"
+    # These are checkers that run for seconds, so their build is what costs:
+    # cargo-deny's own release profile asks for fat LTO in one codegen unit,
+    # a long single-threaded link on a cold 2-core machine. Built without
+    # LTO, at opt-level 1, in 16 units, they do the same checks.
+    CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+        CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 \
+        cargo install --locked --quiet --root "$root" "$crate" --version "=$version"
 }
 
 # Stops a background process the rigs started (lib-apiserver.sh, lib-spire.sh):
