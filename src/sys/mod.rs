@@ -271,6 +271,41 @@ pub fn release_free_heap() {
     unsafe { libc::malloc_trim(0) };
 }
 
+/// OpenSSL's `OPENSSL_INIT_NO_ADD_ALL_CIPHERS` and
+/// `OPENSSL_INIT_NO_ADD_ALL_DIGESTS` (openssl/crypto.h).
+const OPENSSL_INIT_NO_ADD_ALL_CIPHERS_AND_DIGESTS: u64 = 0x10 | 0x20;
+
+#[link(name = "crypto")]
+unsafe extern "C" {
+    fn OPENSSL_init_crypto(opts: u64, settings: *const libc::c_void) -> libc::c_int;
+}
+
+/// Tells OpenSSL, before tpm2-tss first uses it, not to build its legacy
+/// tables of every cipher and digest name. Returns whether OpenSSL took it.
+///
+/// Why: the first time tpm2-tss needs a hash (the SRK's name, right after
+/// CreatePrimary), OpenSSL 3.0 registers about 200 ciphers and digests by
+/// name and then copies every such name into its provider name map. That was
+/// the largest single cost of `sceau serve`'s start-up on swtpm
+/// (docs/performance.md, "Start-up and memory"). tpm2-tss reaches its
+/// algorithms through OpenSSL's built-in objects (`EVP_sha256()`, …) or by
+/// their canonical names ("SHA256", "AES-128-CFB"), which the default
+/// provider registers itself, so it needs none of these aliases; every test
+/// of the TPM path (sessions, sealing, cluster import, enrolment) runs with
+/// them off. OpenSSL's configuration (`openssl.cnf`, where a site turns on
+/// its FIPS provider) is still loaded as before.
+///
+/// It must run before anything in the process initialises OpenSSL, or it
+/// does nothing (OpenSSL runs each initialisation step once); `Tpm::open`
+/// calls it first.
+pub fn openssl_without_legacy_name_tables() -> bool {
+    // SAFETY: OPENSSL_init_crypto takes a bit mask and an optional settings
+    // pointer, here null, which it accepts (it then uses its defaults). It
+    // is thread-safe (each step runs once, under OpenSSL's own lock) and
+    // touches only OpenSSL's global state.
+    unsafe { OPENSSL_init_crypto(OPENSSL_INIT_NO_ADD_ALL_CIPHERS_AND_DIGESTS, std::ptr::null()) == 1 }
+}
+
 /// The exit code of an [`in_child`] child whose probe panicked.
 pub const PROBE_PANICKED: i32 = 101;
 

@@ -55,6 +55,9 @@ impl Tpm {
     /// request pays for none of it (and OpenSSL is initialised before the
     /// sandbox closes the filesystem).
     pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
+        if !crate::sys::openssl_without_legacy_name_tables() {
+            log::debug!("OpenSSL refused OPENSSL_INIT_NO_ADD_ALL_*; its start-up is just slower");
+        }
         let mut ctx =
             Context::new(config.tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
         let transients = started_and_transients(&mut ctx)?;
