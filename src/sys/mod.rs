@@ -303,7 +303,13 @@ pub fn openssl_without_legacy_name_tables() -> bool {
     // pointer, here null, which it accepts (it then uses its defaults). It
     // is thread-safe (each step runs once, under OpenSSL's own lock) and
     // touches only OpenSSL's global state.
-    unsafe { OPENSSL_init_crypto(OPENSSL_INIT_NO_ADD_ALL_CIPHERS_AND_DIGESTS, std::ptr::null()) == 1 }
+    let accepted = unsafe {
+        OPENSSL_init_crypto(
+            OPENSSL_INIT_NO_ADD_ALL_CIPHERS_AND_DIGESTS,
+            std::ptr::null(),
+        )
+    };
+    accepted == 1
 }
 
 /// The exit code of an [`in_child`] child whose probe panicked.
