@@ -127,10 +127,11 @@ for d in "$deb" "$spire_deb"; do
 done
 depends=$(dpkg-deb -f "$deb" Depends)
 missing=()
-# From dpkg-shlibdeps (the daemon links ESYS, the TCTI loader and libc), and
+# From dpkg-shlibdeps (the daemon links ESYS, the TCTI loader, libcrypto and
+# libc), and
 # the two debian/control adds: the TCTI library the loader dlopens, and the
 # group tss with the udev rule for /dev/tpmrm0.
-for pkg in libc6 libtss2-esys-3.0.2-0 libtss2-tctildr0 libtss2-tcti-device0 tpm-udev; do
+for pkg in libc6 libssl3 libtss2-esys-3.0.2-0 libtss2-tctildr0 libtss2-tcti-device0 tpm-udev; do
     echo "$depends" | grep -Eq "(^|, )$pkg( |,|$)" || missing+=("$pkg")
 done
 if [ ${#missing[@]} -eq 0 ]; then

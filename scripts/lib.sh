@@ -6,7 +6,7 @@
 # the refused-uid client of server_limits.rs; binutils brings strip (scripts/size.sh);
 # the test kit's EK-certificate TPMs (ek_ca) need gnutls-bin (certtool, which
 # swtpm_localca runs to make its CA) and openssl (their tests' own verifier).
-SCEAU_PACKAGES=(libtss2-dev pkg-config gcc binutils swtpm swtpm-tools tpm2-tools systemd util-linux python3
+SCEAU_PACKAGES=(libtss2-dev libssl-dev pkg-config gcc binutils swtpm swtpm-tools tpm2-tools systemd util-linux python3
     gnutls-bin openssl zsh man-db groff-base dpkg-dev lintian)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).

@@ -9,8 +9,8 @@
 # Why: on a cold 2-core machine these builds are most of CI's time, while the
 # fuzz smoke runs (one core each) and the swtpm-bound integration tests leave
 # a core idle. .ci/run starts this script in the background at nice 19 right
-# after the packages are installed, so the Go builds take the idle core, not
-# the tests'.
+# after the packages are installed, so the Go builds take the idle core (and,
+# where the kernel's autogroup is on, an equal share of the busy ones).
 #
 # Usage: bash scripts/prebuild-go.sh [MARK]. With MARK, the file MARK is
 # created once everything but SPIRE is built: .ci/run starts the Kubernetes

@@ -304,12 +304,11 @@ fn started_and_transients(ctx: &mut Context) -> Result<Vec<TpmHandle>, TpmError>
 /// file descriptor its own view. On a TPM without a resource manager sceau
 /// assumes it is the only user.
 fn flush_leftovers(ctx: &mut Context, transients: Vec<TpmHandle>) -> Result<(), TpmError> {
-    let mut leftovers: Vec<(TpmHandle, &str)> = transients
+    let sessions = list_handles(ctx, FIRST_LOADED_SESSION_HANDLE)?;
+    let leftovers = transients
         .into_iter()
         .map(|h| (h, "transient object"))
-        .collect();
-    let sessions = list_handles(ctx, FIRST_LOADED_SESSION_HANDLE)?;
-    leftovers.extend(sessions.into_iter().map(|h| (h, "loaded session")));
+        .chain(sessions.into_iter().map(|h| (h, "loaded session")));
     for (handle, kind) in leftovers {
         let object = ctx
             .execute_without_session(|c| c.tr_from_tpm_public(handle))
