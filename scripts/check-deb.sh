@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the Debian packages (issue 13, item 1): builds them with
+# Checks the Debian packages: builds them with
 # scripts/package-deb.sh, runs lintian on each (no error, no warning; every
 # override carries its reason in packaging/debian/*.lintian-overrides), and
 # checks what each .deb holds against the list below: every file, its owner
@@ -138,6 +138,14 @@ if [ ${#missing[@]} -eq 0 ]; then
     pass "sceau Depends: $depends"
 else
     fail "sceau Depends" "lacks ${missing[*]}: $depends"
+fi
+# Debian 12 only: debian/control bounds libtss2-esys-3.0.2-0 below 4~, so that
+# Debian 13's tpm2-tss 4.x (untested; its libtss2-esys-3.0.2-0t64 provides
+# libtss2-esys-3.0.2-0 at version 4.1.3) cannot satisfy it.
+if echo "$depends" | grep -Eq '(^|, )libtss2-esys-3\.0\.2-0 \(<< 4~\)(,|$)'; then
+    pass "sceau Depends: libtss2-esys-3.0.2-0 (<< 4~), so tpm2-tss 4.x (Debian 13) is refused"
+else
+    fail "sceau Depends upper bound" "no 'libtss2-esys-3.0.2-0 (<< 4~)', so the package would install with Debian 13's untested tpm2-tss 4.x: $depends"
 fi
 
 # --- maintainer scripts -------------------------------------------------------------

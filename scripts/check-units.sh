@@ -48,6 +48,8 @@ required_syscalls=(
     madvise mlock munlock
     # threads and the async runtime (clone is glibc's fallback when clone3 gets ENOSYS)
     clone clone3 futex set_robust_list rseq sched_getaffinity sigaltstack
+    # the metrics thread moving itself to SCHED_IDLE (before sceau's own filter)
+    sched_setscheduler
     rt_sigaction rt_sigprocmask rt_sigreturn getpid gettid getrandom
     epoll_create1 epoll_ctl epoll_wait eventfd2 socketpair poll clock_nanosleep
     exit exit_group

@@ -65,6 +65,10 @@ echo "== scrape 1 (saved as the baseline)"
 "$metricscheck" --url "$url" --save "$tmp/before.txt" || status=1
 echo "== sceau check, twice"
 for _ in 1 2; do target/debug/sceau check --socket "$kms" || status=1; done
+# sceau reuses a rendering for 1 s (server::metrics::RENDER_CACHE_TIME), so
+# that a scrape flood renders once a second; the second scrape must see the
+# calls made after the first.
+sleep 1.1
 echo "== scrape 2 (against the baseline)"
 "$metricscheck" --url "$url" --baseline "$tmp/before.txt" || status=1
 

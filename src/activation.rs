@@ -6,10 +6,15 @@
 //!
 //! Two names are known: `kms`, the KMS v2 endpoint (a unix stream socket),
 //! and `metrics` (optional, `systemd/sceau-metrics.socket`), where
-//! `server::metrics` answers HTTP/1.1 scrapes (a unix or a TCP stream
-//! socket). A `metrics` fd without a `kms` one, or an fd with any other name,
-//! is refused: a misnamed socket would otherwise be served as nothing, or
-//! as the wrong thing.
+//! `server::metrics` answers HTTP/1.1 scrapes (unix or TCP stream sockets,
+//! as many as the unit lists, e.g. both loopback addresses).
+//!
+//! Only what the KMS needs can stop sceau: no `kms` fd, two of them, or a
+//! `kms` fd that is not a listening unix socket. Anything wrong with the
+//! optional sockets (a `metrics` fd that cannot be served, an fd with an
+//! unknown name) is logged and that fd closed, and the KMS serves anyway:
+//! observability must never cost availability (a restart loop under
+//! `Restart=always` would leave the apiserver unable to read a Secret).
 #![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -32,11 +37,6 @@ pub enum ActivationError {
     AmbiguousUnnamed(usize),
     #[error("systemd passed sockets named {0:?}, none named \"kms\"")]
     NoKmsSocket(Vec<String>),
-    #[error(
-        "systemd passed a socket named {0:?}; sceau serves only FileDescriptorName=kms and \
-         FileDescriptorName=metrics"
-    )]
-    UnknownName(String),
     #[error("systemd passed more than one socket named {0:?}")]
     Duplicate(&'static str),
     #[error("the passed fd {fd} is not a listening unix stream socket ({reason})")]
@@ -60,12 +60,15 @@ pub enum MetricsListener {
 #[derive(Debug)]
 pub struct Listeners {
     pub kms: UnixListener,
-    pub metrics: Option<MetricsListener>,
+    /// Every usable `metrics` fd; empty when none was passed or none could
+    /// be served.
+    pub metrics: Vec<MetricsListener>,
 }
 
-/// The passed `kms` listener and, if passed too, the `metrics` one; `None`
-/// when sceau was not socket-activated. `passed` comes from
-/// [`sys::take_passed_fds`].
+/// The passed `kms` listener and every usable `metrics` one; `None` when
+/// sceau was not socket-activated. `passed` comes from
+/// [`sys::take_passed_fds`]. A `metrics` fd that cannot be served, and an
+/// fd with another name, is logged and closed.
 pub fn select_listeners(
     passed: Vec<(OwnedFd, String)>,
 ) -> Result<Option<Listeners>, ActivationError> {
@@ -78,13 +81,22 @@ pub fn select_listeners(
         .collect();
     let chosen = choose_fds(&names)?;
     let mut kms = None;
-    let mut metrics = None;
-    for (fd, _) in passed {
+    let mut metrics = Vec::new();
+    for (fd, name) in passed {
         let raw = fd.as_raw_fd();
         if raw == chosen.kms {
             kms = Some(into_listener(fd, raw)?);
-        } else if Some(raw) == chosen.metrics {
-            metrics = Some(into_metrics_listener(fd, raw)?);
+        } else if chosen.metrics.contains(&raw) {
+            match into_metrics_listener(fd, raw) {
+                Ok(listener) => metrics.push(listener),
+                Err(e) => log::warn!("{e}: closed it; the KMS serves without it"),
+            }
+        } else {
+            log::warn!(
+                "systemd passed a socket named {:?} (fd {raw}); sceau serves only \
+                 FileDescriptorName=kms and FileDescriptorName=metrics: closed it",
+                sceau_format::text::printable(&name)
+            );
         }
     }
     Ok(Some(Listeners {
@@ -93,47 +105,46 @@ pub fn select_listeners(
     }))
 }
 
-/// The fds chosen by name.
+/// The fds chosen by name; any other fd is closed.
 #[derive(Debug, PartialEq, Eq)]
 struct Chosen {
     kms: RawFd,
-    metrics: Option<RawFd>,
+    metrics: Vec<RawFd>,
 }
 
-/// The fd named `kms` (or the only fd, when the unit names none) and the one
-/// named `metrics`, if any. Any other name is refused.
+/// The fd named `kms` (or the only fd, when the unit names none) and every
+/// one named `metrics`.
 fn choose_fds(passed: &[(RawFd, String)]) -> Result<Chosen, ActivationError> {
     if let [(fd, name)] = passed
         && name == UNNAMED
     {
         return Ok(Chosen {
             kms: *fd,
-            metrics: None,
+            metrics: Vec::new(),
         });
     }
     if passed.iter().all(|(_, name)| name == UNNAMED) {
         return Err(ActivationError::AmbiguousUnnamed(passed.len()));
     }
-    let named = |wanted: &'static str| -> Result<Option<RawFd>, ActivationError> {
-        let mut found = passed.iter().filter(|(_, name)| name == wanted);
-        let first = found.next().map(|(fd, _)| *fd);
-        match found.next() {
-            Some(_) => Err(ActivationError::Duplicate(wanted)),
-            None => Ok(first),
-        }
+    let named = |wanted: &'static str| -> Vec<RawFd> {
+        passed
+            .iter()
+            .filter(|(_, name)| name == wanted)
+            .map(|(fd, _)| *fd)
+            .collect()
     };
-    let kms = named(FD_NAME)?.ok_or_else(|| {
-        ActivationError::NoKmsSocket(passed.iter().map(|(_, name)| name.clone()).collect())
-    })?;
-    if let Some((_, other)) = passed
-        .iter()
-        .find(|(_, name)| name != FD_NAME && name != METRICS_FD_NAME)
-    {
-        return Err(ActivationError::UnknownName(other.clone()));
-    }
+    let kms = match named(FD_NAME)[..] {
+        [kms] => kms,
+        [] => {
+            return Err(ActivationError::NoKmsSocket(
+                passed.iter().map(|(_, name)| name.clone()).collect(),
+            ));
+        }
+        _ => return Err(ActivationError::Duplicate(FD_NAME)),
+    };
     Ok(Chosen {
         kms,
-        metrics: named(METRICS_FD_NAME)?,
+        metrics: named(METRICS_FD_NAME),
     })
 }
 
@@ -206,7 +217,7 @@ mod tests {
     fn kms_only(fd: RawFd) -> Chosen {
         Chosen {
             kms: fd,
-            metrics: None,
+            metrics: Vec::new(),
         }
     }
 
@@ -217,26 +228,31 @@ mod tests {
     }
 
     #[test]
-    fn picks_a_metrics_fd_only_beside_a_kms_one() {
+    fn picks_every_metrics_fd_beside_a_kms_one() {
         assert_eq!(
             choose_fds(&named(&["metrics", "kms"])).unwrap(),
             Chosen {
                 kms: 4,
-                metrics: Some(3)
+                metrics: vec![3]
             }
         );
         assert!(matches!(
             choose_fds(&named(&["metrics"])),
             Err(ActivationError::NoKmsSocket(_))
         ));
-        assert!(matches!(
-            choose_fds(&named(&["kms", "metrics", "metrics"])),
-            Err(ActivationError::Duplicate("metrics"))
-        ));
+        // Two metrics sockets (a drop-in that adds [::1]:9847 without
+        // clearing ListenStream=) are both served, never a reason to stop.
+        assert_eq!(
+            choose_fds(&named(&["kms", "metrics", "metrics"])).unwrap(),
+            Chosen {
+                kms: 3,
+                metrics: vec![4, 5]
+            }
+        );
     }
 
     #[test]
-    fn refuses_ambiguous_or_foreign_fds() {
+    fn only_the_kms_fd_can_stop_sceau() {
         assert!(matches!(
             choose_fds(&named(&["unknown", "unknown"])),
             Err(ActivationError::AmbiguousUnnamed(2))
@@ -245,15 +261,17 @@ mod tests {
             choose_fds(&named(&["sceau.socket"])),
             Err(ActivationError::NoKmsSocket(_))
         ));
-        // A misspelt metrics socket is an error, not silently dropped.
         assert!(matches!(
-            choose_fds(&named(&["kms", "metric"])),
-            Err(ActivationError::UnknownName(name)) if name == "metric"
+            choose_fds(&named(&["kms", "kms"])),
+            Err(ActivationError::Duplicate("kms"))
         ));
-        assert!(matches!(
-            choose_fds(&named(&["kms", "unknown"])),
-            Err(ActivationError::UnknownName(_))
-        ));
+        // A misspelt metrics socket, or an unnamed fd beside kms, is not
+        // chosen (select_listeners logs and closes it); the KMS serves.
+        assert_eq!(choose_fds(&named(&["kms", "metric"])).unwrap(), kms_only(3));
+        assert_eq!(
+            choose_fds(&named(&["unknown", "kms"])).unwrap(),
+            kms_only(4)
+        );
     }
 
     #[test]

@@ -81,6 +81,23 @@ pub const ALLOW_UID: Flag = Flag::value(
     "Let this uid call the KMS API besides root (repeatable)",
 )
 .long_help("any other caller gets PERMISSION_DENIED");
+pub const METRICS_ALLOW_UID: Flag = Flag::value(
+    "--metrics-allow-uid",
+    "UID",
+    "On a unix metrics socket, let only root and this uid scrape (repeatable)",
+)
+.long_help(
+    "other peers are closed at accept, before anything is read (docs/metrics.md);\n\
+     without it, the socket file's permissions alone decide",
+);
+pub const TSS_LOG_REVEALS_SECRETS: Flag = Flag::switch(
+    "--tss-log-reveals-secrets",
+    "Start even if TSS2_LOG makes tpm2-tss log DEKs in clear",
+)
+.long_help(
+    "(any module but tcti at debug or trace); for a throwaway TPM only:\n\
+     the log then holds every DEK of every call (docs/troubleshooting.md)",
+);
 pub const LANDLOCK: Flag = Flag::value("--landlock", "MODE", "require, best-effort or off")
     .default("require")
     .long_help(
@@ -147,6 +164,8 @@ pub const SERVE: CommandSpec = CommandSpec {
         &SECCOMP,
         &MEMBERS,
         &RECOVERY_KEY,
+        &METRICS_ALLOW_UID,
+        &TSS_LOG_REVEALS_SECRETS,
     ],
     notes: "\
 Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
@@ -286,6 +305,11 @@ pub struct ServeOptions {
     pub members: Option<PathBuf>,
     /// Cluster mode: the public half of the offline recovery key.
     pub recovery_key: Option<PathBuf>,
+    /// Uids besides root's that may scrape a unix metrics socket; empty:
+    /// whoever the socket file lets connect.
+    pub metrics_allowed_uids: Vec<u32>,
+    /// Start although `TSS2_LOG` makes tpm2-tss log secrets.
+    pub tss_log_reveals_secrets: bool,
 }
 
 /// The member's two steps of enrollment; the verifier's are in
@@ -386,6 +410,11 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
         seccomp: m.or_default(&SECCOMP, None, |v| mode(&SECCOMP, &SECCOMP_MODES, v))?,
         members: m.last(&MEMBERS, path)?,
         recovery_key: m.last(&RECOVERY_KEY, path)?,
+        metrics_allowed_uids: m
+            .values(&METRICS_ALLOW_UID)
+            .map(parse_uid)
+            .collect::<Result<_, _>>()?,
+        tss_log_reveals_secrets: m.present(&TSS_LOG_REVEALS_SECRETS),
     })
 }
 
@@ -577,10 +606,15 @@ impl Command {
                 for uid in &o.allowed_uids {
                     args = args.flag(&ALLOW_UID, uid.to_string());
                 }
-                args.flag(&LANDLOCK, mode_name(&LANDLOCK_MODES, o.landlock))
+                args = args
+                    .flag(&LANDLOCK, mode_name(&LANDLOCK_MODES, o.landlock))
                     .flag(&SECCOMP, mode_name(&SECCOMP_MODES, o.seccomp))
                     .optional(&MEMBERS, o.members.as_deref().map(path_arg))
-                    .optional(&RECOVERY_KEY, o.recovery_key.as_deref().map(path_arg))
+                    .optional(&RECOVERY_KEY, o.recovery_key.as_deref().map(path_arg));
+                for uid in &o.metrics_allowed_uids {
+                    args = args.flag(&METRICS_ALLOW_UID, uid.to_string());
+                }
+                args.switch(&TSS_LOG_REVEALS_SECRETS, o.tss_log_reveals_secrets)
             }
             Self::Check(o) => Args::command(CHECK.name).flag(&SOCKET, path_arg(&o.socket)),
             Self::SelfTest(o) => Args::command(SELFTEST.name)
@@ -748,7 +782,7 @@ mod tests {
     fn every_flag_is_in_the_help_and_the_inverse() {
         let serve_all = Command::Serve(serve(
             "serve --socket-group g --srk-handle 0x81000001 --allow-uid 7 --members m \
-             --recovery-key r",
+             --recovery-key r --metrics-allow-uid 998 --tss-log-reveals-secrets",
             None,
         ));
         let respond = parse(

@@ -21,16 +21,20 @@ pub enum Protection {
     TssInputScrub,
     /// Zeroizing the TPM and wrapping threads' stacks after each job.
     StackScrub,
+    /// The start-up check that the TSS scrubs work (`Tpm::verify_buffer_scrub`):
+    /// off only so that a control can run with a scrub switched off.
+    TssScrubCheck,
 }
 
 impl Protection {
     #[cfg_attr(not(feature = "insecure-test-hooks"), allow(dead_code))]
-    const ALL: [(Protection, &'static str); 5] = [
+    const ALL: [(Protection, &'static str); 6] = [
         (Protection::AllocatorWipe, "alloc-wipe"),
         (Protection::MallocTunables, "malloc-tunables"),
         (Protection::TssBufferScrub, "tss-buffer-scrub"),
         (Protection::TssInputScrub, "tss-input-scrub"),
         (Protection::StackScrub, "stack-scrub"),
+        (Protection::TssScrubCheck, "tss-scrub-check"),
     ];
 
     fn bit(self) -> u8 {

@@ -36,6 +36,7 @@ pub mod selftest;
 pub mod server;
 pub mod sys;
 pub mod tpm;
+pub mod tss_log;
 
 /// Code generated from `proto/kms/v2/api.proto` (package `v2`).
 #[allow(clippy::all, missing_docs)]

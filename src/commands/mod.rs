@@ -14,13 +14,43 @@ use sceau::tpm::device::OpenError;
 use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau_format::storage_key::StorageKey;
 
+/// What to do when `TSS2_LOG` would make tpm2-tss log secrets.
+#[derive(Clone, Copy)]
+enum RevealingTssLog {
+    /// `serve` without `--tss-log-reveals-secrets`: every DEK would reach
+    /// the journal.
+    Refuse,
+    /// `serve` with it.
+    AllowAsAsked,
+    /// The one-shot tools, which handle no DEK: a warning is enough.
+    Warn,
+}
+
 /// tpm2-tss prints its own diagnostics to stderr, TPM return codes included.
 /// sceau logs its own account of every failure, so the TSS is silenced
 /// unless the operator set TSS2_LOG explicitly. Called while the process
 /// still has one thread (`sys::set_env` checks it).
-fn silence_tss_log() -> anyhow::Result<()> {
-    if std::env::var_os("TSS2_LOG").is_none() {
+///
+/// An explicit TSS2_LOG that would make tpm2-tss dump DEKs and session keys
+/// (`sceau::tss_log`) is handled as `revealing` says.
+fn silence_tss_log(revealing: RevealingTssLog) -> anyhow::Result<()> {
+    let Some(value) = std::env::var_os("TSS2_LOG") else {
         sceau::sys::set_env("TSS2_LOG", "all+none").context("silencing tpm2-tss's log")?;
+        return Ok(());
+    };
+    let Err(refusal) = sceau::tss_log::check(&value.to_string_lossy()) else {
+        return Ok(());
+    };
+    match revealing {
+        RevealingTssLog::Refuse => anyhow::bail!(
+            "{refusal}: refusing to start. Use TSS2_LOG=tcti+debug for connection problems, or \
+             at most all+info; to debug a throwaway TPM anyway, add --tss-log-reveals-secrets \
+             (docs/troubleshooting.md)"
+        ),
+        RevealingTssLog::AllowAsAsked => log::warn!(
+            "--tss-log-reveals-secrets: {refusal}; every DEK of every call goes to this log"
+        ),
+        RevealingTssLog::Warn => log::warn!("{refusal}"),
     }
     Ok(())
 }
@@ -28,7 +58,7 @@ fn silence_tss_log() -> anyhow::Result<()> {
 /// The TPM for a one-shot command (no daemon, no sandbox). tpm2-tss stays
 /// quiet, as for `serve`: an absent EK certificate is an answer, not an error.
 fn open_tpm_for_tool(options: &SrkPublicOptions) -> anyhow::Result<Tpm> {
-    silence_tss_log()?;
+    silence_tss_log(RevealingTssLog::Warn)?;
     let config = TpmConfig {
         tcti: options.tcti.clone(),
         srk_handle: options.srk_handle,

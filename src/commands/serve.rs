@@ -28,7 +28,7 @@ use sceau::tpm::{ParameterEncryption, Tcti, Tpm, TpmConfig};
 use sceau::{activation, notify, sys};
 use sceau_format::members::Membership;
 
-use super::{open_tpm_explained, silence_tss_log};
+use super::{RevealingTssLog, open_tpm_explained, silence_tss_log};
 
 /// How long to wait for the TPM thread to flush its handles at exit.
 const WORKER_EXIT_WAIT: Duration = Duration::from_secs(3);
@@ -47,7 +47,10 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     log::info!("{}", sceau::build_info::BUILD.summary());
     // 1. Not dumpable, no core file; tpm2-tss quiet on stderr.
     sandbox::forbid_core_dumps().context("making the process non-dumpable")?;
-    silence_tss_log()?;
+    silence_tss_log(match options.tss_log_reveals_secrets {
+        true => RevealingTssLog::AllowAsAsked,
+        false => RevealingTssLog::Refuse,
+    })?;
     clock.step("non-dumpable");
     // 2. The socket systemd passed, if any, and the one sd_notify socket:
     //    after the sandbox no unix socket can be created or connected.
@@ -81,7 +84,10 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let (listeners, socket_file) = match activated {
         Some(listeners) => (listeners, None),
         None => socket::bind(&socket_options).map(|(kms, f)| {
-            let listeners = activation::Listeners { kms, metrics: None };
+            let listeners = activation::Listeners {
+                kms,
+                metrics: Vec::new(),
+            };
             (listeners, Some(f))
         })?,
     };
@@ -141,7 +147,16 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
         );
     }
     let started = Instant::now();
-    let tpm = open_tpm_explained(config)?;
+    let mut tpm = open_tpm_explained(config)?;
+    if sceau::hooks::enabled(sceau::hooks::Protection::TssScrubCheck) {
+        tpm.verify_buffer_scrub().with_context(|| {
+            format!(
+                "refusing to serve with tpm2-tss {} (built against): sceau supports the tpm2-tss \
+                 of Debian 12 (docs/install.md)",
+                env!("SCEAU_BUILD_TPM2_TSS")
+            )
+        })?;
+    }
     let srk = tpm.srk();
     log::info!(
         "SRK {:?}{} ready in {:?}; Name {}",
@@ -218,7 +233,10 @@ fn confine_and_serve(
         .enable_all()
         .build()
         .context("building the async runtime")?;
-    clock.step("TPM thread, runtime");
+    //    The metrics thread, if systemd passed metrics sockets: optional, so
+    //    a failure is logged and the KMS serves without it.
+    start_metrics(listeners.metrics, &options.metrics_allowed_uids);
+    clock.step("TPM thread, runtime, metrics thread");
     // 9. seccomp on every thread.
     let allow_inet = matches!(tpm_access, Some(TpmAccess::Tcp { .. }));
     sandbox::seccomp::install(allow_inet, files, options.seccomp)?;
@@ -238,10 +256,6 @@ fn confine_and_serve(
         }
         tokio::spawn(release_free_heap_periodically());
         sceau::metrics::METRICS.set_key_id(key_id.as_str());
-        if let Some(metrics) = listeners.metrics {
-            log::info!("serving metrics on the socket systemd passed as \"metrics\"");
-            server::metrics::spawn(metrics)?;
-        }
         match socket_file {
             Some(file) => log::info!("serving key_id={key_id} on {}", file.path().display()),
             None => log::info!("serving key_id={key_id} on the socket systemd passed"),
@@ -276,48 +290,83 @@ const MALLOC_FOOTPRINT_TUNABLES: [(&str, &str); 1] = [("glibc.malloc.arena_max",
 /// value, the wall-clock time of the re-exec in µs since the epoch, only
 /// feeds a DEBUG line ([`reexec_duration`]); its presence is what counts.
 const REEXEC_MARKER: &str = "SCEAU_REEXECUTED";
-/// `AT_SECURE` in the auxiliary vector: the kernel started this process in
-/// secure-execution mode (setuid, setgid, file capabilities).
-const AT_SECURE: u64 = 23;
+/// The byte `glibc.malloc.perturb` is set to in [`MALLOC_WIPING_TUNABLES`].
+const PERTURB_BYTE: u8 = 165;
+
+/// What step 0 does, from what this process sees.
+#[derive(Debug, PartialEq, Eq)]
+enum MallocWiping {
+    /// glibc wipes freed blocks in this process: go on.
+    InForce,
+    /// Not in force: execute again with this GLIBC_TUNABLES value.
+    Reexecute(String),
+    /// Not in force although this process is the re-execution: glibc
+    /// ignores GLIBC_TUNABLES here (a secure-execution process, a glibc
+    /// without these tunables). Serving would leave DEK bytes in freed C
+    /// heap blocks.
+    Refuse,
+}
+
+/// Decides step 0 from its effect (`in_force`, [`sys::malloc_wipes_with`]),
+/// never from the text of GLIBC_TUNABLES: glibc ignores a whole value it
+/// finds malformed (from 2.39: a trailing `:`, an entry without `=`;
+/// from 2.40 also `glibc.rtld.enable_secure=1`), so a value that reads
+/// right may do nothing. The re-execution gets a clean value, sceau's
+/// tunables alone, which is well formed on every glibc; what the value held
+/// before did not work, and is named in a warning.
+fn decide_malloc_wiping(in_force: bool, reexecuted: bool) -> MallocWiping {
+    match (in_force, reexecuted) {
+        (true, _) => MallocWiping::InForce,
+        (false, true) => MallocWiping::Refuse,
+        (false, false) => MallocWiping::Reexecute(
+            MALLOC_WIPING_TUNABLES
+                .iter()
+                .chain(&MALLOC_FOOTPRINT_TUNABLES)
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+        ),
+    }
+}
 
 /// Re-executes sceau once with [`MALLOC_WIPING_TUNABLES`] (and
-/// [`MALLOC_FOOTPRINT_TUNABLES`]) added to GLIBC_TUNABLES, before anything
-/// else happens (same pid, same fds, so socket activation is unaffected).
-///
-/// Not needed, and skipped, when the environment sceau was started with
-/// already sets the wiping tunables (the unit can, saving a second exec and
-/// its dynamic loading at every start): glibc applied them at this exec,
-/// unless the process runs in secure-execution mode, which is checked.
+/// [`MALLOC_FOOTPRINT_TUNABLES`]) as GLIBC_TUNABLES, before anything else
+/// happens (same pid, same fds, so socket activation is unaffected), unless
+/// glibc already wipes freed blocks in this process: the unit sets the
+/// tunables, saving a second exec and its dynamic loading at every start.
+/// Whether they are in force is checked by their effect on a probe block
+/// ([`sys::malloc_wipes_with`]), and a re-executed process in which they
+/// still are not refuses to serve.
 fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     if !sceau::hooks::enabled(sceau::hooks::Protection::MallocTunables) {
         return Ok(());
     }
-    let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-    let applied = wiping_tunables_set(&current) && secure_execution() == Some(false);
+    let in_force = sys::malloc_wipes_with(PERTURB_BYTE);
     // The marker, not the tunables, says "already done": glibc erases
     // GLIBC_TUNABLES for a secure-execution (setuid, file capabilities)
     // binary, and checking for them would then re-execute forever.
-    if std::env::var_os(REEXEC_MARKER).is_some() {
-        if !applied {
-            log::warn!("glibc ignored GLIBC_TUNABLES; freed C heap blocks are not wiped");
+    let reexecuted = std::env::var_os(REEXEC_MARKER).is_some();
+    let tunables = match decide_malloc_wiping(in_force, reexecuted) {
+        MallocWiping::InForce => {
+            log::debug!("glibc wipes freed C heap blocks (checked by effect); no re-exec needed");
+            return Ok(());
         }
-        return Ok(());
-    }
-    if applied {
-        log::debug!("GLIBC_TUNABLES already wipe freed C heap blocks; no re-exec");
-        return Ok(());
-    }
-    let ours = MALLOC_WIPING_TUNABLES
-        .iter()
-        .chain(&MALLOC_FOOTPRINT_TUNABLES)
-        .map(|(name, value)| format!("{name}={value}"))
-        .collect::<Vec<_>>()
-        .join(":");
-    let tunables = match current.as_str() {
-        "" => ours,
-        other => format!("{other}:{ours}"),
+        MallocWiping::Refuse => bail!(
+            "glibc ignored the GLIBC_TUNABLES sceau set for itself ({}), so freed C heap blocks \
+             would keep DEK bytes: refusing to start. Is sceau setuid, or run with file \
+             capabilities? glibc then ignores its tunables (docs/hardening.md, step 0)",
+            std::env::var("GLIBC_TUNABLES").unwrap_or_default()
+        ),
+        MallocWiping::Reexecute(tunables) => tunables,
     };
+    if let Some(current) = std::env::var_os("GLIBC_TUNABLES").filter(|v| !v.is_empty()) {
+        log::warn!(
+            "GLIBC_TUNABLES={} does not make glibc wipe freed C heap blocks (glibc ignores a \
+             malformed value as a whole); re-executing with {tunables} instead",
+            sceau_format::text::printable(&current.to_string_lossy())
+        );
+    }
     let mut args = std::env::args_os();
     let program = args.next().unwrap_or_else(|| "sceau".into());
     let error = std::process::Command::new("/proc/self/exe")
@@ -327,36 +376,6 @@ fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
         .env(REEXEC_MARKER, micros_since_epoch().to_string())
         .exec();
     Err(error).context("re-executing with glibc's free() wiping enabled")
-}
-
-/// Whether a GLIBC_TUNABLES value sets every wiping tunable to sceau's
-/// value. glibc reads the list left to right, so a later entry for the same
-/// name wins, and so it does here.
-fn wiping_tunables_set(glibc_tunables: &str) -> bool {
-    let last_value = |name: &str| {
-        glibc_tunables
-            .split(':')
-            .rev()
-            .filter_map(|entry| entry.split_once('='))
-            .find(|(entry_name, _)| *entry_name == name)
-            .map(|(_, value)| value)
-    };
-    MALLOC_WIPING_TUNABLES
-        .iter()
-        .all(|(name, value)| last_value(name) == Some(value))
-}
-
-/// `AT_SECURE` from /proc/self/auxv (pairs of native-endian words); `None`
-/// when it cannot be read, which callers treat as "maybe secure".
-fn secure_execution() -> Option<bool> {
-    let auxv = std::fs::read("/proc/self/auxv").ok()?;
-    auxv.chunks_exact(16)
-        .map(|pair| {
-            let word = |at: usize| u64::from_ne_bytes(pair[at..at + 8].try_into().unwrap());
-            (word(0), word(8))
-        })
-        .find(|(kind, _)| *kind == AT_SECURE)
-        .map(|(_, value)| value != 0)
 }
 
 fn micros_since_epoch() -> u128 {
@@ -383,6 +402,23 @@ fn pin_tcti_library(tcti: &Tcti) {
         log::warn!(
             "could not keep the {kind} TCTI loaded ({e}); a lost TPM connection will end sceau"
         );
+    }
+}
+
+/// Serves metrics on their own thread (`server::metrics`) when systemd
+/// passed `metrics` sockets. Only what the KMS needs may stop sceau, so a
+/// failure here is logged and sceau serves without metrics.
+fn start_metrics(listeners: Vec<activation::MetricsListener>, allowed_uids: &[u32]) {
+    if listeners.is_empty() {
+        return;
+    }
+    let count = listeners.len();
+    let allowed = server::metrics::AllowedScrapers::root_and(allowed_uids);
+    match server::metrics::start(listeners, allowed) {
+        Ok(()) => {
+            log::info!("serving metrics on the {count} socket(s) systemd passed as \"metrics\"")
+        }
+        Err(e) => log::warn!("metrics are off: {e}; the KMS serves without them"),
     }
 }
 
@@ -469,25 +505,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wiping_tunables_count_only_when_the_last_entry_sets_them() {
-        let ours = "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165";
-        assert!(wiping_tunables_set(ours));
-        assert!(wiping_tunables_set(&format!(
-            "glibc.malloc.perturb=1:{ours}:glibc.malloc.arena_max=1"
-        )));
-        assert!(!wiping_tunables_set(""));
-        assert!(!wiping_tunables_set("glibc.malloc.perturb=165"));
-        assert!(!wiping_tunables_set(&format!(
-            "{ours}:glibc.malloc.tcache_count=7"
-        )));
-        assert!(!wiping_tunables_set(
-            "glibc.malloc.tcache_count=00:glibc.malloc.perturb=165"
-        ));
+    fn malloc_wiping_is_decided_by_its_effect() {
+        assert_eq!(decide_malloc_wiping(true, false), MallocWiping::InForce);
+        assert_eq!(decide_malloc_wiping(true, true), MallocWiping::InForce);
+        assert_eq!(decide_malloc_wiping(false, true), MallocWiping::Refuse);
+        // Whatever GLIBC_TUNABLES held, the re-execution gets sceau's
+        // tunables alone: a well-formed value on every glibc.
+        assert_eq!(
+            decide_malloc_wiping(false, false),
+            MallocWiping::Reexecute(
+                "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165:glibc.malloc.arena_max=1"
+                    .into()
+            )
+        );
     }
 
-    /// The test runs as a plain process (no setuid, no file capabilities).
     #[test]
-    fn reads_at_secure_from_the_auxiliary_vector() {
-        assert_eq!(secure_execution(), Some(false));
+    fn the_unit_sets_what_a_reexecution_would() {
+        let MallocWiping::Reexecute(ours) = decide_malloc_wiping(false, false) else {
+            unreachable!("not in force and not re-executed: re-execute");
+        };
+        let unit = include_str!("../../systemd/sceau.service");
+        assert!(unit.contains(&format!("Environment=GLIBC_TUNABLES={ours}\n")));
     }
 }

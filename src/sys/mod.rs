@@ -271,6 +271,157 @@ pub fn release_free_heap() {
     unsafe { libc::malloc_trim(0) };
 }
 
+/// Moves the calling thread to the `SCHED_IDLE` policy: it then runs only
+/// when no other thread of the machine wants the CPU. The metrics endpoint's
+/// thread does this, so that a flood of scrapes takes CPU time from nothing
+/// but idle time, the KMS threads' least of all. Needs no privilege (only
+/// raising a thread's priority does).
+pub fn run_this_thread_when_idle() -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that the call only reads; pid 0
+    // is the calling thread, whose policy is all that changes.
+    match unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// The block size of the probe in [`malloc_wipes_with`]: above glibc's
+/// fastbin limit (128 bytes by default), so that a freed block goes through
+/// the path that perturbs it, and small enough never to be mmapped.
+const MALLOC_PROBE_SIZE: usize = 200;
+/// The first bytes of a free block, where glibc writes its list pointers
+/// over whatever perturb wrote.
+const MALLOC_PROBE_HEADER: usize = 16;
+
+/// Whether glibc's allocator, as this process runs it, wipes freed blocks
+/// with `perturb`, checked by its effect rather than by reading
+/// GLIBC_TUNABLES (glibc may ignore a value that reads right, or apply one
+/// that reads wrong):
+///
+/// - a fresh block holds `perturb ^ 0xff` in every byte (glibc's
+///   `alloc_perturb`): the tunable is in force;
+/// - after it is filled with zeros and freed, the next block of that size
+///   holds `perturb ^ 0xff` again: the freed block was not kept in the
+///   per-thread cache, which skips perturb both ways (`tcache_count=0`).
+///
+/// Call it while the process has one thread, before anything else
+/// allocates between the free and the second malloc.
+pub fn malloc_wipes_with(perturb: u8) -> bool {
+    let expected = perturb ^ 0xff;
+    let Some(first) = MallocProbe::new() else {
+        return false;
+    };
+    let fresh_perturbed = first.holds_only(expected);
+    first.fill_with_zeros();
+    drop(first);
+    let Some(second) = MallocProbe::new() else {
+        return false;
+    };
+    fresh_perturbed && second.holds_only(expected)
+}
+
+/// A block from glibc's malloc, freed on drop.
+struct MallocProbe(std::ptr::NonNull<u8>);
+
+impl MallocProbe {
+    fn new() -> Option<Self> {
+        // SAFETY: malloc takes a size and returns a new block or null; it
+        // touches no memory of the caller's.
+        let block = unsafe { libc::malloc(MALLOC_PROBE_SIZE) };
+        std::ptr::NonNull::new(block.cast()).map(Self)
+    }
+
+    /// Whether every byte past the header is `value`. The bytes of a fresh
+    /// malloc block are indeterminate to C; to the machine they are what
+    /// glibc (its perturb) or an earlier owner wrote, or the kernel's
+    /// zeros. They are read as plain bytes through volatile reads of a raw
+    /// pointer into a foreign allocation, which the compiler cannot reason
+    /// about, so it cannot assume them uninitialised.
+    fn holds_only(&self, value: u8) -> bool {
+        (MALLOC_PROBE_HEADER..MALLOC_PROBE_SIZE).all(|offset| {
+            let byte = self.0.as_ptr().wrapping_add(offset);
+            // SAFETY: `byte` lies inside the MALLOC_PROBE_SIZE bytes of the
+            // live block this probe owns; u8 has no invalid values.
+            unsafe { std::ptr::read_volatile(byte) == value }
+        })
+    }
+
+    fn fill_with_zeros(&self) {
+        // SAFETY: the block is live, owned by this probe and
+        // MALLOC_PROBE_SIZE bytes long; nothing else refers to it.
+        unsafe { std::ptr::write_bytes(self.0.as_ptr(), 0, MALLOC_PROBE_SIZE) };
+    }
+}
+
+impl Drop for MallocProbe {
+    fn drop(&mut self) {
+        // SAFETY: the block came from malloc and is freed exactly once, here;
+        // the probe is gone after this.
+        unsafe { libc::free(self.0.as_ptr().cast()) };
+    }
+}
+
+/// How much of this process's memory [`heap_holds`] reads at a time.
+const SCAN_CHUNK: usize = 64 * 1024;
+
+/// Whether any of `needles` (each at most [`SCAN_CHUNK`] bytes) occurs in
+/// this process's readable, writable, private anonymous mappings: the C and
+/// Rust heaps, and any block malloc mapped on its own. The main thread's
+/// stack is not read (its frames hold what the caller itself just used);
+/// call it while the process has one thread. It reads through
+/// /proc/self/mem, which needs no privilege for a process's own memory
+/// (not even while it is non-dumpable), and it writes nothing but its own
+/// buffer, which is zeroed before it returns.
+pub fn heap_holds(needles: &[&[u8]]) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let memory = std::fs::File::open("/proc/self/mem")?;
+    let longest = needles.iter().map(|n| n.len()).max().unwrap_or(0);
+    assert!(longest <= SCAN_CHUNK, "a needle longer than a scan chunk");
+    let mut chunk = zeroize::Zeroizing::new(vec![0u8; SCAN_CHUNK]);
+    for (start, end) in maps.lines().filter_map(anonymous_private_writable) {
+        let mut at = start;
+        while at < end {
+            let len = usize::try_from(end - at).map_or(SCAN_CHUNK, |left| left.min(SCAN_CHUNK));
+            let read = memory.read_at(&mut chunk[..len], at)?;
+            let seen = &chunk[..read];
+            if needles
+                .iter()
+                .any(|n| seen.windows(n.len()).any(|w| w == *n))
+            {
+                return Ok(true);
+            }
+            if read < len || at + read as u64 >= end {
+                break;
+            }
+            // The next chunk overlaps this one by a needle's length less
+            // one byte, so that a needle across the boundary is seen whole.
+            let overlap = longest.saturating_sub(1).min(read - 1);
+            at += (read - overlap) as u64;
+        }
+    }
+    Ok(false)
+}
+
+/// The address range of one /proc/self/maps line, if it is readable,
+/// writable, private and anonymous (no path, or the `[heap]`).
+fn anonymous_private_writable(line: &str) -> Option<(u64, u64)> {
+    let mut fields = line.split_whitespace();
+    let range = fields.next()?;
+    let permissions = fields.next()?.as_bytes();
+    let path = fields.nth(3);
+    let private_rw = permissions.starts_with(b"rw") && permissions.get(3) == Some(&b'p');
+    if !private_rw || !matches!(path, None | Some("[heap]")) {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    Some((
+        u64::from_str_radix(start, 16).ok()?,
+        u64::from_str_radix(end, 16).ok()?,
+    ))
+}
+
 /// OpenSSL's `OPENSSL_INIT_NO_ADD_ALL_CIPHERS` and
 /// `OPENSSL_INIT_NO_ADD_ALL_DIGESTS` (openssl/crypto.h).
 const OPENSSL_INIT_NO_ADD_ALL_CIPHERS_AND_DIGESTS: u64 = 0x10 | 0x20;
@@ -490,6 +641,33 @@ impl Drop for LockedPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The test binary runs without sceau's tunables, so the probe must say
+    /// no; `tests/integration/memory_scan.rs` shows the other answer (sceau
+    /// runs it under the unit's tunables and logs that it needs no re-exec).
+    #[test]
+    fn the_malloc_probe_sees_no_wiping_without_the_tunables() {
+        if std::env::var_os("GLIBC_TUNABLES").is_some() {
+            return;
+        }
+        assert!(!malloc_wipes_with(165));
+    }
+
+    #[test]
+    fn the_heap_scan_finds_a_live_heap_block_and_reads_only_anonymous_mappings() {
+        let mut needle = [0u8; 16];
+        sceau_format::random::fill(&mut needle);
+        let on_heap = needle.to_vec();
+        assert!(heap_holds(&[&needle]).unwrap());
+        drop(on_heap);
+        assert!(anonymous_private_writable("7f00-7f10 rw-p 00000000 00:00 0 ").is_some());
+        assert!(anonymous_private_writable("7f00-7f10 rw-p 00000000 00:00 0 [heap]").is_some());
+        assert!(anonymous_private_writable("7f00-7f10 rw-p 00000000 00:00 0 [stack]").is_none());
+        assert!(
+            anonymous_private_writable("7f00-7f10 r--p 00000000 08:01 12 /usr/lib/x").is_none()
+        );
+        assert!(anonymous_private_writable("7f00-7f10 rw-s 00000000 00:05 9 /dev/zero").is_none());
+    }
 
     #[test]
     fn a_locked_page_holds_its_bytes_out_of_dumps() {

@@ -29,6 +29,29 @@ pub struct TpmConfig {
     pub parameter_encryption: ParameterEncryption,
 }
 
+/// The start-up check's canary: as long as the longest DEK seed sceau
+/// seals, and searched for by halves.
+const SCRUB_CANARY_LEN: usize = 32;
+
+/// The start-up check of the unsent scrub failed; `serve` refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrubCheckError {
+    #[error(
+        "tpm2-tss refused the unsent Create that plants the check's canary; sceau cannot scrub \
+         this tpm2-tss's buffers"
+    )]
+    CanaryNotPlanted,
+    #[error("tpm2-tss refused the unsent scrub Create; sceau cannot scrub its buffers")]
+    ScrubRefused,
+    #[error(
+        "the scrub left the check's canary in tpm2-tss's memory: on this tpm2-tss every DEK \
+         would stay in its buffers after each call"
+    )]
+    CanarySurvived,
+    #[error("reading this process's memory to check the scrub: {0}")]
+    Unreadable(std::io::Error),
+}
+
 /// TPM_HT_TRANSIENT and TPM_HT_LOADED_SESSION: the first handle of each.
 const FIRST_TRANSIENT_HANDLE: u32 = 0x8000_0000;
 const FIRST_LOADED_SESSION_HANDLE: u32 = 0x0200_0000;
@@ -106,7 +129,7 @@ impl Tpm {
         let blobs = blobs_from_created(created.out_public, &created.out_private)
             .map_err(|e| TpmError::new("marshal sealed object", e))?;
         if hooks::enabled(Protection::TssInputScrub) {
-            self.scrub_tss_without_sending();
+            self.scrub_tss_without_sending()?;
         }
         Ok(blobs)
     }
@@ -129,7 +152,7 @@ impl Tpm {
             log::warn!("FlushContext of a loaded sealed object failed: {e}");
         }
         if hooks::enabled(Protection::TssBufferScrub) {
-            self.scrub_tss_without_sending();
+            self.scrub_tss_without_sending()?;
         }
         unsealed
     }
@@ -181,11 +204,47 @@ impl Tpm {
     /// Encrypt and a Decrypt, each tens of milliseconds on a discrete TPM.
     ///
     /// Shown by `memory_scan::controls` (the DEK is found without it) and
-    /// `fault_matrix::commands_per_encrypt_and_decrypt` (no command reaches the TPM).
-    fn scrub_tss_without_sending(&mut self) {
-        let outcome = scrub_by_unsent_create(&mut self.ctx, self.srk.handle);
-        if outcome != ScrubOutcome::StoppedBeforeSending {
-            log::warn!("scrubbing tpm2-tss's buffers: {outcome:?}");
+    /// `fault_matrix::commands_per_encrypt_and_decrypt` (no command reaches
+    /// the TPM). Whether it works on the tpm2-tss this process runs is proved
+    /// once at start, by its effect ([`Tpm::verify_buffer_scrub`]); a call
+    /// whose scrub then ends any other way fails, rather than return with
+    /// its DEK possibly left in the buffers.
+    fn scrub_tss_without_sending(&mut self) -> Result<(), TpmError> {
+        match scrub_by_unsent_create(&mut self.ctx, self.srk.handle, &[0; SCRUB_LEN]) {
+            ScrubOutcome::StoppedBeforeSending | ScrubOutcome::Sent => Ok(()),
+            ScrubOutcome::RefusedOtherwise(e) => Err(TpmError::new("scrub of tpm2-tss buffers", e)),
+        }
+    }
+
+    /// Proves that the unsent scrub rewrites what this tpm2-tss keeps, by
+    /// its effect rather than by the error code it ends with (the same
+    /// code can come from an earlier step, before anything is rewritten):
+    /// an unsent Create first puts a random canary where a DEK would lie,
+    /// in the command buffer and the stored input; the scrub runs; then
+    /// every readable anonymous mapping of this process but the stack
+    /// (where tpm2-tss keeps both) is searched for either half of the
+    /// canary ([`crate::sys::heap_holds`]). No command reaches the TPM.
+    ///
+    /// `serve` calls it once, before it serves, and refuses to start if it
+    /// fails: a tpm2-tss on which the scrub does not work (another version
+    /// that orders its steps differently) would leave every DEK in its
+    /// buffers.
+    pub fn verify_buffer_scrub(&mut self) -> Result<(), ScrubCheckError> {
+        let mut canary = zeroize::Zeroizing::new([0u8; SCRUB_CANARY_LEN]);
+        sceau_format::random::fill(canary.as_mut_slice());
+        let planted = scrub_by_unsent_create(&mut self.ctx, self.srk.handle, canary.as_slice());
+        if let ScrubOutcome::RefusedOtherwise(_) = planted {
+            return Err(ScrubCheckError::CanaryNotPlanted);
+        }
+        if hooks::enabled(Protection::TssBufferScrub) && hooks::enabled(Protection::TssInputScrub) {
+            self.scrub_tss_without_sending()
+                .map_err(|_| ScrubCheckError::ScrubRefused)?;
+        }
+        let (first, second) = canary.split_at(SCRUB_CANARY_LEN / 2);
+        match crate::sys::heap_holds(&[first, second]) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(ScrubCheckError::CanarySurvived),
+            Err(e) => Err(ScrubCheckError::Unreadable(e)),
         }
     }
 
@@ -248,13 +307,12 @@ enum ScrubOutcome {
     Sent,
 }
 
-/// Esys_Create of [`SCRUB_LEN`] zeros under the SRK with the SRK's handle as
-/// the "session", which ESAPI refuses once it has marshalled the command.
-fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle) -> ScrubOutcome {
-    let (Ok(template), Ok(zeros)) = (
-        sealed_template(),
-        SensitiveData::try_from(vec![0u8; SCRUB_LEN]),
-    ) else {
+/// Esys_Create of `data` (the scrub's [`SCRUB_LEN`] zeros, or the start-up
+/// check's canary) under the SRK with the SRK's handle as the "session",
+/// which ESAPI refuses once it has marshalled the command.
+fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle, data: &[u8]) -> ScrubOutcome {
+    let (Ok(template), Ok(zeros)) = (sealed_template(), SensitiveData::try_from(data.to_vec()))
+    else {
         return ScrubOutcome::RefusedOtherwise(tss_esapi::Error::WrapperError(
             tss_esapi::WrapperErrorKind::InvalidParam,
         ));

@@ -43,3 +43,4 @@ mod soak;
 mod startup_errors;
 mod tools_cross_check;
 mod tpm_faults;
+mod tss_log;

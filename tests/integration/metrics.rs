@@ -12,9 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use sceau::server::metrics::RENDER_CACHE_TIME;
+
 use crate::harness::process::{kill_and_reap, poll_until, run_with_timeout};
 use crate::harness::sceau::{BIN, serve_args};
 use crate::harness::{Swtpm, TempDir, rpc};
+
+mod abuse;
 
 /// sceau under `systemd-socket-activate`, with the KMS socket and a metrics
 /// socket (`127.0.0.1:PORT` or a unix path) named as the units name them.
@@ -117,6 +121,18 @@ fn scrape_unix(path: &Path) -> String {
     body_of_ok(&exchange(stream, SCRAPE))
 }
 
+/// A scrape taken once the last rendering sceau cached has expired, so that
+/// it shows every call made before it.
+fn fresh_scrape_tcp(port: u16) -> String {
+    std::thread::sleep(RENDER_CACHE_TIME);
+    scrape_tcp(port)
+}
+
+fn fresh_scrape_unix(path: &Path) -> String {
+    std::thread::sleep(RENDER_CACHE_TIME);
+    scrape_unix(path)
+}
+
 fn body_of_ok(answer: &[u8]) -> String {
     let text = String::from_utf8_lossy(answer);
     let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
@@ -145,7 +161,7 @@ fn sample(scrape: &str, series: &str) -> f64 {
 async fn calls_move_the_counters_and_each_is_logged() {
     let port = free_port();
     let sceau = Activated::start("metrics-tcp", |_| format!("127.0.0.1:{port}")).await;
-    let before = scrape_tcp(port);
+    let before = fresh_scrape_tcp(port);
     for family in [
         "sceau_calls_total",
         "sceau_call_duration_seconds",
@@ -181,7 +197,7 @@ async fn calls_move_the_counters_and_each_is_logged() {
         call.await.unwrap();
     }
 
-    let after = scrape_tcp(port);
+    let after = fresh_scrape_tcp(port);
     let moved = |series: &str| sample(&after, series) - sample(&before, series);
     assert_eq!(
         moved("sceau_calls_total{method=\"Encrypt\",code=\"OK\"}"),
@@ -279,7 +295,7 @@ async fn a_frozen_tpm_shows_as_deadline_misses_and_unhealthy() {
     let sceau = Activated::start("metrics-frozen", |_| format!("127.0.0.1:{port}")).await;
     let client = rpc::connect(&sceau.kms).await;
     let misses = "sceau_tpm_deadline_misses_total";
-    assert_eq!(sample(&scrape_tcp(port), misses), 0.0);
+    assert_eq!(sample(&fresh_scrape_tcp(port), misses), 0.0);
     sceau.tpm.freeze();
     let waiting: Vec<_> = (0..3)
         .map(|i| {
@@ -297,7 +313,7 @@ async fn a_frozen_tpm_shows_as_deadline_misses_and_unhealthy() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let healthz = rpc::status(&mut client.clone()).await.healthz;
     assert_ne!(healthz, "ok");
-    let frozen = scrape_tcp(port);
+    let frozen = fresh_scrape_tcp(port);
     assert!(sample(&frozen, misses) >= 4.0, "{frozen}");
     assert_eq!(sample(&frozen, "sceau_tpm_healthy"), 0.0, "{frozen}");
     assert_eq!(
@@ -312,14 +328,14 @@ async fn a_frozen_tpm_shows_as_deadline_misses_and_unhealthy() {
     let mut client = client.clone();
     assert!(
         poll_until(Duration::from_secs(20), || {
-            let now = scrape_tcp(port);
+            let now = fresh_scrape_tcp(port);
             sample(&now, "sceau_tpm_queue_depth") == 0.0
         }),
         "the queue never emptied"
     );
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(rpc::status(&mut client).await.healthz, "ok");
-    assert_eq!(sample(&scrape_tcp(port), "sceau_tpm_healthy"), 1.0);
+    assert_eq!(sample(&fresh_scrape_tcp(port), "sceau_tpm_healthy"), 1.0);
 }
 
 /// The two sockets serve only what they are for. Controls: the same
@@ -372,7 +388,7 @@ async fn the_sockets_serve_only_their_own_protocol() {
         "{}",
         String::from_utf8_lossy(&raw)
     );
-    let after = scrape_unix(&metrics);
+    let after = fresh_scrape_unix(&metrics);
     assert_eq!(sample(&after, creates), 0.0, "{after}");
     assert_eq!(
         sample(&after, "sceau_calls_total{method=\"Encrypt\",code=\"OK\"}"),
@@ -383,7 +399,7 @@ async fn the_sockets_serve_only_their_own_protocol() {
     let mut client = rpc::connect(&sceau.kms).await;
     let key_id = rpc::status(&mut client).await.key_id;
     rpc::seal(&mut client, &key_id, &[1; 32]).await;
-    assert_eq!(sample(&scrape_unix(&metrics), creates), 1.0);
+    assert_eq!(sample(&fresh_scrape_unix(&metrics), creates), 1.0);
 
     // A scrape on the KMS socket: HTTP/2 only, so no metrics text comes
     // back (hyper answers the missing preface by closing the connection).
@@ -398,7 +414,7 @@ async fn the_sockets_serve_only_their_own_protocol() {
     );
     assert!(!answer.starts_with("HTTP/1.1 200"), "{answer}");
     // Control: the same scrape on the metrics socket is answered.
-    assert!(scrape_unix(&metrics).contains("sceau_calls_total"));
+    assert!(fresh_scrape_unix(&metrics).contains("sceau_calls_total"));
 }
 
 /// A value of `SCEAU_LOG` that is not a level stops sceau with a usage
