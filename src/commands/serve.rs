@@ -75,8 +75,19 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         parameter_encryption: ParameterEncryption::SaltedSession,
     };
     notify::status("opening the TPM");
-    let tpm = notify::extending_start_timeout(|| open_tpm(&config))?;
+    let mut tpm = notify::extending_start_timeout(|| open_tpm(&config))?;
     clock.step("TPM open: SRK and salted session");
+    //    Proves that scrubbing tpm2-tss's buffers works on this tpm2-tss.
+    if sceau::hooks::enabled(sceau::hooks::Protection::TssScrubCheck) {
+        tpm.verify_buffer_scrub().with_context(|| {
+            format!(
+                "refusing to serve with this tpm2-tss (sceau was built against {}); sceau \
+                 supports the tpm2-tss of Debian 12 (docs/install.md)",
+                env!("SCEAU_BUILD_TPM2_TSS")
+            )
+        })?;
+        clock.step("TSS buffer scrub verified");
+    }
     //    Cluster mode: the member files, read while the filesystem is open.
     let membership = load_membership(&options, &tpm)?;
     //    Stop signals wait from here until their handlers exist.
@@ -147,16 +158,7 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
         );
     }
     let started = Instant::now();
-    let mut tpm = open_tpm_explained(config)?;
-    if sceau::hooks::enabled(sceau::hooks::Protection::TssScrubCheck) {
-        tpm.verify_buffer_scrub().with_context(|| {
-            format!(
-                "refusing to serve with tpm2-tss {} (built against): sceau supports the tpm2-tss \
-                 of Debian 12 (docs/install.md)",
-                env!("SCEAU_BUILD_TPM2_TSS")
-            )
-        })?;
-    }
+    let tpm = open_tpm_explained(config)?;
     let srk = tpm.srk();
     log::info!(
         "SRK {:?}{} ready in {:?}; Name {}",

@@ -379,6 +379,8 @@ pub fn heap_holds(needles: &[&[u8]]) -> std::io::Result<bool> {
     let memory = std::fs::File::open("/proc/self/mem")?;
     let longest = needles.iter().map(|n| n.len()).max().unwrap_or(0);
     assert!(longest <= SCAN_CHUNK, "a needle longer than a scan chunk");
+    let finders: Vec<memchr::memmem::Finder<'_>> =
+        needles.iter().map(memchr::memmem::Finder::new).collect();
     let mut chunk = zeroize::Zeroizing::new(vec![0u8; SCAN_CHUNK]);
     for (start, end) in maps.lines().filter_map(anonymous_private_writable) {
         let mut at = start;
@@ -386,10 +388,7 @@ pub fn heap_holds(needles: &[&[u8]]) -> std::io::Result<bool> {
             let len = usize::try_from(end - at).map_or(SCAN_CHUNK, |left| left.min(SCAN_CHUNK));
             let read = memory.read_at(&mut chunk[..len], at)?;
             let seen = &chunk[..read];
-            if needles
-                .iter()
-                .any(|n| seen.windows(n.len()).any(|w| w == *n))
-            {
+            if finders.iter().any(|finder| finder.find(seen).is_some()) {
                 return Ok(true);
             }
             if read < len || at + read as u64 >= end {
