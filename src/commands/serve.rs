@@ -45,6 +45,9 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     reexec_with_malloc_wiping()?;
     let mut clock = StartupClock::start();
     log::info!("{}", sceau::build_info::BUILD.summary());
+    //    The process's own memory, for step 3's proof of the TSS scrub:
+    //    once non-dumpable, a process that is not root cannot open it.
+    let own_memory = sys::OwnMemory::open().context("opening /proc/self/mem")?;
     // 1. Not dumpable, no core file; tpm2-tss quiet on stderr.
     sandbox::forbid_core_dumps().context("making the process non-dumpable")?;
     silence_tss_log(match options.tss_log_reveals_secrets {
@@ -79,7 +82,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     clock.step("TPM open: SRK and salted session");
     //    Proves that scrubbing tpm2-tss's buffers works on this tpm2-tss.
     if sceau::hooks::enabled(sceau::hooks::Protection::TssScrubCheck) {
-        tpm.verify_buffer_scrub().with_context(|| {
+        tpm.verify_buffer_scrub(&own_memory).with_context(|| {
             format!(
                 "refusing to serve with this tpm2-tss (sceau was built against {}); sceau \
                  supports the tpm2-tss of Debian 12 (docs/install.md)",
@@ -88,6 +91,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         })?;
         clock.step("TSS buffer scrub verified");
     }
+    drop(own_memory);
     //    Cluster mode: the member files, read while the filesystem is open.
     let membership = load_membership(&options, &tpm)?;
     //    Stop signals wait from here until their handlers exist.

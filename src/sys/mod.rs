@@ -362,45 +362,58 @@ impl Drop for MallocProbe {
     }
 }
 
-/// How much of this process's memory [`heap_holds`] reads at a time.
+/// How much of this process's memory [`OwnMemory::holds`] reads at a time.
 const SCAN_CHUNK: usize = 64 * 1024;
 
-/// Whether any of `needles` (each at most [`SCAN_CHUNK`] bytes) occurs in
-/// this process's readable, writable, private anonymous mappings: the C and
-/// Rust heaps, and any block malloc mapped on its own. The main thread's
-/// stack is not read (its frames hold what the caller itself just used);
-/// call it while the process has one thread. It reads through
-/// /proc/self/mem, which needs no privilege for a process's own memory
-/// (not even while it is non-dumpable), and it writes nothing but its own
-/// buffer, which is zeroed before it returns.
-pub fn heap_holds(needles: &[&[u8]]) -> std::io::Result<bool> {
-    use std::os::unix::fs::FileExt;
-    let maps = std::fs::read_to_string("/proc/self/maps")?;
-    let memory = std::fs::File::open("/proc/self/mem")?;
-    let longest = needles.iter().map(|n| n.len()).max().unwrap_or(0);
-    assert!(longest <= SCAN_CHUNK, "a needle longer than a scan chunk");
-    let finders: Vec<memchr::memmem::Finder<'_>> =
-        needles.iter().map(memchr::memmem::Finder::new).collect();
-    let mut chunk = zeroize::Zeroizing::new(vec![0u8; SCAN_CHUNK]);
-    for (start, end) in maps.lines().filter_map(anonymous_private_writable) {
-        let mut at = start;
-        while at < end {
-            let len = usize::try_from(end - at).map_or(SCAN_CHUNK, |left| left.min(SCAN_CHUNK));
-            let read = memory.read_at(&mut chunk[..len], at)?;
-            let seen = &chunk[..read];
-            if finders.iter().any(|finder| finder.find(seen).is_some()) {
-                return Ok(true);
-            }
-            if read < len || at + read as u64 >= end {
-                break;
-            }
-            // The next chunk overlaps this one by a needle's length less
-            // one byte, so that a needle across the boundary is seen whole.
-            let overlap = longest.saturating_sub(1).min(read - 1);
-            at += (read - overlap) as u64;
-        }
+/// This process's own memory, `/proc/self/mem`, opened for reading.
+///
+/// Open it before the process is made non-dumpable (`forbid_core_dumps`):
+/// the kernel then gives /proc/self/mem to root, mode 0600, and a process
+/// running as any other uid (the unit's DynamicUser) can no longer open it,
+/// while an open descriptor keeps working (the kernel checks access once,
+/// at open). `serve` drops it before the sandbox closes the filesystem.
+pub struct OwnMemory(std::fs::File);
+
+impl OwnMemory {
+    pub fn open() -> std::io::Result<Self> {
+        std::fs::File::open("/proc/self/mem").map(Self)
     }
-    Ok(false)
+
+    /// Whether any of `needles` (each at most [`SCAN_CHUNK`] bytes)
+    /// occurs in this process's readable, writable, private anonymous
+    /// mappings: the C and Rust heaps, and any block malloc mapped on its
+    /// own. The main thread's stack is not read (its frames hold what the
+    /// caller itself just used); call it while the process has one thread.
+    /// It writes nothing but its own buffer, which is zeroed before it
+    /// returns.
+    pub fn holds(&self, needles: &[&[u8]]) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let maps = std::fs::read_to_string("/proc/self/maps")?;
+        let longest = needles.iter().map(|n| n.len()).max().unwrap_or(0);
+        assert!(longest <= SCAN_CHUNK, "a needle longer than a scan chunk");
+        let finders: Vec<memchr::memmem::Finder<'_>> =
+            needles.iter().map(memchr::memmem::Finder::new).collect();
+        let mut chunk = zeroize::Zeroizing::new(vec![0u8; SCAN_CHUNK]);
+        for (start, end) in maps.lines().filter_map(anonymous_private_writable) {
+            let mut at = start;
+            while at < end {
+                let len = usize::try_from(end - at).map_or(SCAN_CHUNK, |left| left.min(SCAN_CHUNK));
+                let read = self.0.read_at(&mut chunk[..len], at)?;
+                let seen = &chunk[..read];
+                if finders.iter().any(|finder| finder.find(seen).is_some()) {
+                    return Ok(true);
+                }
+                if read < len || at + read as u64 >= end {
+                    break;
+                }
+                // The next chunk overlaps this one by a needle's length less
+                // one byte, so that a needle across the boundary is seen whole.
+                let overlap = longest.saturating_sub(1).min(read - 1);
+                at += (read - overlap) as u64;
+            }
+        }
+        Ok(false)
+    }
 }
 
 /// The address range of one /proc/self/maps line, if it is readable,
@@ -657,7 +670,7 @@ mod tests {
         let mut needle = [0u8; 16];
         sceau_format::random::fill(&mut needle);
         let on_heap = needle.to_vec();
-        assert!(heap_holds(&[&needle]).unwrap());
+        assert!(OwnMemory::open().unwrap().holds(&[&needle]).unwrap());
         drop(on_heap);
         assert!(anonymous_private_writable("7f00-7f10 rw-p 00000000 00:00 0 ").is_some());
         assert!(anonymous_private_writable("7f00-7f10 rw-p 00000000 00:00 0 [heap]").is_some());

@@ -223,13 +223,17 @@ impl Tpm {
     /// in the command buffer and the stored input; the scrub runs; then
     /// every readable anonymous mapping of this process but the stack
     /// (where tpm2-tss keeps both) is searched for either half of the
-    /// canary ([`crate::sys::heap_holds`]). No command reaches the TPM.
+    /// canary, through `memory` ([`crate::sys::OwnMemory`], opened while
+    /// the process was still dumpable). No command reaches the TPM.
     ///
     /// `serve` calls it once, before it serves, and refuses to start if it
     /// fails: a tpm2-tss on which the scrub does not work (another version
     /// that orders its steps differently) would leave every DEK in its
     /// buffers.
-    pub fn verify_buffer_scrub(&mut self) -> Result<(), ScrubCheckError> {
+    pub fn verify_buffer_scrub(
+        &mut self,
+        memory: &crate::sys::OwnMemory,
+    ) -> Result<(), ScrubCheckError> {
         let mut canary = zeroize::Zeroizing::new([0u8; SCRUB_CANARY_LEN]);
         sceau_format::random::fill(canary.as_mut_slice());
         let planted = scrub_by_unsent_create(&mut self.ctx, self.srk.handle, canary.as_slice());
@@ -241,7 +245,7 @@ impl Tpm {
                 .map_err(|_| ScrubCheckError::ScrubRefused)?;
         }
         let (first, second) = canary.split_at(SCRUB_CANARY_LEN / 2);
-        match crate::sys::heap_holds(&[first, second]) {
+        match memory.holds(&[first, second]) {
             Ok(false) => Ok(()),
             Ok(true) => Err(ScrubCheckError::CanarySurvived),
             Err(e) => Err(ScrubCheckError::Unreadable(e)),

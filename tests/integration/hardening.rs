@@ -492,3 +492,51 @@ fn every_notify_message_reaches_an_abstract_socket() {
     }
     assert!(!sceau.stderr_text().contains("sd_notify failed"));
 }
+
+/// Under its unit sceau runs as a dynamic uid, not root. Everything it does
+/// before serving must work so: the scrub proof reads /proc/self/mem, which
+/// a non-dumpable process that is not root cannot open (the kernel hands the
+/// file to root), so it is opened while the process is still dumpable. Run
+/// as uid 65534 here; with the open moved after `forbid_core_dumps`, sceau
+/// exited with "reading this process's memory to check the scrub:
+/// Permission denied".
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_starts_as_an_unprivileged_user() {
+    let tmp = TempDir::new("unprivileged-serve");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    // The test's directory is 0700 and root's; uid 65534 must reach its own.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tmp.subdir("run");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = dir.join("kms.sock");
+    let mut sceau = Sceau::spawn_with(
+        &tmp,
+        &socket,
+        serve_args(&socket, Some(&tpm.tcti()), &[]),
+        &[],
+        |command| {
+            let program = command.get_program().to_owned();
+            let args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
+            let mut unprivileged = Command::new("setpriv");
+            // As the unit runs it: another uid, and an empty bounding set
+            // (CapabilityBoundingSet=), which sceau then finds empty.
+            unprivileged
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg("--bounding-set=-all")
+                .arg(program)
+                .args(args)
+                .env_remove("SCEAU_TCTI");
+            *command = unprivileged;
+        },
+    );
+    sceau
+        .wait_serving()
+        .unwrap_or_else(|why| panic!("{why}\n{}", sceau.stderr_text()));
+    assert_eq!(
+        status_field(sceau.pid(), "Uid").split_whitespace().next(),
+        Some("65534")
+    );
+    let mut client = rpc::connect(&socket).await;
+    let key_id = rpc::status(&mut client).await.key_id;
+    assert!(rpc::is_well_formed_key_id(&key_id));
+}
