@@ -1,4 +1,4 @@
-//! The side-by-side with the TPM peer plugin (issue 14): sceau and
+//! The side-by-side with the TPM peer plugin: sceau and
 //! jc-lab/k8s-tpm-kms-plugin, each the real release binary on a fresh swtpm
 //! of its own, driven by the same KMS v2 client (`sceau::client`) in one run.
 //! `scripts/bench-peer.sh` builds the peer and runs this with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The apiserver's real workload on a modelled TPM (issue 14, item 3): how
+# The apiserver's real workload on a modelled TPM how
 # long a kube-apiserver waits for sceau when it starts cold.
 #
 # On the real-apiserver rig (scripts/lib-apiserver.sh: kube-apiserver and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The side-by-side with the TPM peer plugin (issue 14): builds
+# The side-by-side with the TPM peer plugin: builds
 # jc-lab/k8s-tpm-kms-plugin (a KMS v2 plugin in Go) and runs benches/peer.rs,
 # which starts it and the release sceau, each on a fresh swtpm of its own,
 # drives both with the same KMS v2 client in one run and prints one table

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sceau behind a real kube-apiserver with a real etcd (issue 4, item 2).
+# sceau behind a real kube-apiserver with a real etcd.
 #
 # Builds kube-apiserver (k8s.io/kubernetes/cmd/kube-apiserver), etcd
 # (go.etcd.io/etcd/server/v3/etcdmain), etcdctl and a small etcd reader from

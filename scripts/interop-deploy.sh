@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The deployment guides (docs/deploy/*.md, docs/ha.md's drop-in), checked by
-# the real tools where they run here (issue 13, item 7):
+# the real tools where they run here:
 #
 #   docs-match-files      every block a page marks `<!-- file: PATH -->` is
 #                         byte-identical to PATH, and every file under

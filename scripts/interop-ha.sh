@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sceau's cluster mode (issue 6) behind three real kube-apiservers sharing one
+# sceau's cluster mode behind three real kube-apiservers sharing one
 # real etcd: the HA end-to-end test.
 #
 # On the rig of scripts/interop-apiserver.sh (scripts/lib-apiserver.sh: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/migration.md, run on a real kube-apiserver and etcd (issue 13, item 7).
+# docs/migration.md, run on a real kube-apiserver and etcd.
 #
 # The rig of scripts/interop-apiserver.sh (scripts/lib-apiserver.sh: etcd,
 # swtpm, sceau, kube-apiserver built from tests/interop/apiserver), plus

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sceau's SPIRE TPM node attestor in a real SPIRE deployment (issue 12).
+# sceau's SPIRE TPM node attestor in a real SPIRE deployment.
 #
 # Builds spire-server and spire-agent from the Go module in tests/interop/spire
 # (version pinned in its go.mod; binaries cached under

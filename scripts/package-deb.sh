@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Debian packages sceau_VERSION_ARCH.deb and
-# sceau-spire_VERSION_ARCH.deb from the workspace (issue 13, item 1).
+# sceau-spire_VERSION_ARCH.deb from the workspace.
 #
 # Plain dpkg-dev, no cargo-deb and no debhelper: fewer moving parts (no new
 # crate or cargo tool to pin, vet and audit), and everything that ends up in

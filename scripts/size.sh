@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The daemon's size budget (issue 11): builds the release binaries and prints
+# The daemon's size budget: builds the release binaries and prints
 #
 #   - the stripped size of `sceau`, against a limit of 5 MB (5,000,000 bytes);
 #   - the crates `sceau` depends on at run time, itself included, against a

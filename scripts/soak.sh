@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak of issue 14, item 7, for as long as you like: 64 clients in a
+# The soak, for as long as you like: 64 clients in a
 # bounded request loop against sceau on a modelled discrete TPM (the test
 # kit's TPM proxy), sampling RSS, fds, threads and TPM handles every 5 s.
 # CI runs the same test for 60 s inside the test suite

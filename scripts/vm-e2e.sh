@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sceau under real systemd with a kernel TPM, in a VM (issue 4, item 3).
+# sceau under real systemd with a kernel TPM, in a VM.
 #
 # Builds the Debian packages (scripts/package-deb.sh: cargo build --release
 # --locked, dpkg-deb), boots a small Debian 12 guest under qemu with a
@@ -57,7 +57,7 @@ bash scripts/package-deb.sh "$debdir" >"$logdir/package.log" 2>&1 || {
 }
 grep -E '^(SKIP|man pages:|==) ' "$logdir/package.log" || true
 mapfile -t debs < <(sed -n 's/^built: //p' "$logdir/package.log")
-# The SPIRE agent's TPM work through the guest's /dev/tpmrm0 (issue 12): a
+# The SPIRE agent's TPM work through the guest's /dev/tpmrm0: a
 # test-only example, debug build (the test step has built it), stripped.
 cargo build --locked --quiet -p sceau-spire --example attest_once
 t_cargo=$((SECONDS - t0))

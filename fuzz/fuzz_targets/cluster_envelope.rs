@@ -170,7 +170,7 @@ fn check_rejected(
         }
         ClusterEnvelopeError::UnexpectedAnnotation(shown) => {
             // The key is the client's text: the error holds it cut and
-            // escaped (issue 10, finding 6), never longer than that.
+            // escaped, never longer than that.
             let key = annotations
                 .keys()
                 .find(|key| sceau_format::text::printable(key) == *shown)

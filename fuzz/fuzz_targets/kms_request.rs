@@ -188,7 +188,7 @@ fn client_text(request: &DecryptRequest) -> Vec<String> {
     echoes
 }
 
-/// Issue 10, finding 6: cluster mode has no exact oracle here, but every
+/// Cluster mode has no exact oracle here, but every
 /// error must be a clean status with a bounded message, whatever the
 /// client's annotations, key_id or ciphertext hold (a client's annotation
 /// key was once echoed whole).

@@ -4,7 +4,7 @@
 //! Nothing inside such a file can prove it belongs there: a software key
 //! can carry the TCG SRK's attribute bits, and its `name:` line is the
 //! writer's own. So what protects membership is who can write the files,
-//! and sceau checks it before it trusts them (issue 10, finding 2):
+//! and sceau checks it before it trusts them:
 //!
 //! - the file is opened with `O_NOFOLLOW` (a symbolic link is refused) and
 //!   checked with `fstat` on the open file, so the checked file is the one

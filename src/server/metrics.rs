@@ -49,7 +49,9 @@ pub const CONNECTION_TIME: Duration = Duration::from_secs(5);
 /// Connections answered at once. Past it, the oldest connection that has
 /// not sent its whole request is closed for the new one; only when every
 /// one has (each is then being answered from the cache) is the new one
-/// closed.
+/// closed. A connection that has sent its request holds its slot only while
+/// its answer (about 15 KB) goes into the socket's buffer, which takes it
+/// whole whether or not the client reads, so that case lasts microseconds.
 pub const MAX_CONNECTIONS: usize = 16;
 /// How long a rendered answer is reused: scrapes within it see the same
 /// numbers, and a flood of scrapes costs one rendering a second.

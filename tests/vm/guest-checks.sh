@@ -327,7 +327,7 @@ else
     fail "client in the backlog across the automatic restart" "$(tail -1 /run/backlog.out | cut -c1-200); systemd closed and reopened sceau.socket $closed time(s) during the restart"
     journalctl -b -u sceau.service -u sceau.socket -o short-monotonic --no-pager | grep -A12 'status=9/KILL' | show
 fi
-# --- the TPM shared through the kernel's resource manager (issue 14) -------
+# --- the TPM shared through the kernel's resource manager ----------------
 # The fault matrix's contention row: another process uses the TPM through
 # /dev/tpmrm0 while sceau serves. The contender is the SPIRE agent plugin's
 # TPM work (attest_once: EK, AK, CertifyCreation, ActivateCredential, Quote,
@@ -375,8 +375,8 @@ else
     fail "stop" "sceau.socket=$sock_state sceau.service=$svc_state node: $(ls -l /run/sceau/kms.sock 2>&1)"
 fi
 
-# The SPIRE agent plugin's TPM work through the kernel's resource manager
-# (issue 12): EK, AK, TPM2_CertifyCreation on a second open of /dev/tpmrm0
+# The SPIRE agent plugin's TPM work through the kernel's resource manager:
+# EK, AK, TPM2_CertifyCreation on a second open of /dev/tpmrm0
 # with the AK's saved context, ActivateCredential and a quote, checked by the
 # server plugin's code in the same process.
 for algorithm in rsa ecc; do

@@ -344,8 +344,8 @@ mod tests {
         }
     }
 
-    /// Issue 10, finding 1: the AES key schedule and the CFB state wipe
-    /// themselves when dropped. Without the `zeroize` features of `aes` and
+    /// The AES key schedule and the CFB state wipe themselves when dropped
+    /// (an outside review found they did not). Without the `zeroize` features of `aes` and
     /// `cfb-mode` (as before the fix) this test does not compile.
     #[test]
     fn the_aes_cfb_state_wipes_itself_on_drop() {

@@ -1,4 +1,4 @@
-//! Start-up time and memory of the real daemon, for issue 14's targets:
+//! Start-up time and memory of the real daemon, against the targets of docs/performance.md:
 //! exec → READY=1 and exec → first served Status, then the idle footprint
 //! (RSS from smaps_rollup, fds, threads) after one Status, and optionally
 //! after a bounded number of Encrypt/Decrypt calls.

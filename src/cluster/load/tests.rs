@@ -152,7 +152,7 @@ fn refuses_member_keys_that_are_not_tcg_srks() {
     ));
 }
 
-/// Issue 10, finding 2: membership is protected by who can write its files.
+/// Membership is protected by who can write its files.
 /// A member file or directory others can write, a symbolic link, a file
 /// another user owns, and a directory below a world-writable (non-sticky)
 /// one are refused. Before the fix every one of these loaded (the first

@@ -124,7 +124,7 @@ fn raw_inline(object_public: &[u8], recipients: &[Recipient]) -> Vec<u8> {
     bytes
 }
 
-/// Issue 10, finding 9: the key_id must stand for the whole recipient set.
+/// The key_id must stand for the whole recipient set.
 /// A second recovery entry spliced into an envelope, or one Name given two
 /// roles, is refused; and the key_id changes with every (role, Name) pair.
 /// Before the fix, parse accepted both splices and the spliced envelope
