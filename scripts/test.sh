@@ -13,3 +13,7 @@ cargo build --locked -p sceau-recover
 # insecure-test-hooks lets the bus-capture control case turn parameter
 # encryption off in-process; the sceau binary has no way to reach it.
 cargo test --locked --workspace --features sceau/insecure-test-hooks "$@"
+# The one timing test, alone: run beside the suite's other tests, its niced
+# scrape flooders got no CPU (tests/integration/metrics/abuse.rs).
+cargo test --locked --features sceau/insecure-test-hooks --test integration -- \
+    --ignored --exact metrics::abuse::a_scrape_flood_leaves_kms_latency_alone

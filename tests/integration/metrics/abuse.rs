@@ -236,9 +236,9 @@ async fn a_restricted_unix_socket_closes_other_users_at_accept() {
         .arg(
             "import socket,sys\n\
              s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(5)\n\
-             s.sendall(b'GET /metrics HTTP/1.1\\r\\n\\r\\n')\n\
-             try: print(len(s.recv(4096)))\n\
-             except ConnectionResetError: print(0)",
+             try:\n\
+             \x20   s.sendall(b'GET /metrics HTTP/1.1\\r\\n\\r\\n'); print(len(s.recv(4096)))\n\
+             except (BrokenPipeError, ConnectionResetError): print(0)",
         )
         .arg(&tmp_path)
         .output()
@@ -304,8 +304,8 @@ async fn problems_with_the_metrics_sockets_never_stop_the_kms() {
 }
 
 /// A process that scrapes `port` in a loop, at the lowest priority (its
-/// own CPU use is not sceau's to limit), until SIGTERM, when it prints how
-/// many answers it read.
+/// own CPU use is not sceau's to limit): it prints `ready` after its first
+/// answer and, on SIGTERM, how many answers it read.
 const FLOOD: &str = r#"
 import signal, socket, sys
 port, answered = int(sys.argv[1]), 0
@@ -318,19 +318,47 @@ while True:
     s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
     if s.recv(65536):
         answered += 1
+        if answered == 1:
+            print("ready", flush=True)
     while s.recv(65536):
         pass
     s.close()
 "#;
 
+/// How long the flooders may take to start scraping.
+const FLOOD_START: Duration = Duration::from_secs(30);
+
+/// A flooder, once it has had its first answer.
 fn scrape_flood(port: u16) -> Child {
-    Command::new("nice")
+    let mut flooder = Command::new("nice")
         .args(["-n", "19", "python3", "-c", FLOOD])
         .arg(port.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("nice python3")
+        .expect("nice python3");
+    let mut out = flooder.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // "ready\n", byte by byte, so that nothing after it is consumed.
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while out.read_exact(&mut byte).is_ok() && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+        let _ = tx.send((line, out));
+    });
+    let (line, out) = rx
+        .recv_timeout(FLOOD_START)
+        .expect("a flooder did not start scraping");
+    assert_eq!(
+        line,
+        b"ready",
+        "a flooder said {:?}",
+        String::from_utf8_lossy(&line)
+    );
+    flooder.stdout = Some(out);
+    flooder
 }
 
 /// Stops a flood process and reads its count.
@@ -372,7 +400,12 @@ const CALLS_PER_BLOCK: usize = 10;
 
 /// A flood of scrapes from four processes leaves the KMS's median Encrypt
 /// time within 20 % of its time without the flood.
+///
+/// A timing test: beside the suite's other tests (two at a time, each with
+/// its own swtpm and sceau), the niced flooders got no CPU at all. So
+/// `cargo test` skips it, and scripts/test.sh runs it alone after the suite.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "timing: scripts/test.sh runs it alone, after the suite"]
 async fn a_scrape_flood_leaves_kms_latency_alone() {
     let port = free_port();
     let launched = Launched::start("metrics-flood", &[format!("metrics=tcp:{port}")], &[]).await;
