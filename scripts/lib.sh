@@ -2,11 +2,12 @@
 
 # Debian 12 packages sceau builds and tests against.
 # systemd brings systemd-analyze and systemd-socket-activate; util-linux brings
-# setpriv and prlimit (the non-root caller and fd-exhaustion tests); python3 runs
-# the refused-uid client of server_limits.rs; binutils brings strip (scripts/size.sh);
+# setpriv and prlimit (the non-root caller and fd-exhaustion tests); procps
+# brings kill (the metrics flood test pauses and resumes its flooders); python3
+# runs the refused-uid client of server_limits.rs and the metrics tests' launcher; binutils brings strip (scripts/size.sh);
 # the test kit's EK-certificate TPMs (ek_ca) need gnutls-bin (certtool, which
 # swtpm_localca runs to make its CA) and openssl (their tests' own verifier).
-SCEAU_PACKAGES=(libtss2-dev libssl-dev pkg-config gcc binutils swtpm swtpm-tools tpm2-tools systemd util-linux python3
+SCEAU_PACKAGES=(libtss2-dev libssl-dev pkg-config gcc binutils swtpm swtpm-tools tpm2-tools systemd util-linux procps python3
     gnutls-bin openssl zsh man-db groff-base dpkg-dev lintian)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).

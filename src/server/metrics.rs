@@ -308,8 +308,12 @@ async fn serve(listener: Listener, shared: Arc<Shared>) {
         };
         let task = tokio::spawn(async move {
             let answered = match connection {
-                Connection::Tcp(stream) => answer_in_time(stream, &request_read, &guard).await,
-                Connection::Unix(stream) => answer_in_time(stream, &request_read, &guard).await,
+                Connection::Tcp(stream) => {
+                    answer_in_time(stream, &request_read, &guard.shared).await
+                }
+                Connection::Unix(stream) => {
+                    answer_in_time(stream, &request_read, &guard.shared).await
+                }
             };
             if let Err(e) = answered {
                 log::debug!("metrics connection: {e}");
@@ -359,9 +363,9 @@ impl Listener {
 async fn answer_in_time<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     request_read: &AtomicBool,
-    guard: &SlotGuard,
+    shared: &Shared,
 ) -> std::io::Result<()> {
-    tokio::time::timeout(CONNECTION_TIME, answer(stream, request_read, &guard.shared))
+    tokio::time::timeout(CONNECTION_TIME, answer(stream, request_read, shared))
         .await
         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }

@@ -315,7 +315,7 @@ enum ScrubOutcome {
 /// check's canary) under the SRK with the SRK's handle as the "session",
 /// which ESAPI refuses once it has marshalled the command.
 fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle, data: &[u8]) -> ScrubOutcome {
-    let (Ok(template), Ok(zeros)) = (sealed_template(), SensitiveData::try_from(data.to_vec()))
+    let (Ok(template), Ok(sensitive)) = (sealed_template(), SensitiveData::try_from(data.to_vec()))
     else {
         return ScrubOutcome::RefusedOtherwise(tss_esapi::Error::WrapperError(
             tss_esapi::WrapperErrorKind::InvalidParam,
@@ -330,7 +330,7 @@ fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle, data: &[u8]) -> Scr
     // plan, so it stays out of the log even at debug.
     let result = crate::logging::without_tss_log(|| {
         ctx.execute_with_session(not_a_session, |c| {
-            c.create(srk, template, None, Some(zeros), None, None)
+            c.create(srk, template, None, Some(sensitive), None, None)
         })
     });
     match result {
