@@ -1,8 +1,7 @@
-//! Generates the KMS v2 gRPC bindings with protox, a pure-Rust protobuf
-//! compiler, so that building sceau never needs an installed `protoc`; and
-//! records what `sceau --version` reports (src/build_info.rs): the git
+//! Records what `sceau --version` reports (src/build_info.rs): the git
 //! commit, profile and features (`sceau_cli::build_script`), and the
 //! tss2-esys version pkg-config finds, the same lookup tss-esapi-sys links by.
+//! (The KMS v2 bindings are generated in `crates/kms-api`.)
 
 use std::process::Command;
 
@@ -14,6 +13,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto",
         "crates/cli/src",
         "crates/format/src",
+        "crates/kms-api/src",
+        "crates/rpc/src",
+        "crates/sys/src",
+        "crates/tpm/src",
         "Cargo.toml",
         "Cargo.lock",
     ]);
@@ -21,16 +24,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "cargo:rustc-env=SCEAU_BUILD_TPM2_TSS={}",
         pkg_config_version("tss2-esys")
     );
-    let proto = "proto/kms/v2/api.proto";
-    println!("cargo:rerun-if-changed={proto}");
-    let descriptors = protox::compile([proto], ["proto"])?;
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        // No `connect` constructor over tonic's Channel: the client in
-        // src/client.rs brings its own connection.
-        .build_transport(false)
-        .compile_fds(descriptors)?;
     Ok(())
 }
 

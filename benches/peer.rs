@@ -1,6 +1,6 @@
 //! The side-by-side with the TPM peer plugin: sceau and
 //! jc-lab/k8s-tpm-kms-plugin, each the real release binary on a fresh swtpm
-//! of its own, driven by the same KMS v2 client (`sceau::client`) in one run.
+//! of its own, driven by the same KMS v2 client (`sceau_kms_api`) in one run.
 //! `scripts/bench-peer.sh` builds the peer and runs this with
 //! `SCEAU_PEER_PLUGIN` set (and `SCEAU_BIN`, the release `sceau` to
 //! measure; else Cargo's build of it for the bench); without
@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sceau::client::{KmsClient, connect};
-use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
+use sceau_kms_api::pb::{DecryptRequest, EncryptRequest, StatusRequest};
+use sceau_kms_api::{KmsClient, connect};
 use sceau_testkit::peer::{PeerPlugin, UnixSwtpm};
 use sceau_testkit::process::{read_lossy, send_signal, wait_timeout};
 use sceau_testkit::{Swtpm, TempDir, random_bytes};

@@ -16,25 +16,25 @@
 
 /// The daemon's allocator, so that both paths pay for wiping as sceau does.
 #[global_allocator]
-static ALLOCATOR: sceau::sys::alloc::WipeOnFree = sceau::sys::alloc::WipeOnFree;
+static ALLOCATOR: sceau_sys::alloc::WipeOnFree = sceau_sys::alloc::WipeOnFree;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sceau::client::{KmsClient, connect};
-use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
-use sceau::secret::Dek;
-use sceau::tpm::sealed::LoadableObject;
-use sceau::tpm::worker::{DEFAULT_DEADLINE, TpmWorker};
-use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau_format::members::{Membership, member_file};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::storage_key::StorageKey;
+use sceau_kms_api::pb::{DecryptRequest, EncryptRequest, StatusRequest};
+use sceau_kms_api::{KmsClient, connect};
 use sceau_testkit::footprint::{self, Footprint};
 use sceau_testkit::process::send_signal;
 use sceau_testkit::tpm_proxy::{Profile, TpmProxy, command_code};
 use sceau_testkit::{Swtpm, TempDir, random_bytes};
+use sceau_tpm::sealed::LoadableObject;
+use sceau_tpm::secret::Dek;
+use sceau_tpm::worker::{DEFAULT_DEADLINE, TpmWorker};
+use sceau_tpm::{Observer, ParameterEncryption, Tpm, TpmConfig};
 
 /// Rounds alternate the paths, so that load from other tenants of the
 /// machine hits both alike; each ratio is the median of per-round ratios.
@@ -166,6 +166,7 @@ fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmCo
         tcti: swtpm.tcti().parse().expect("swtpm TCTI"),
         srk_handle: None,
         parameter_encryption,
+        observer: Observer::none(),
     }
 }
 
@@ -286,7 +287,7 @@ fn bench_membership(tmp: &TempDir, config: &TpmConfig) -> Arc<Membership> {
     let others = [RecoveryIdentity::generate(), RecoveryIdentity::generate()];
     let keys = std::iter::once(&own).chain(others.iter().map(RecoveryIdentity::public));
     for (i, key) in keys.enumerate() {
-        let file = member_file(key, &sceau::tpm::KeyId::from_srk_name(key.name()));
+        let file = member_file(key, &sceau_tpm::KeyId::from_srk_name(key.name()));
         std::fs::write(dir.join(format!("node-{i}.pub")), file).unwrap();
     }
     let recovery = tmp.join("bench-recovery.pub");
@@ -447,20 +448,21 @@ async fn one_decrypt(state: &mut ClientState, index: usize) {
         .expect("decrypt");
 }
 
-/// (e) The TPM command sequences on modelled hardware: each profile of the
-/// test kit's TPM proxy (crates/testkit/profiles) in front of a swtpm of its
-/// own. Counts the commands the proxy sees per Encrypt and per Decrypt (the
+/// (e) The TPM command sequences on modelled hardware: each profile of the test
+/// kit's TPM proxy (crates/testkit/profiles) in front of a swtpm of its own.
+/// Counts the commands the proxy sees per Encrypt and per Decrypt (the
 /// in-process sequences, as `sceau serve` runs them) and at `Tpm::open`, and
-/// times them; "before issue 14" is the same profile's time for the
-/// sequences sceau ran until then (Create + Load + FlushContext; Load +
-/// Unseal + FlushContext + Hash), modelled, not measured. Then exec → first
-/// served Status of the real binary through the proxy.
+/// times them; "before the unsent scrub" is the same profile's time for the
+/// sequences sceau ran while it scrubbed tpm2-tss's buffers with TPM commands
+/// (Create + Load + FlushContext; Load + Unseal + FlushContext + Hash),
+/// modelled, not measured. Then exec → first served Status of the real binary
+/// through the proxy.
 fn modelled_hardware(tmp: &TempDir) {
     const CALLS: usize = 5;
     println!(
         "| profile | commands at open | open ms | commands per Encrypt | Encrypt p50 ms | \
-         before issue 14, modelled ms | commands per Decrypt | Decrypt p50 ms | before issue 14, \
-         modelled ms | exec → first Status ms |"
+         before the unsent scrub, modelled ms | commands per Decrypt | Decrypt p50 ms | \
+         before the unsent scrub, modelled ms | exec → first Status ms |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for (name, profile) in [
@@ -481,6 +483,7 @@ fn modelled_hardware(tmp: &TempDir) {
             tcti: proxy.tcti().parse().expect("proxy TCTI"),
             srk_handle: None,
             parameter_encryption: ParameterEncryption::SaltedSession,
+            observer: Observer::none(),
         };
         let opened = Instant::now();
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");

@@ -9,13 +9,13 @@
 #       `unsafe trait`, `unsafe extern` block or `unsafe(...)` attribute,
 #       counted after `//` comments are stripped; rustfmt, which CI enforces,
 #       keeps `unsafe` and its `{` on one line);
-#   (c) the lints stop keeping unsafe in one place: the root Cargo.toml no
-#       longer denies unsafe_code for the daemon or forbids it for the other
-#       workspace crates, a file under src/ or crates/ outside src/sys/
-#       allows (or expects) unsafe_code, a file of fuzz/ (its own workspace,
-#       without those lints) lacks `#![forbid(unsafe_code)]`, or a file the
-#       table lists with a count of 0 (the library's crate root) lacks
-#       `#![deny(unsafe_code)]`;
+#   (c) unsafe leaves its one crate: a file outside crates/sys/ holds an
+#       unsafe item or allows (or expects) unsafe_code; the root Cargo.toml
+#       no longer forbids unsafe_code for the workspace or the daemon stops
+#       inheriting that; a crate other than crates/sys stops inheriting
+#       `[workspace.lints]`; crates/sys stops denying undocumented unsafe
+#       blocks or several operations per block; or a file of fuzz/ (its own
+#       workspace, without those lints) lacks `#![forbid(unsafe_code)]`;
 #   (d) clippy finds an undocumented unsafe block, an unsafe operation inside
 #       an unsafe fn without its own block, or any other warning, in any
 #       target (the lib and bin also deny these in their crate roots; the
@@ -26,17 +26,18 @@
 #
 # Shown to fail when the inventory is not updated. Each case was tried on
 # this tree and then reverted, after which the script passed again:
-#   - a new block in `UmaskGuard::set` (src/sys/mod.rs),
+#   - a new block in `UmaskGuard::set` (crates/sys/src/lib.rs),
 #         // SAFETY: getpid has no preconditions.
 #         let _ = unsafe { libc::getpid() };
 #     gave
-#           FAIL: src/sys/mod.rs: 37 unsafe items, audit/unsafe.md says 36
+#           FAIL: crates/sys/src/lib.rs: 44 unsafe items, audit/unsafe.md says 43
 #   - a new file src/zz_unsafe_demo.rs holding one such block gave
 #           FAIL: src/zz_unsafe_demo.rs: 1 unsafe items, not listed in audit/unsafe.md
+#           FAIL: src/zz_unsafe_demo.rs: holds unsafe; only crates/sys/ may (audit/unsafe.md)
 #   - a new file src/zz_allow_demo.rs with `#![allow(unsafe_code)]` gave
-#           FAIL: src/zz_allow_demo.rs: allows unsafe_code; only src/sys/ may (audit/unsafe.md)
+#           FAIL: src/zz_allow_demo.rs: allows unsafe_code; only crates/sys/ may (audit/unsafe.md)
 #   - deleting the SAFETY comment in `UmaskGuard::set` gave
-#           error: unsafe block missing a safety comment --> src/sys/mod.rs
+#           error: unsafe block missing a safety comment --> crates/sys/src/lib.rs
 #           FAIL: cargo clippy (undocumented unsafe blocks, or other warnings)
 # Each case exited with status 1.
 set -euo pipefail
@@ -96,37 +97,47 @@ for file in "${files[@]}"; do
         fail "$file: $count unsafe items, $inventory says $expected"
     fi
     case "$file" in
-        src/sys/*) ;;
-        src/* | crates/*)
+        crates/sys/*) ;;
+        *)
+            if [[ $count -gt 0 ]]; then
+                fail "$file: holds unsafe; only crates/sys/ may ($inventory)"
+            fi
             if sed -E 's://.*$::' "$file" | grep -qE '(allow|expect)\(unsafe_code\)'; then
-                fail "$file: allows unsafe_code; only src/sys/ may ($inventory)"
+                fail "$file: allows unsafe_code; only crates/sys/ may ($inventory)"
             fi
             ;;
+    esac
+    case "$file" in
         fuzz/*)
             if [[ $count -eq 0 ]] && ! grep -q '^#!\[forbid(unsafe_code)\]' "$file"; then
                 fail "$file: no unsafe items listed, so it must carry #![forbid(unsafe_code)]"
             fi
             ;;
     esac
-    if [[ "$expected" == 0 ]] && ! grep -q '^#!\[deny(unsafe_code)\]' "$file"; then
-        fail "$file: listed with 0 unsafe items instead of forbidding them, so it must carry #![deny(unsafe_code)]"
-    fi
 done
 for path in "${!listed[@]}"; do
     [[ -n "${seen[$path]:-}" ]] || fail "$inventory lists $path, which does not exist"
 done
 
-# The lints that keep unsafe in src/sys/: denied for the daemon (sys alone
-# allows it), forbidden for every other workspace crate.
-lints=$(sed -n '/^\[lints\]/,/^\[/p' Cargo.toml)
-grep -qE '^rust\.unsafe_code = "deny"' <<<"$lints" ||
-    fail "Cargo.toml: [lints] must keep rust.unsafe_code = \"deny\""
+# The lints that keep unsafe in crates/sys/: forbidden for the workspace,
+# whose lints every crate but sys inherits, the daemon included; sys denies
+# an undocumented block and a block of several operations.
 workspace_lints=$(sed -n '/^\[workspace\.lints\]/,/^\[/p' Cargo.toml)
 grep -qE '^rust\.unsafe_code = "forbid"' <<<"$workspace_lints" ||
     fail "Cargo.toml: [workspace.lints] must keep rust.unsafe_code = \"forbid\""
-for manifest in crates/*/Cargo.toml; do
-    grep -qE '^workspace = true' <(sed -n '/^\[lints\]/,/^\[/p' "$manifest") ||
-        fail "$manifest: needs [lints] workspace = true"
+for manifest in Cargo.toml crates/*/Cargo.toml; do
+    lints=$(sed -n '/^\[lints\]/,/^\[/p' "$manifest")
+    if [[ $manifest == crates/sys/Cargo.toml ]]; then
+        for lint in undocumented_unsafe_blocks multiple_unsafe_ops_per_block missing_safety_doc; do
+            grep -qE "^clippy\.$lint = \"deny\"" <<<"$lints" ||
+                fail "$manifest: [lints] must keep clippy.$lint = \"deny\""
+        done
+        grep -qE '^rust\.unsafe_op_in_unsafe_fn = "deny"' <<<"$lints" ||
+            fail "$manifest: [lints] must keep rust.unsafe_op_in_unsafe_fn = \"deny\""
+    else
+        grep -qE '^workspace = true' <<<"$lints" ||
+            fail "$manifest: needs [lints] workspace = true"
+    fi
 done
 
 if [[ $failed -eq 0 ]]; then

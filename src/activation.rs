@@ -20,7 +20,7 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixListener;
 
-use crate::sys;
+use sceau_sys as sys;
 
 /// The `FileDescriptorName=` of sceau's socket unit.
 pub const FD_NAME: &str = "kms";

@@ -13,7 +13,7 @@ use sceau_cli::{
 pub use sceau_cli::{Generate, UsageError, utf8_args};
 
 use crate::sandbox::Enforcement;
-use crate::tpm::Tcti;
+use sceau_tpm::Tcti;
 
 pub const DEFAULT_SOCKET: &str = "/run/sceau/kms.sock";
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
@@ -470,7 +470,7 @@ fn enroll(
 /// `--tcti`, else `$SCEAU_TCTI`, else the default; parsed here, once.
 fn tcti(m: &Matches, env_tcti: Option<&str>) -> Result<Tcti, UsageError> {
     let from_env = |value: &str| {
-        value.parse().map_err(|e: crate::tpm::tcti::InvalidTcti| {
+        value.parse().map_err(|e: sceau_tpm::tcti::InvalidTcti| {
             UsageError::new(
                 None,
                 Problem::InvalidValue {
@@ -491,7 +491,7 @@ fn tcti(m: &Matches, env_tcti: Option<&str>) -> Result<Tcti, UsageError> {
 fn parse_tcti(value: &str) -> Result<Tcti, UsageError> {
     value
         .parse()
-        .map_err(|e: crate::tpm::tcti::InvalidTcti| invalid(&TCTI, value, e.to_string()))
+        .map_err(|e: sceau_tpm::tcti::InvalidTcti| invalid(&TCTI, value, e.to_string()))
 }
 
 fn parse_mode(value: &str) -> Result<u32, UsageError> {
@@ -636,7 +636,7 @@ impl Command {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tpm::worker::DEFAULT_DEADLINE;
+    use sceau_tpm::worker::DEFAULT_DEADLINE;
 
     use sceau_cli::words as args;
 
@@ -819,9 +819,10 @@ mod tests {
         }
     }
 
-    /// Found by the `cli` fuzz target (audit/fuzzing.md, finding 6): with
-    /// flags another step takes, the one the error named depended on a
-    /// HashMap's random order, so the same arguments gave different errors.
+    /// Found by the `cli` fuzz target (audit/fuzzing.md, «The enroll error that
+    /// changed between runs»): with flags another step takes, the one the error
+    /// named depended on a HashMap's random order, so the same arguments gave
+    /// different errors.
     #[test]
     fn enroll_names_the_same_extra_flag_every_time() {
         let line = args("enroll request --challenge c");

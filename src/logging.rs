@@ -33,7 +33,7 @@ impl Log for StderrLogger {
         // ERROR lines. sceau logs its own account of each failure, at the
         // level it deserves; the TSS's own lines appear only when debugging.
         let tss = metadata.target().starts_with("tss_esapi");
-        let limit = if tss && (self.level < LevelFilter::Debug || TSS_LOG_MUTED.get()) {
+        let limit = if tss && (self.level < LevelFilter::Debug || sceau_tpm::tss_log_muted()) {
             LevelFilter::Off
         } else {
             self.level
@@ -54,21 +54,6 @@ impl Log for StderrLogger {
     }
 
     fn flush(&self) {}
-}
-
-thread_local! {
-    /// Set while this thread runs a TSS call whose failure is planned.
-    static TSS_LOG_MUTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `call` with tss-esapi's log lines from this thread dropped at every
-/// level: for a call that is meant to fail (`tpm::device`'s unsent scrub),
-/// whose error line would mislead whoever reads a debug log.
-pub fn without_tss_log<T>(call: impl FnOnce() -> T) -> T {
-    TSS_LOG_MUTED.set(true);
-    let result = call();
-    TSS_LOG_MUTED.set(false);
-    result
 }
 
 fn syslog_priority(level: Level) -> u8 {

@@ -15,7 +15,7 @@ use sceau::cli::{self, Command};
 /// Every heap block is wiped before it is freed, so DEK bytes in gRPC, h2 and
 /// prost buffers do not outlive their call.
 #[global_allocator]
-static ALLOCATOR: sceau::sys::alloc::WipeOnFree = sceau::sys::alloc::WipeOnFree;
+static ALLOCATOR: sceau_sys::alloc::WipeOnFree = sceau_sys::alloc::WipeOnFree;
 
 /// The exit status of a usage error, as for most Unix tools.
 const USAGE_ERROR: u8 = 2;
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         }
     }
     #[cfg(feature = "insecure-test-hooks")]
-    sceau::hooks::disable_from_environment();
+    sceau_sys::hooks::disable_from_environment();
     let env_tcti = std::env::var(cli::TCTI_ENV).ok();
     let command = match cli::utf8_args(std::env::args_os().skip(1))
         .and_then(|args| cli::parse(&args, env_tcti.as_deref()))

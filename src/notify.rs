@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use sd_notify::NotifyState;
 
-use crate::tpm::KeyId;
+use sceau_tpm::KeyId;
 
 /// How much more start-up time each EXTEND_TIMEOUT_USEC asks for. Hardware
 /// RSA-2048 CreatePrimary takes seconds, slow firmware TPMs tens of seconds.

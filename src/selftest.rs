@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use crate::cli::SelfTestOptions;
 use crate::sandbox::landlock::LandlockPolicy;
 use crate::sandbox::{self, TpmAccess};
-use crate::sys;
+use sceau_sys as sys;
 
 /// Child exit codes.
 const REFUSED: i32 = 0;
@@ -132,7 +132,7 @@ pub fn run(options: &SelfTestOptions) -> std::io::Result<Verdict> {
     // cannot build the sandbox at all; `serve` would have stopped earlier,
     // at the TPM, with this same line.
     if let Some(TpmAccess::Device(path)) = &tpm
-        && let Some(failure) = crate::tpm::device::diagnose_device(path)
+        && let Some(failure) = sceau_tpm::device::diagnose_device(path)
     {
         return Ok(Verdict::NotApplied(failure.to_string()));
     }

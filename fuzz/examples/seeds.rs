@@ -14,9 +14,9 @@ use std::path::Path;
 
 use prost::Message;
 use sceau::kms::SealingTpm;
-use sceau::pb::{DecryptRequest, EncryptRequest};
-use sceau::tpm::sealed::{blobs_from_created, sealed_attributes};
-use sceau::tpm::{Fault, KeyId};
+use sceau_kms_api::pb::{DecryptRequest, EncryptRequest};
+use sceau_tpm::sealed::{blobs_from_created, sealed_attributes};
+use sceau_tpm::{Fault, KeyId};
 use sceau_format::enrollment::{Request, challenge_files, request_file};
 use sceau_format::members::member_file;
 use sceau_format::recovery_key::RecoveryIdentity;
@@ -105,9 +105,10 @@ fn tpm_sized_envelope() -> SealedBlobs {
     blobs_from_created(public, &private).expect("marshals")
 }
 
-/// Finding 1 in audit/fuzzing.md: a valid envelope whose public blob's last
-/// field, the unique digest, declares 64 bytes and carries none. tpm2-tss
-/// decodes it as an empty digest; Decrypt must refuse it as malformed.
+/// «The public blob tpm2-tss misreads» in audit/fuzzing.md: a valid
+/// envelope whose public blob's last field, the unique digest, declares 64
+/// bytes and carries none. tpm2-tss decodes it as an empty digest; Decrypt
+/// must refuse it as malformed.
 fn overlong_unique() -> Vec<u8> {
     let mut envelope = FakeTpm::seal_bytes(b"k").encode();
     // Version, u16 length L, then L bytes of TPM2B_PUBLIC ending in the
@@ -202,7 +203,8 @@ fn kms_request_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             // A key_id whose escaped echo once pushed the refusal past the
-            // service's 512-byte cut (audit/fuzzing.md, finding 7).
+            // service's 512-byte cut (audit/fuzzing.md, «The escaped key_id
+            // past the 512-byte cut»).
             "decrypt-finding-7-escaped-key-id",
             with(
                 Call::Decrypt,
@@ -420,7 +422,9 @@ fn cluster_envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let members_only = members_only.encode().expect("encodes");
     let stray = HashMap::from([("kms.example.com/x".to_string(), b"1".to_vec())]);
     let known = &pinned::known_entries()[0];
-    // Finding 5: the inline envelope's recipients moved to the annotation.
+    // «The annotation layout for recipients that fit inline»
+    // (audit/fuzzing.md): the inline envelope's recipients moved to the
+    // annotation.
     let inline_envelope = ClusterEnvelope::parse(&inline, &none).expect("pinned");
     let block = &inline[4 + inline_envelope.object_public.len()..];
     let mut moved = inline[..4 + inline_envelope.object_public.len()].to_vec();
@@ -479,7 +483,8 @@ fn key_files_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let srk_id = KeyId::from_srk_name(srk.name());
     let public_file = pinned::identity().public_file();
     let verify = [pinned::EXPECTED, "\0", &pinned::response()].concat();
-    // Finding 2: a control character in the challenge's srk_name line.
+    // «The challenge's srk_name on the terminal» (audit/fuzzing.md): a control
+    // character in the challenge's srk_name line.
     let pin = format!("srk_name: {}", sceau_format::key_id::hex(srk.name()));
     let hostile_challenge = pinned::CHALLENGE.replace(&pin, "srk_name: \x1b]0;x\x07");
     assert_ne!(hostile_challenge, pinned::CHALLENGE);
@@ -917,8 +922,8 @@ fn recovery_input_seeds() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 /// The small snapshot with its first key-bucket leaf's second element
-/// pointed at the first one's bytes: the shape of the issue 10 snapshot
-/// that handed the same value out thousands of times. Refused.
+/// pointed at the first one's bytes: the shape of the snapshot an outside
+/// review sent, which handed the same value out thousands of times. Refused.
 fn overlapping_snapshot(db: &[u8]) -> Vec<u8> {
     let mut file = db.to_vec();
     let leaf = 5 * bolt::PAGE;
@@ -934,7 +939,7 @@ fn overlapping_snapshot(db: &[u8]) -> Vec<u8> {
 }
 
 /// An etcdctl response with one member more than the JSON reader takes
-/// (issue 10: its repeated-name check was quadratic). Refused.
+/// (an outside review found its repeated-name check quadratic). Refused.
 fn many_members() -> String {
     let members: Vec<String> = (0..1024).map(|i| format!("\"m{i}\":0")).collect();
     let text = format!("{{\"kvs\":[],{}}}", members.join(","));

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sceau::cli::{Command, DEFAULT_TCTI, PROGRAM, ServeOptions, SrkPublicOptions, parse};
-use sceau::tpm::Tcti;
+use sceau_tpm::Tcti;
 
 fuzz_target!(|data: &[u8]| {
     let mut fields = data.split(|&b| b == 0);

@@ -11,14 +11,15 @@
 //! - an envelope that passes the blob checks re-marshals, from the decoded
 //!   TPM structures ESAPI would send to the TPM, to exactly the same blobs
 //!   (this target found that tpm2-tss can decode a public blob to less than
-//!   it holds, and `from_blobs` now refuses that: audit/fuzzing.md, finding 1).
+//!   it holds, and `from_blobs` now refuses that: audit/fuzzing.md,
+//!   «The public blob tpm2-tss misreads»).
 #![no_main]
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
-use sceau::tpm::sealed::{LoadableObject, blobs_from_created};
+use sceau_tpm::sealed::{LoadableObject, blobs_from_created};
 use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
 use sceau_format::sealed::{SealedBlobs, VERSION_SEALED};
 use sceau_format::wrapped::{ClusterEnvelope, Encoded, VERSION_CLUSTER};
@@ -54,8 +55,9 @@ fn check_accepted(data: &[u8], blobs: &SealedBlobs) {
         let remarshalled = blobs_from_created(object.public, &object.private)
             .expect("a decoded public area marshals again");
         // tpm2-tss may decode a public blob to less than it holds (this
-        // target's finding, audit/fuzzing.md); from_blobs refuses any blob
-        // that does not marshal back to itself.
+        // target's finding, audit/fuzzing.md, «The public blob tpm2-tss
+        // misreads»); from_blobs refuses any blob that does not marshal back
+        // to itself.
         assert_eq!(remarshalled, *blobs);
     }
 }

@@ -21,11 +21,11 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use sceau::kms::{KmsService, Sealer, SealingTpm, service_for};
-use sceau::pb::key_management_service_server::KeyManagementService;
-use sceau::pb::{DecryptRequest, EncryptRequest, StatusRequest};
-use sceau::secret::MAX_DEK_LEN;
-use sceau::tpm::Fault;
-use sceau::tpm::sealed::{BlobError, LoadableObject, blobs_from_created};
+use sceau_kms_api::pb::key_management_service_server::KeyManagementService;
+use sceau_kms_api::pb::{DecryptRequest, EncryptRequest, StatusRequest};
+use sceau_tpm::secret::MAX_DEK_LEN;
+use sceau_tpm::Fault;
+use sceau_tpm::sealed::{BlobError, LoadableObject, blobs_from_created};
 use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
 use sceau_format::members::Membership;
 use sceau_format::recovery_key::RecoveryIdentity;
@@ -37,10 +37,10 @@ use tonic::{Code, Request, Status};
 struct Harness {
     runtime: Runtime,
     sealer: Arc<FakeTpm>,
-    service: KmsService<Box<dyn Sealer>>,
+    service: KmsService,
     /// The same fake TPM in cluster mode (this node, another member and a
     /// recovery key, all software keys): every request goes to both.
-    clustered: KmsService<Box<dyn Sealer>>,
+    clustered: KmsService,
 }
 
 fn cluster_membership() -> Membership {
@@ -243,7 +243,7 @@ fn check_decrypt(h: &Harness, request: DecryptRequest, fault: Option<Fault>) {
 
 /// The documented order: key_id, envelope (length, version, then for
 /// version 1 no annotations and the blobs' framing), blob checks,
-/// marshal-back (finding 1 in audit/fuzzing.md), TPM.
+/// marshal-back (audit/fuzzing.md, «The public blob tpm2-tss misreads»), TPM.
 fn expected_decrypt(ours: &str, request: &DecryptRequest, fault: Option<Fault>) -> Outcome {
     let invalid = |message: String| Err((Code::InvalidArgument, message));
     if request.key_id != ours {

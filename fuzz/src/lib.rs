@@ -9,7 +9,7 @@ pub mod codec;
 pub mod pinned;
 
 pub use sceau::kms::fake::FakeTpm;
-use sceau::tpm::Fault;
+use sceau_tpm::Fault;
 
 /// Which service method a `kms_request` input calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

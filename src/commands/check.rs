@@ -2,11 +2,13 @@
 //! a running sceau.
 #![forbid(unsafe_code)]
 
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use sceau::cli::CheckOptions;
-use sceau::client::CheckError;
+use sceau_kms_api::ConnectError;
+use sceau_kms_api::pb::{DecryptRequest, EncryptRequest, StatusRequest, StatusResponse};
 
 /// `sceau check` gives up after this: a healthy sceau answers in milliseconds,
 /// and each of its calls is bounded by a 2.5 s TPM deadline.
@@ -18,9 +20,7 @@ pub fn run(options: &CheckOptions) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let report = runtime
-        .block_on(async {
-            tokio::time::timeout(CHECK_TIMEOUT, sceau::client::check(&options.socket)).await
-        })
+        .block_on(async { tokio::time::timeout(CHECK_TIMEOUT, check(&options.socket)).await })
         .map_err(|_| anyhow::anyhow!("no answer within {CHECK_TIMEOUT:?}"))
         .and_then(|report| match report {
             Err(CheckError::Connect(e)) => Err(anyhow::anyhow!(
@@ -69,4 +69,81 @@ fn require_socket(socket: &std::path::Path) -> anyhow::Result<()> {
             socket.display()
         ),
     }
+}
+
+/// What `sceau check` reports.
+#[derive(Debug)]
+struct CheckReport {
+    status: StatusResponse,
+    ciphertext_len: usize,
+    encrypt: Duration,
+    decrypt: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CheckError {
+    #[error("cannot connect: {0}")]
+    Connect(#[from] ConnectError),
+    #[error("{call} failed: {status}")]
+    Call {
+        call: &'static str,
+        status: tonic::Status,
+    },
+    #[error("reading a random DEK: {0}")]
+    Random(std::io::Error),
+    #[error("Decrypt returned different bytes than were encrypted")]
+    Mismatch,
+}
+
+/// Status, then Encrypt and Decrypt of a fresh random 32-byte DEK.
+async fn check(path: &Path) -> Result<CheckReport, CheckError> {
+    let mut client = sceau_kms_api::connect(path).await?;
+    let failed = |call| move |status| CheckError::Call { call, status };
+    let status = client
+        .status(StatusRequest {})
+        .await
+        .map_err(failed("Status"))?
+        .into_inner();
+    let dek = zeroize::Zeroizing::new(random_dek().map_err(CheckError::Random)?);
+
+    let started = Instant::now();
+    let sealed = client
+        .encrypt(EncryptRequest {
+            plaintext: dek.to_vec(),
+            uid: "sceau-check".into(),
+        })
+        .await
+        .map_err(failed("Encrypt"))?
+        .into_inner();
+    let encrypt = started.elapsed();
+
+    let started = Instant::now();
+    let ciphertext_len = sealed.ciphertext.len();
+    let opened = client
+        .decrypt(DecryptRequest {
+            ciphertext: sealed.ciphertext,
+            uid: "sceau-check".into(),
+            key_id: sealed.key_id,
+            annotations: sealed.annotations,
+        })
+        .await
+        .map_err(failed("Decrypt"))?
+        .into_inner();
+    let decrypt = started.elapsed();
+    if zeroize::Zeroizing::new(opened.plaintext).as_slice() != dek.as_slice() {
+        return Err(CheckError::Mismatch);
+    }
+    Ok(CheckReport {
+        status,
+        ciphertext_len,
+        encrypt,
+        decrypt,
+    })
+}
+
+fn random_dek() -> std::io::Result<[u8; 32]> {
+    use std::io::Read;
+    let mut dek = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut dek)?;
+    Ok(dek)
 }

@@ -19,7 +19,7 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
             let srk = srk_storage_key(&tpm)?;
             let key_id = tpm.srk().key_id();
             let (ctx, _) = tpm.context_and_srk();
-            let ek = sceau::tpm::enroll::endorsement_key(ctx)?;
+            let ek = sceau_tpm::enroll::endorsement_key(ctx)?;
             let ek_key = StorageKey::from_tpm2b_public(&ek.public)
                 .context("the EK is not an ECC P-256 decryption key")?;
             let text = enrollment::request_file(&srk, &key_id, &ek_key, ek.certificate.as_deref());
@@ -30,8 +30,8 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
             let (ctx, srk) = tpm.context_and_srk();
             let blob = enrollment::parse_challenge(&read(challenge)?, srk.name.value())?;
             let srk_handle = srk.handle;
-            let ek = sceau::tpm::enroll::endorsement_key(ctx)?;
-            let credential = sceau::tpm::enroll::activate_credential(
+            let ek = sceau_tpm::enroll::endorsement_key(ctx)?;
+            let credential = sceau_tpm::enroll::activate_credential(
                 ctx,
                 srk_handle,
                 &ek,

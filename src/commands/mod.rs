@@ -10,9 +10,9 @@ pub mod srk_public;
 
 use anyhow::Context as _;
 use sceau::cli::SrkPublicOptions;
-use sceau::tpm::device::OpenError;
-use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
 use sceau_format::storage_key::StorageKey;
+use sceau_tpm::device::OpenError;
+use sceau_tpm::{Observer, ParameterEncryption, Tpm, TpmConfig};
 
 /// What to do when `TSS2_LOG` would make tpm2-tss log secrets.
 #[derive(Clone, Copy)]
@@ -35,7 +35,7 @@ enum RevealingTssLog {
 /// (`sceau::tss_log`) is handled as `revealing` says.
 fn silence_tss_log(revealing: RevealingTssLog) -> anyhow::Result<()> {
     let Some(value) = std::env::var_os("TSS2_LOG") else {
-        sceau::sys::set_env("TSS2_LOG", "all+none").context("silencing tpm2-tss's log")?;
+        sceau_sys::set_env("TSS2_LOG", "all+none").context("silencing tpm2-tss's log")?;
         return Ok(());
     };
     let Err(refusal) = sceau::tss_log::check(&value.to_string_lossy()) else {
@@ -63,6 +63,7 @@ fn open_tpm_for_tool(options: &SrkPublicOptions) -> anyhow::Result<Tpm> {
         tcti: options.tcti.clone(),
         srk_handle: options.srk_handle,
         parameter_encryption: ParameterEncryption::SaltedSession,
+        observer: Observer::none(),
     };
     open_tpm_explained(&config)
 }

@@ -23,10 +23,11 @@ use sceau::sandbox::landlock::LandlockPolicy;
 use sceau::sandbox::{self, TpmAccess};
 use sceau::server::peer::AllowedCallers;
 use sceau::server::{self, DeferredStopSignals, StopReason, socket};
-use sceau::tpm::worker::TpmWorker;
-use sceau::tpm::{ParameterEncryption, Tcti, Tpm, TpmConfig};
-use sceau::{activation, notify, sys};
+use sceau::{activation, metrics, notify};
 use sceau_format::members::Membership;
+use sceau_sys as sys;
+use sceau_tpm::worker::{SealingTpm, TpmWorker};
+use sceau_tpm::{Observer, ParameterEncryption, Tcti, Tpm, TpmConfig};
 
 use super::{RevealingTssLog, open_tpm_explained, silence_tss_log};
 
@@ -76,12 +77,13 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         tcti: options.tcti.clone(),
         srk_handle: options.srk_handle,
         parameter_encryption: ParameterEncryption::SaltedSession,
+        observer: Observer::new(metrics::TpmMetrics),
     };
     notify::status("opening the TPM");
     let mut tpm = notify::extending_start_timeout(|| open_tpm(&config))?;
     clock.step("TPM open: SRK and salted session");
     //    Proves that scrubbing tpm2-tss's buffers works on this tpm2-tss.
-    if sceau::hooks::enabled(sceau::hooks::Protection::TssScrubCheck) {
+    if sceau_sys::hooks::enabled(sceau_sys::hooks::Protection::TssScrubCheck) {
         tpm.verify_buffer_scrub(&own_memory).with_context(|| {
             format!(
                 "refusing to serve with this tpm2-tss (sceau was built against {}); sceau \
@@ -171,7 +173,7 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
             .map(|h| format!(" (persistent {h:#010x})"))
             .unwrap_or_default(),
         started.elapsed(),
-        sceau::tpm::srk::hex(srk.name.value()),
+        sceau_tpm::srk::hex(srk.name.value()),
     );
     Ok(tpm)
 }
@@ -345,7 +347,7 @@ fn decide_malloc_wiping(in_force: bool, reexecuted: bool) -> MallocWiping {
 /// still are not refuses to serve.
 fn reexec_with_malloc_wiping() -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    if !sceau::hooks::enabled(sceau::hooks::Protection::MallocTunables) {
+    if !sceau_sys::hooks::enabled(sceau_sys::hooks::Protection::MallocTunables) {
         return Ok(());
     }
     let in_force = sys::malloc_wipes_with(PERTURB_BYTE);

@@ -10,20 +10,21 @@ use std::sync::Arc;
 
 use tonic::Status;
 
-use super::sealer::{Pending, Sealer, SealingTpm};
+use super::sealer::{Pending, Sealer};
 use super::single::SingleNode;
 use super::status::{malformed, refused_envelope};
 use super::wrapping::{WrapError, WrappingThread};
-use crate::pb::DecryptRequest;
-use crate::secret::Dek;
-use crate::tpm::sealed::ImportableObject;
-use crate::tpm::srk::hex;
-use crate::tpm::{Fault, KeyId};
 use sceau_format::duplicate::check_sealed_public;
 use sceau_format::envelope::Envelope;
 use sceau_format::members::{Membership, envelope_key_id};
 use sceau_format::text::printable;
 use sceau_format::wrapped::{ClusterEnvelope, Encoded, Role};
+use sceau_kms_api::pb::DecryptRequest;
+use sceau_tpm::sealed::ImportableObject;
+use sceau_tpm::secret::Dek;
+use sceau_tpm::srk::hex;
+use sceau_tpm::worker::SealingTpm;
+use sceau_tpm::{Fault, KeyId};
 
 pub struct Cluster<T> {
     tpm: Arc<T>,
@@ -67,9 +68,9 @@ impl<T: SealingTpm> Cluster<T> {
                 describe_recipients(envelope)
             ))
         })?;
-        check_sealed_public(&envelope.object_public).map_err(malformed)?;
-        ImportableObject::from_parts(
-            &envelope.object_public,
+        let unique = check_sealed_public(&envelope.object_public).map_err(malformed)?;
+        ImportableObject::for_checked_public(
+            &unique,
             &entry.blob.duplicate,
             &entry.blob.in_sym_seed,
         )

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use tss_esapi::structures::Private;
 
-use super::sealer::SealingTpm;
-use crate::secret::{Dek, MAX_DEK_LEN};
-use crate::tpm::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
-use crate::tpm::{Fault, KeyId};
 use sceau_format::sealed::SealedBlobs;
+use sceau_tpm::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
+use sceau_tpm::secret::{Dek, MAX_DEK_LEN};
+use sceau_tpm::worker::SealingTpm;
+use sceau_tpm::{Fault, KeyId};
 
 /// Marks a private blob as one [`FakeTpm`] wrote, as a real TPM's integrity
 /// HMAC marks its own.

@@ -3,11 +3,11 @@
 //!
 //! Modules, each importing only those above it in this list:
 //! - `coalesce`, `status`, `wrapping`: building blocks;
-//! - `sealer`: the [`Sealer`] trait (the mode) and [`SealingTpm`] (the TPM
-//!   calls a mode makes, answered by
-//!   [`TpmWorker`](crate::tpm::worker::TpmWorker));
+//! - `sealer`: the [`Sealer`] trait (the mode); the TPM calls a mode makes
+//!   are [`SealingTpm`], answered by the TPM layer's
+//!   [`TpmWorker`](sceau_tpm::worker::TpmWorker);
 //! - `single`, `cluster`: the two modes;
-//! - `service`: [`KmsService`], over any [`Sealer`];
+//! - `service`: [`KmsService`], over whichever [`Sealer`] it is given;
 //! - `fake` (tests and `insecure-test-hooks` only): [`fake::FakeTpm`].
 #![forbid(unsafe_code)]
 
@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 pub use cluster::Cluster;
 pub use coalesce::Coalescer;
-pub use sealer::{Pending, Sealer, SealingTpm};
+pub use sceau_tpm::worker::SealingTpm;
+pub use sealer::{Pending, Sealer};
 pub use service::KmsService;
 pub use single::SingleNode;
 
@@ -39,7 +40,7 @@ use sceau_format::members::Membership;
 pub fn service_for<T: SealingTpm>(
     tpm: Arc<T>,
     membership: Option<Arc<Membership>>,
-) -> std::io::Result<KmsService<Box<dyn Sealer>>> {
+) -> std::io::Result<KmsService> {
     let sealer: Box<dyn Sealer> = match membership {
         Some(membership) => Box::new(Cluster::start(tpm, membership)?),
         None => Box::new(SingleNode::new(tpm)),

@@ -1,13 +1,13 @@
-//! The two traits the service stands on.
+//! The trait the service stands on.
 //!
 //! [`Sealer`] is the mode: what Encrypt makes, what Decrypt accepts, which
 //! key_id is reported. [`single::SingleNode`](super::single::SingleNode) seals
 //! under this TPM's SRK; [`cluster::Cluster`](super::cluster::Cluster) wraps
 //! for every member. The service holds one and never asks which.
 //!
-//! [`SealingTpm`] is what both modes need from a TPM: [`TpmWorker`] in the
-//! daemon, [`FakeTpm`](super::fake::FakeTpm) in unit tests, fuzz targets and
-//! the bench, so that the modes' own checks run against a fake too.
+//! What both modes need from a TPM is [`SealingTpm`], from the TPM layer:
+//! the TPM thread implements it, and [`FakeTpm`](super::fake::FakeTpm) stands
+//! in for it in unit tests, fuzz targets and the bench.
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -15,13 +15,10 @@ use std::pin::Pin;
 
 use tonic::Status;
 
-use crate::pb::DecryptRequest;
-use crate::secret::Dek;
-use crate::tpm::sealed::{ImportableObject, LoadableObject};
-use crate::tpm::worker::TpmWorker;
-use crate::tpm::{Fault, KeyId};
-use sceau_format::sealed::SealedBlobs;
 use sceau_format::wrapped::Encoded;
+use sceau_kms_api::pb::DecryptRequest;
+use sceau_tpm::secret::Dek;
+use sceau_tpm::{Fault, KeyId};
 
 /// A boxed future, so that [`Sealer`] can stand behind `dyn`.
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -46,67 +43,4 @@ pub trait Sealer: Send + Sync + 'static {
 
     /// Status: the TPM's health.
     fn health(&self) -> Pending<'_, Result<(), Fault>>;
-}
-
-/// The start-up code picks the mode at run time.
-impl Sealer for Box<dyn Sealer> {
-    fn key_id(&self) -> &KeyId {
-        (**self).key_id()
-    }
-
-    fn seal(&self, dek: Dek) -> Pending<'_, Result<Encoded, Status>> {
-        (**self).seal(dek)
-    }
-
-    fn open<'a>(
-        &'a self,
-        request: &DecryptRequest,
-    ) -> Result<Pending<'a, Result<Dek, Fault>>, Status> {
-        (**self).open(request)
-    }
-
-    fn health(&self) -> Pending<'_, Result<(), Fault>> {
-        (**self).health()
-    }
-}
-
-/// The TPM calls of both modes, each answered by the TPM thread.
-pub trait SealingTpm: Send + Sync + 'static {
-    /// This TPM's own key_id (from its SRK's Name).
-    fn key_id(&self) -> &KeyId;
-    /// Create of a sealed-data object under the SRK.
-    fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
-    /// Load and Unseal of a version 1 envelope's object.
-    fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send;
-    /// Import, Load and Unseal of a version 2 envelope's entry.
-    fn unseal_imported(
-        &self,
-        object: ImportableObject,
-    ) -> impl Future<Output = Result<Dek, Fault>> + Send;
-    fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send;
-}
-
-impl SealingTpm for TpmWorker {
-    fn key_id(&self) -> &KeyId {
-        TpmWorker::key_id(self)
-    }
-
-    fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send {
-        TpmWorker::seal(self, dek)
-    }
-
-    fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send {
-        TpmWorker::unseal(self, object)
-    }
-
-    fn unseal_imported(
-        &self,
-        object: ImportableObject,
-    ) -> impl Future<Output = Result<Dek, Fault>> + Send {
-        TpmWorker::unseal_imported(self, object)
-    }
-
-    fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send {
-        TpmWorker::health(self)
-    }
 }

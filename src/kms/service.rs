@@ -9,12 +9,12 @@ use super::coalesce::Coalescer;
 use super::sealer::Sealer;
 use super::status::fault_status;
 use crate::metrics::call::note_uid;
-use crate::pb::key_management_service_server::KeyManagementService;
-use crate::pb::{
+use sceau_kms_api::pb::key_management_service_server::KeyManagementService;
+use sceau_kms_api::pb::{
     DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse,
 };
-use crate::secret::Dek;
-use crate::tpm::Fault;
+use sceau_tpm::Fault;
+use sceau_tpm::secret::Dek;
 
 /// The KMS API version sceau speaks; it never changes during a process's life.
 const API_VERSION: &str = "v2";
@@ -26,13 +26,13 @@ type Unsealed = Result<Arc<Dek>, Fault>;
 /// know which. It validates the plaintext, coalesces Decrypts, and bounds
 /// every answer. Each call's request uid goes to its log line, which the
 /// server writes once the call is answered (`server::observe`).
-pub struct KmsService<S> {
-    sealer: S,
+pub struct KmsService {
+    sealer: Box<dyn Sealer>,
     decrypts: Coalescer<Vec<u8>, Unsealed>,
 }
 
-impl<S: Sealer> KmsService<S> {
-    pub fn new(sealer: S) -> Self {
+impl KmsService {
+    pub fn new(sealer: Box<dyn Sealer>) -> Self {
         Self {
             sealer,
             decrypts: Coalescer::counting_joins(|| crate::metrics::METRICS.decrypt_coalesced()),
@@ -69,7 +69,7 @@ impl<S: Sealer> KmsService<S> {
 }
 
 #[tonic::async_trait]
-impl<S: Sealer> KeyManagementService for KmsService<S> {
+impl KeyManagementService for KmsService {
     async fn status(
         &self,
         _request: Request<StatusRequest>,

@@ -8,16 +8,17 @@ use std::sync::Arc;
 
 use tonic::Status;
 
-use super::sealer::{Pending, Sealer, SealingTpm};
+use super::sealer::{Pending, Sealer};
 use super::status::{fault_status, malformed, refused_envelope};
-use crate::pb::DecryptRequest;
-use crate::secret::Dek;
-use crate::tpm::sealed::LoadableObject;
-use crate::tpm::{Fault, KeyId};
 use sceau_format::envelope::Envelope;
 use sceau_format::sealed::SealedBlobs;
 use sceau_format::text::printable;
 use sceau_format::wrapped::Encoded;
+use sceau_kms_api::pb::DecryptRequest;
+use sceau_tpm::sealed::LoadableObject;
+use sceau_tpm::secret::Dek;
+use sceau_tpm::worker::SealingTpm;
+use sceau_tpm::{Fault, KeyId};
 
 pub struct SingleNode<T> {
     tpm: Arc<T>,

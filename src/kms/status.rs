@@ -4,8 +4,8 @@
 
 use tonic::{Code, Status};
 
-use crate::tpm::Fault;
 use sceau_format::envelope::EnvelopeError;
+use sceau_tpm::Fault;
 
 /// Bad input in a ciphertext, for either envelope version.
 pub fn malformed(error: impl std::fmt::Display) -> Status {

@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::secret::Dek;
 use sceau_format::members::Membership;
 use sceau_format::wrapped::{ClusterEnvelopeError, Encoded};
+use sceau_tpm::secret::Dek;
 
 /// Encrypts waiting to be wrapped. One envelope takes about a millisecond,
 /// so a full queue drains well within any request deadline.
@@ -54,7 +54,7 @@ impl WrappingThread {
             .spawn(move || {
                 while let Some(job) = queue.blocking_recv() {
                     wrap(&membership, job);
-                    crate::secret::scrub_stack();
+                    sceau_tpm::secret::scrub_stack();
                 }
             })?;
         Ok(Self { jobs })

@@ -18,7 +18,9 @@ mod render;
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use sceau_tpm::TpmObserver;
 
 pub use render::{CONTENT_TYPE, render};
 
@@ -90,42 +92,7 @@ pub const GRPC_CODES: [&str; 17] = [
 /// The code number for `Unknown`, used for anything out of range.
 const UNKNOWN_CODE: usize = 2;
 
-/// The TPM commands the TPM thread issues while serving, by the names of
-/// the TPM 2.0 specification (Part 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TpmCommand {
-    Create,
-    Load,
-    Unseal,
-    Import,
-    FlushContext,
-    ReadPublic,
-    StartAuthSession,
-}
-
-impl TpmCommand {
-    const ALL: [TpmCommand; 7] = [
-        TpmCommand::Create,
-        TpmCommand::Load,
-        TpmCommand::Unseal,
-        TpmCommand::Import,
-        TpmCommand::FlushContext,
-        TpmCommand::ReadPublic,
-        TpmCommand::StartAuthSession,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            TpmCommand::Create => "Create",
-            TpmCommand::Load => "Load",
-            TpmCommand::Unseal => "Unseal",
-            TpmCommand::Import => "Import",
-            TpmCommand::FlushContext => "FlushContext",
-            TpmCommand::ReadPublic => "ReadPublic",
-            TpmCommand::StartAuthSession => "StartAuthSession",
-        }
-    }
-}
+pub use sceau_tpm::TpmCommand;
 
 /// Upper bounds of the latency buckets, in seconds, as rendered in `le`.
 /// From half a millisecond (swtpm, a fast firmware TPM) to 60 s, the longest
@@ -285,10 +252,40 @@ impl Default for Registry {
     }
 }
 
-/// Runs one TPM command and records how long it took, whatever its outcome.
-pub fn time_tpm_command<T>(command: TpmCommand, run: impl FnOnce() -> T) -> T {
-    let started = Instant::now();
-    let result = run();
-    METRICS.tpm_command(command, started.elapsed());
-    result
+/// The TPM layer's observer in the daemon: its events go to [`METRICS`],
+/// and each job's TPM time to the call's record for its log line.
+pub struct TpmMetrics;
+
+impl TpmObserver for TpmMetrics {
+    fn command(&self, command: TpmCommand, took: Duration) {
+        METRICS.tpm_command(command, took);
+    }
+
+    fn health(&self, healthy: bool) {
+        METRICS.set_tpm_healthy(healthy);
+    }
+
+    fn queued(&self) {
+        METRICS.tpm_job_queued();
+    }
+
+    fn dequeued(&self) {
+        METRICS.tpm_job_dequeued();
+    }
+
+    fn retry(&self) {
+        METRICS.tpm_retry();
+    }
+
+    fn reopen(&self) {
+        METRICS.tpm_reopen();
+    }
+
+    fn deadline_missed(&self) {
+        METRICS.tpm_deadline_miss();
+    }
+
+    fn answered(&self, tpm_time: Duration) {
+        call::add_tpm_time(tpm_time);
+    }
 }

@@ -22,8 +22,8 @@ pub mod seccomp;
 
 use std::path::PathBuf;
 
-pub use crate::sys::forbid_core_dumps;
-use crate::tpm::tcti::{Tcti, Transport};
+pub use sceau_sys::forbid_core_dumps;
+use sceau_tpm::tcti::{Tcti, Transport};
 
 /// What the TPM connection needs to keep working inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +75,7 @@ pub enum SandboxError {
 }
 
 pub fn no_new_privs() -> Result<(), SandboxError> {
-    crate::sys::set_no_new_privs().map_err(SandboxError::NoNewPrivs)
+    sceau_sys::set_no_new_privs().map_err(SandboxError::NoNewPrivs)
 }
 
 /// Whether Landlock confines file access, as [`confine`] found it.

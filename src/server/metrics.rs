@@ -118,7 +118,7 @@ pub fn start(listeners: Vec<MetricsListener>, allowed: AllowedScrapers) -> std::
         .name("sceau-metrics".into())
         .stack_size(THREAD_STACK)
         .spawn(move || {
-            let _ = started.send(crate::sys::run_this_thread_when_idle());
+            let _ = started.send(sceau_sys::run_this_thread_when_idle());
             let shared = Arc::new(Shared::new(allowed));
             runtime.block_on(async move {
                 for listener in listeners {

@@ -14,7 +14,7 @@ mod observe;
 pub mod peer;
 pub mod socket;
 
-pub use crate::sys::DeferredStopSignals;
+pub use sceau_sys::DeferredStopSignals;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -34,11 +34,11 @@ use tonic::codegen::http;
 use tonic::service::interceptor::InterceptedService;
 use tower::{Layer, Service, ServiceExt};
 
-use crate::kms::{KmsService, Sealer};
-use crate::pb::key_management_service_server::KeyManagementServiceServer;
-use crate::tpm::worker::WorkerDeath;
+use crate::kms::KmsService;
 use sceau_format::envelope::MAX_CIPHERTEXT_LEN;
 use sceau_format::wrapped::MAX_RECIPIENTS;
+use sceau_kms_api::pb::key_management_service_server::KeyManagementServiceServer;
+use sceau_tpm::worker::WorkerDeath;
 
 /// The largest request message sceau decodes; tonic refuses a longer one
 /// with OUT_OF_RANGE on its length prefix, before reading its body.
@@ -126,9 +126,9 @@ pub fn stop_requested(
 /// ended a call with CANCELLED there): a gRPC client whose deadline passes
 /// resets its stream, which drops the call here, and every call ends at the
 /// call limit whatever the client sends.
-pub async fn serve<S: Sealer>(
+pub async fn serve(
     listener: UnixListener,
-    service: KmsService<S>,
+    service: KmsService,
     callers: peer::AllowedCallers,
     request_deadline: Duration,
     stop: impl Future<Output = StopReason>,

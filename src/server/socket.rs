@@ -7,7 +7,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
-use crate::sys::{UmaskGuard, group_id};
+use sceau_sys::{UmaskGuard, group_id};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketOptions {

@@ -68,9 +68,9 @@ async fn the_daemon_never_puts_a_dek_on_the_tpm_bus() {
 /// (`scripts/test.sh` enables it); the daemon binary never turns the session off.
 #[cfg(feature = "insecure-test-hooks")]
 mod clear_bus_control {
-    use sceau::secret::Dek;
-    use sceau::tpm::sealed::LoadableObject;
-    use sceau::tpm::{ParameterEncryption, Tpm, TpmConfig};
+    use sceau_tpm::sealed::LoadableObject;
+    use sceau_tpm::secret::Dek;
+    use sceau_tpm::{Observer, ParameterEncryption, Tpm, TpmConfig};
 
     use super::MARKER_DEK;
     use crate::harness::bus_proxy::{RecordingProxy, occurrences};
@@ -85,6 +85,7 @@ mod clear_bus_control {
             tcti: proxy.tcti().parse().unwrap(),
             srk_handle: None,
             parameter_encryption: ParameterEncryption::Off,
+            observer: Observer::none(),
         };
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
         let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK)).unwrap();
@@ -122,7 +123,7 @@ async fn status_probes_the_tpm_at_most_once_per_interval() {
     );
 
     // Once that answer is stale, a burst of Status calls shares one probe.
-    tokio::time::sleep(sceau::tpm::health::PROBE_INTERVAL + std::time::Duration::from_millis(500))
+    tokio::time::sleep(sceau_tpm::health::PROBE_INTERVAL + std::time::Duration::from_millis(500))
         .await;
     let burst: Vec<_> = (0..50)
         .map(|_| {

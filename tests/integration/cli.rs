@@ -373,10 +373,10 @@ async fn socket_group_is_honoured_by_name_and_by_gid() {
 /// As root, a group other than our own (so a no-op chown cannot pass the
 /// test), preferably `nogroup`; otherwise our own effective group.
 fn group_we_may_chown_to() -> (String, u32) {
-    // SAFETY: getegid cannot fail and has no preconditions.
-    let egid = unsafe { libc::getegid() };
-    // SAFETY: geteuid cannot fail and has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    use std::os::unix::fs::MetadataExt as _;
+    // /proc/self belongs to this process's effective uid and gid.
+    let own = std::fs::metadata("/proc/self").expect("stat /proc/self");
+    let (egid, euid) = (own.gid(), own.uid());
     let groups = std::fs::read_to_string("/etc/group").expect("read /etc/group");
     let entries: Vec<(String, u32)> = groups
         .lines()

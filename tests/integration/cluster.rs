@@ -1,14 +1,14 @@
-//! Cluster mode (issue 6): members' TPMs open each other's envelopes, an
-//! outsider's TPM cannot, and the offline recovery key opens them all with no
-//! TPM. Every member is a real swtpm reached through the real TCTI; the
-//! Import, Load and Unseal are the TPM's.
+//! Cluster mode: members' TPMs open each other's envelopes, an outsider's TPM
+//! cannot, and the offline recovery key opens them all with no TPM. Every
+//! member is a real swtpm reached through the real TCTI; the Import, Load and
+//! Unseal are the TPM's.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use sceau::pb::DecryptRequest;
+use sceau_kms_api::pb::DecryptRequest;
 
 use crate::harness::process::run_with_timeout;
 use crate::harness::rpc::{self, Client, assert_clean_message, expect_invalid_argument};
@@ -457,10 +457,11 @@ async fn tampered_envelopes_are_refused_and_change_nothing() {
     let last = forged.ciphertext.len() - 1;
     forged.ciphertext[last] ^= 1;
     expect_invalid_argument(decrypt(&mut client, &forged).await, "forged digest");
-    // Issue 10, finding 6: an annotation key is the client's text. It comes
-    // back (and goes to the log) cut and escaped. Before the fix the whole
-    // key was echoed: this 3000-byte key came back whole, and a 1 MB key
-    // left the client with no status at all (the trailer outgrew h2's limit).
+    // An annotation key is the client's text (an outside review found it
+    // echoed whole). It comes back (and goes to the log) cut and escaped.
+    // Before the fix the whole key was echoed: this 3000-byte key came back
+    // whole, and a 1 MB key left the client with no status at all (the
+    // trailer outgrew h2's limit).
     let mut forged = sealed.clone();
     let long_key = format!("\u{1b}[2J{}", "k".repeat(3000));
     forged.annotations.insert(long_key, vec![1]);
@@ -531,7 +532,7 @@ async fn copied_or_flipped_entries_fail_the_tpms_integrity_check() {
     let own_index = |e: &ClusterEnvelope| {
         e.recipients
             .iter()
-            .position(|r| sceau::tpm::srk::hex(&r.name) == own_name)
+            .position(|r| sceau_tpm::srk::hex(&r.name) == own_name)
             .unwrap()
     };
     let rebuild = |e: ClusterEnvelope| Sealed {
@@ -620,13 +621,12 @@ async fn the_tpm_bus_never_carries_a_cluster_dek() {
 /// computes with the recovery identity (members' entries are derived the
 /// same way, with SRK private keys no test can read).
 ///
-/// Issue 10, finding 1 reported those keys in `sceau-grpc` stacks of a
-/// release build. This scan did not find them on this machine, neither with
-/// the code before the fix (debug and release builds, one or two clients,
-/// connection closed or kept open), so it guards the property rather than
-/// reproducing the report; the fix removes the cause: the wrapping runs on
-/// `sceau-wrap`, whose stack is zeroed after every envelope, and the AES
-/// state zeroizes on drop.
+/// An outside review reported those keys in `sceau-grpc` stacks of a release
+/// build. This scan did not find them on this machine, neither with the code
+/// before the fix (debug and release builds, one or two clients, connection
+/// closed or kept open), so it guards the property rather than reproducing the
+/// report; the fix removes the cause: the wrapping runs on `sceau-wrap`, whose
+/// stack is zeroed after every envelope, and the AES state zeroizes on drop.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_cluster_dek_or_wrapping_key_survives_in_memory() {
     let hits = cluster_memory_scan("cluster-memscan", "").await;
@@ -703,11 +703,12 @@ async fn cluster_memory_scan(label: &str, disabled: &str) -> Vec<crate::harness:
     hits
 }
 
-/// Issue 10, finding 2, as the reviewer ran it: the recovery public key
-/// (a software key that carries the TCG SRK attributes) relabelled as a
-/// member file, dropped with mode 0666 into a 0777 members directory. Before
-/// the fix sceau started with it as a member, and the planted key's holder
-/// opened every envelope; now sceau refuses to start and says what to fix.
+/// Membership is protected by who can write its files. The attack as an outside
+/// reviewer ran it: the recovery public key (a software key that carries the
+/// TCG SRK attributes) relabelled as a member file, dropped with mode 0666 into
+/// a 0777 members directory. Before the fix sceau started with it as a member,
+/// and the planted key's holder opened every envelope; now sceau refuses to
+/// start and says what to fix.
 #[test]
 fn a_member_file_planted_by_another_user_is_refused_at_start() {
     use crate::harness::sceau::serve_args;
@@ -743,10 +744,10 @@ fn a_member_file_planted_by_another_user_is_refused_at_start() {
     assert!(log.contains("chmod go-w"), "{log}");
 }
 
-/// Issue 10, "Also": a single control plane gets a backup with
-/// `--recovery-key` alone. Encrypt makes version 2 envelopes for this node's
-/// SRK and the recovery key; this node opens them with its TPM, and
-/// `sceau-recover recover` opens them with no TPM. Before, the flag needed --members.
+/// A single control plane gets a backup with `--recovery-key` alone. Encrypt
+/// makes version 2 envelopes for this node's SRK and the recovery key; this
+/// node opens them with its TPM, and `sceau-recover recover` opens them with no
+/// TPM. Before, the flag needed --members.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_single_node_with_a_recovery_key_has_a_backup() {
     let tmp = TempDir::new("single-recovery");

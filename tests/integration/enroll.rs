@@ -1,12 +1,13 @@
-//! `sceau enroll` (issue 6, item 6): credential activation proves that a
-//! member file's SRK is in the same TPM as an endorsement key. The member's
-//! side runs TPM2_ActivateCredential on a real swtpm.
+//! `sceau enroll`: credential activation proves that a member file's SRK is in
+//! the same TPM as an endorsement key. The member's side runs
+//! TPM2_ActivateCredential on a real swtpm.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::harness::sceau::{BIN, recover_bin};
 use crate::harness::{Swtpm, TempDir, Tpm2Tools};
+use sceau_format::key_id::hex;
 
 fn sceau(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -201,10 +202,6 @@ fn ek_coordinates(tools: &Tpm2Tools) -> (String, String) {
     let x_at = public.len() - 2 * 34 + 2;
     let y_at = public.len() - 32;
     (hex(&public[x_at..x_at + 32]), hex(&public[y_at..]))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn issue_ek_certificate(tmp: &TempDir, (x, y): &(String, String)) -> Vec<u8> {

@@ -1,5 +1,5 @@
-//! The fault matrix's return-code rows and its "TPM 20× slower" row (issue
-//! 14, item 6), each on a real swtpm behind the TPM proxy
+//! The fault matrix's return-code rows and its "TPM 20× slower" row
+//! (docs/reliability.md), each on a real swtpm behind the TPM proxy
 //! (`sceau_testkit::tpm_proxy`) and a real `sceau serve`; and the command
 //! counts of one Encrypt and one Decrypt.
 //!
@@ -9,7 +9,7 @@
 //! succeeds) or exits for systemd, and that an envelope sealed before the
 //! fault still opens after it.
 //!
-//! What sceau does with each code (src/tpm/fault.rs, src/tpm/worker.rs):
+//! What sceau does with each code (crates/tpm/src/fault.rs, crates/tpm/src/worker.rs):
 //! RETRY, YIELDED and TESTING are first resubmitted by tpm2-tss itself (ESYS
 //! sends a command up to 5 times in all, at once), then retried by sceau's
 //! worker with a doubling backoff until the request deadline, then reported
@@ -323,13 +323,13 @@ async fn tpm_twenty_times_slower_than_the_discrete_profile() {
     );
 }
 
-/// One Encrypt and one Decrypt through the proxy: the TPM commands each
-/// costs, and their modelled time on the discrete profile. Issue 14, item 2:
-/// an Encrypt is one Create and a Decrypt one Load, Unseal and FlushContext,
-/// the minimum for a sealed object; the scrub of tpm2-tss's buffers after
-/// each (`Tpm::scrub_tss_without_sending`) adds none. Before, an Encrypt
-/// also cost a Load and a FlushContext, and a Decrypt a TPM2_Hash, and this
-/// test failed on both counts.
+/// One Encrypt and one Decrypt through the proxy: the TPM commands each costs,
+/// and their modelled time on the discrete profile. An Encrypt is one Create
+/// and a Decrypt one Load, Unseal and FlushContext, the minimum for a sealed
+/// object; the scrub of tpm2-tss's buffers after each
+/// (`Tpm::scrub_tss_without_sending`) adds none. Before, an Encrypt also cost a
+/// Load and a FlushContext, and a Decrypt a TPM2_Hash, and this test failed on
+/// both counts.
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_per_encrypt_and_decrypt() {
     let rig = on_discrete_profile("command-counts", FAST, &[]);

@@ -89,8 +89,8 @@ fn selftest(tmp: &TempDir, tpm: &Swtpm, extra: &[&str]) -> Finished {
 /// `sceau selftest --sandbox` tries nine forbidden actions in the daemon's
 /// default sandbox, and every one is refused.
 ///
-/// Without the fixes of issue 10 (with the old allowlist: `clone` with any
-/// flags, `clone3` and `socket(AF_UNIX)` allowed, restored in
+/// Without the fixes an outside review prompted (with the old allowlist:
+/// `clone` with any flags, `clone3` and `socket(AF_UNIX)` allowed, restored in
 /// src/sandbox/seccomp.rs for one run), this fails with three FAIL lines:
 /// "FAIL connect to a listening unix socket (as to D-Bus): the action
 /// succeeded", the same for "create a user namespace" and "reach clone3".

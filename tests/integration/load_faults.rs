@@ -1,11 +1,11 @@
-//! The fault matrix's rows on the client and process side (issue 14, item
-//! 6): a client that disconnects mid-call, SIGTERM under load, and the
-//! apiserver's reconnect storm. Each runs sceau on a real swtpm behind the
-//! test kit's TPM proxy (crates/testkit/src/tpm_proxy.rs), which holds the
-//! TPM's answers when a call must be caught in flight and counts the TPM
-//! handles sceau holds. Every row checks that the envelopes sealed before
-//! the fault still open after it. The TPM-side rows are in fault_matrix.rs
-//! and tpm_faults.rs; docs/reliability.md is the table of all of them.
+//! The fault matrix's rows on the client and process side
+//! (docs/reliability.md): a client that disconnects mid-call, SIGTERM under
+//! load, and the apiserver's reconnect storm. Each runs sceau on a real swtpm
+//! behind the test kit's TPM proxy (crates/testkit/src/tpm_proxy.rs), which
+//! holds the TPM's answers when a call must be caught in flight and counts the
+//! TPM handles sceau holds. Every row checks that the envelopes sealed before
+//! the fault still open after it. The TPM-side rows are in fault_matrix.rs and
+//! tpm_faults.rs; docs/reliability.md is the table of all of them.
 
 use std::time::{Duration, Instant};
 
@@ -197,8 +197,11 @@ async fn a_reconnect_storm_is_absorbed() {
                     // Past the connection cap sceau closes at accept, so the
                     // handshake itself may fail: that is not an answer.
                     let call = async {
-                        let mut client = sceau::client::connect(&socket).await.ok()?;
-                        client.status(sceau::pb::StatusRequest {}).await.ok()
+                        let mut client = sceau_kms_api::connect(&socket).await.ok()?;
+                        client
+                            .status(sceau_kms_api::pb::StatusRequest {})
+                            .await
+                            .ok()
                     };
                     matches!(tokio::time::timeout(DEADLINE, call).await, Ok(Some(_)))
                 })

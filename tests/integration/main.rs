@@ -21,8 +21,6 @@ mod harness {
 }
 
 mod bus_capture;
-// Reads its own effective uid and gid with libc (audit/unsafe.md).
-#[allow(unsafe_code)]
 mod cli;
 mod cluster;
 mod concurrency;

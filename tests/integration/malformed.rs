@@ -257,15 +257,15 @@ fn random_tpm2b(total_len: usize) -> Vec<u8> {
 /// generated server), and the connection must stay usable.
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_methods_are_unimplemented() {
-    use sceau::pb::{StatusRequest, StatusResponse};
+    use sceau_kms_api::pb::{StatusRequest, StatusResponse};
     use tonic::codegen::http::uri::{PathAndQuery, Uri};
 
     let fx = Fixture::start("unimplemented", &[]);
-    let connection = sceau::client::open(fx.sceau.socket())
+    let connection = sceau_kms_api::open(fx.sceau.socket())
         .await
         .expect("connect");
     let mut grpc =
-        tonic::client::Grpc::with_origin(connection, Uri::from_static(sceau::client::ORIGIN));
+        tonic::client::Grpc::with_origin(connection, Uri::from_static(sceau_kms_api::ORIGIN));
     for path in [
         "/v2.KeyManagementService/Rotate",
         "/v1beta1.KeyManagementService/Encrypt",

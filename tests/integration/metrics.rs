@@ -363,8 +363,8 @@ async fn the_sockets_serve_only_their_own_protocol() {
     // as a bad HTTP/1.1 request and the connection closed; no KMS method
     // runs, so the TPM sees no Create and no call is counted or logged.
     let grpc_on_metrics = tokio::time::timeout(Duration::from_secs(10), async {
-        let mut client = sceau::client::connect(&metrics).await?;
-        let request = sceau::pb::EncryptRequest {
+        let mut client = sceau_kms_api::connect(&metrics).await?;
+        let request = sceau_kms_api::pb::EncryptRequest {
             plaintext: vec![1; 32],
             uid: "metrics-socket".into(),
         };

@@ -1,5 +1,5 @@
-//! `sceau-recover` runs where tpm2-tss is absent (issue 11): the recovery
-//! machine of docs/recovery.md is any Linux machine, with no TPM software.
+//! `sceau-recover` runs where tpm2-tss is absent: the recovery machine of
+//! docs/recovery.md is any Linux machine, with no TPM software.
 //!
 //! The proof is a chroot holding the tool and exactly the libraries `ldd`
 //! names for it, so no libtss2 can be found there. The control case puts the

@@ -1,7 +1,7 @@
 //! The gRPC server's resource limits, tried on the real binary: oversized
 //! requests, HTTP/2 stream and connection caps, file descriptor exhaustion,
 //! a trickling client, a refused uid, and a call that outlives the idle limit
-//! (issue 10, findings 7 and 8).
+//! (limits an outside review found missing).
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::PermissionsExt as _;
@@ -10,9 +10,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sceau::pb::EncryptRequest;
 use sceau::server::MAX_CONNECTIONS;
 use sceau::server::idle::IDLE_LIMIT;
+use sceau_kms_api::pb::EncryptRequest;
 use tonic::Code;
 
 use crate::harness::process::{poll_until, run_with_timeout};

@@ -1,9 +1,9 @@
-//! The soak (issue 14, item 7): 64 clients, each on its own connection, in a
-//! bounded request loop against sceau on a modelled discrete TPM, for a
-//! fixed time. Every few seconds it samples the daemon's RSS, open fds and
-//! threads (`footprint`) and the TPM handles sceau holds (counted by the
-//! proxy from CreatePrimary, Load and StartAuthSession answers and
-//! FlushContext), and prints one line per sample.
+//! The soak (docs/reliability.md): 64 clients, each on its own connection, in a
+//! bounded request loop against sceau on a modelled discrete TPM, for a fixed
+//! time. Every few seconds it samples the daemon's RSS, open fds and threads
+//! (`footprint`) and the TPM handles sceau holds (counted by the proxy from
+//! CreatePrimary, Load and StartAuthSession answers and FlushContext), and
+//! prints one line per sample.
 //!
 //! It passes when no call failed and nothing grew: once idle again, the
 //! daemon's fds, threads and TPM handles are what they were before the soak,
@@ -250,12 +250,12 @@ fn assert_rss_did_not_grow(samples: &[Sample], warm_up: Duration) {
     );
 }
 
-/// Issue 14, item 3: the apiserver's health check (Status) while Decrypts
-/// queue for a slow TPM. Ten Decrypts, each on its own connection, queue for
-/// a modelled discrete TPM (about two seconds of TPM time in all); a Status
-/// every 50 ms on another connection must answer healthy at once: it reads
-/// the TPM thread's last verdict, which each finished Decrypt renews, and
-/// never waits in the queue behind them.
+/// The apiserver's health check (Status) while Decrypts queue for a slow TPM.
+/// Ten Decrypts, each on its own connection, queue for a modelled discrete TPM
+/// (about two seconds of TPM time in all); a Status every 50 ms on another
+/// connection must answer healthy at once: it reads the TPM thread's last
+/// verdict, which each finished Decrypt renews, and never waits in the queue
+/// behind them.
 #[tokio::test(flavor = "multi_thread")]
 async fn status_answers_at_once_while_decrypts_queue_for_a_slow_tpm() {
     const QUEUED: usize = 10;

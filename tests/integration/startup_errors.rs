@@ -1,6 +1,6 @@
-//! Issue 13, item 6: every start-up failure is one line naming the cause and
-//! the fix, with no TPM return code and no TSS text. Each test runs the real
-//! `sceau` binary into one failure and reads what it printed.
+//! Every start-up failure is one line naming the cause and the fix, with no TPM
+//! return code and no TSS text. Each test runs the real `sceau` binary into one
+//! failure and reads what it printed.
 
 use std::io::ErrorKind;
 use std::net::TcpListener;

@@ -34,7 +34,8 @@ use super::wire::{
 /// satisfied, so an imported copy cannot be duplicated out again.
 pub const IMPORTED_OBJECT_ATTRIBUTES: u32 = 0x0000_0440;
 const SEED_VALUE_LEN: usize = 32;
-const DIGEST_LEN: usize = 32;
+/// A SHA-256 digest's length: the unique of a sealed object.
+pub const DIGEST_LEN: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {

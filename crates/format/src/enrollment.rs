@@ -249,9 +249,9 @@ mod tests {
         ));
     }
 
-    /// Found by the `key_files` fuzz target (audit/fuzzing.md, finding 2):
-    /// the `srk_name` line of a challenge reached the terminal with its
-    /// control characters in the error message.
+    /// Found by the `key_files` fuzz target (audit/fuzzing.md, «The challenge's
+    /// srk_name on the terminal»): the `srk_name` line of a challenge reached
+    /// the terminal with its control characters in the error message.
     #[test]
     fn a_wrong_srk_name_is_escaped_in_the_error() {
         let (key, request) = software_request();

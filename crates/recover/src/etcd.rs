@@ -283,6 +283,7 @@ fn json_key_value(kv: &Json) -> Result<StoredValue, EtcdError> {
 mod tests {
     use super::*;
     use crate::json::Json;
+    use sceau_format::key_id::hex;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/recovery");
 
@@ -292,10 +293,6 @@ mod tests {
 
     fn vectors() -> Json {
         json::parse(std::str::from_utf8(&fixture("vectors.json")).unwrap()).unwrap()
-    }
-
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// Checks `values` against the live keys the generator read back from

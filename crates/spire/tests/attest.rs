@@ -13,7 +13,6 @@ mod common;
 use std::time::SystemTime;
 
 use common::pki::Pki;
-use sceau::tpm::enroll::{activate_credential_for, endorsement_key_for};
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings, ak_template_with};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
 use sceau_spire::server::config::{EkTrust, ServerConfig};
@@ -24,6 +23,7 @@ use sceau_spire::server::verify::{
 };
 use sceau_spire::server::x509::TrustStore;
 use sceau_testkit::{Swtpm, TempDir};
+use sceau_tpm::enroll::{activate_credential_for, endorsement_key_for};
 use tss_esapi::Context;
 use tss_esapi::abstraction::AsymmetricAlgorithmSelection;
 use tss_esapi::attributes::SessionAttributesBuilder;

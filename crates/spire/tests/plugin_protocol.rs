@@ -15,8 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-mod support;
-
+use sceau_rpc::client::{Bodies, Connection};
 use sceau_spire::pb::agent_attestor::Challenge;
 use sceau_spire::pb::agent_attestor::node_attestor_client::NodeAttestorClient as AgentAttestorClient;
 use sceau_spire::pb::config::config_client::ConfigClient;
@@ -40,7 +39,6 @@ use sceau_spire::plugin::{
     self, ConfigError, CoreConfig, MAX_MESSAGE_BYTES, Plugin, PluginSocket, Service, SocketOptions,
     StopReason,
 };
-use support::Connection;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::codegen::http::Uri;
@@ -186,12 +184,18 @@ async fn start() -> Served {
     }
 }
 
-/// An HTTP/2 connection to the plugin, as the host holds one.
+/// An HTTP/2 connection to the plugin, as the host holds one: a request's
+/// body goes out while its answer comes in, as grpc-go sends (the broker
+/// stream's request side never ends while the host runs).
 async fn connect(socket: &Path) -> Connection {
-    tokio::time::timeout(CALL_TIMEOUT, support::open(socket))
+    tokio::time::timeout(CALL_TIMEOUT, open(socket))
         .await
         .expect("connecting hung")
         .unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()))
+}
+
+async fn open(socket: &Path) -> Result<Connection, sceau_rpc::client::ConnectError> {
+    sceau_rpc::client::open(socket, Bodies::AlongsideTheAnswer).await
 }
 
 fn origin() -> Uri {
@@ -538,7 +542,7 @@ async fn the_stop_future_ends_serving_and_removes_the_socket() {
     assert_eq!(reason, StopReason::Stopped);
     assert!(!served.socket.exists());
     // New connections are refused.
-    assert!(support::open(&served.socket).await.is_err());
+    assert!(open(&served.socket).await.is_err());
 }
 
 #[tokio::test]

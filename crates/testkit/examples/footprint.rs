@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sceau::pb::StatusRequest;
+use sceau_kms_api::pb::StatusRequest;
 use sceau_testkit::footprint::{self, Footprint};
 use sceau_testkit::notify::NotifyReceiver;
 use sceau_testkit::process::send_signal;
@@ -150,7 +150,7 @@ fn measure_once(options: &Options, tmp: &TempDir, tpm: &Swtpm, run: usize, last:
 async fn first_status(socket: &Path) -> Instant {
     let limit = Instant::now() + START_LIMIT;
     loop {
-        if let Ok(mut client) = sceau::client::connect(socket).await
+        if let Ok(mut client) = sceau_kms_api::connect(socket).await
             && client.status(StatusRequest {}).await.is_ok()
         {
             return Instant::now();

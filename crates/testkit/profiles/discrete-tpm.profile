@@ -12,7 +12,8 @@
 #        ECDHE agree (the TPM-side cost of an ECC-salted StartAuthSession or
 #          ECC-parent Import): 66 ms (range 27-247);
 #        ECDSA sign: 56 ms (range 17-190).
-#  [I] irlume issues #246/#248 (github.com/archledger/irlume): a policy unseal
+#  [I] https://github.com/archledger/irlume/issues/246 and
+#      https://github.com/archledger/irlume/issues/248: a policy unseal
 #      of 26 TPM commands (ReadPublic, StartAuthSession, Load, 15 policy
 #      commands, an NV read, Unseal...) takes 2.70 s on an STMicro dTPM,
 #      about 100 ms per command on average.

@@ -3,7 +3,8 @@
 # TPM proxy to its answer (crates/testkit/src/tpm_proxy.rs reads this format).
 #
 # Sources (collected in the project's notes on TPMs, section 5):
-#  [I] irlume issues #246/#248 (github.com/archledger/irlume): the same
+#  [I] https://github.com/archledger/irlume/issues/246 and
+#      https://github.com/archledger/irlume/issues/248: the same
 #      26-command policy unseal that takes 2.70 s on an STMicro dTPM takes
 #      0.20-0.36 s on a firmware TPM: 8-14 ms per command on average.
 #  [W] wolfTPM's README, "TPM2 Benchmarks": the one firmware TPM in the

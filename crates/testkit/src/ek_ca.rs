@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use crate::process::wait_timeout;
 use crate::swtpm::Swtpm;
+use sceau_format::key_id::hex;
 
 /// The TCG EK certificate NV indices filled here.
 pub const RSA_EK_CERT_INDEX: &str = "0x01c00002";
@@ -346,10 +347,6 @@ fn find_in_path(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, EkCaError> {

@@ -13,7 +13,7 @@
 //! - [`tools`]: tpm2-tools as an independent second implementation;
 //! - [`ek_ca`]: a local TPM manufacturer: a CA and swtpm states holding RSA
 //!   and ECC EK certificates it issued (the SPIRE attestor's tests);
-//! - [`rpc`]: the gRPC client (`sceau::client`) and the checks every test
+//! - [`rpc`]: the gRPC client (`sceau_kms_api`) and the checks every test
 //!   applies to sceau's answers;
 //! - [`envelope`]: the tests' own reading of the version-1 envelope;
 //! - [`bus_proxy`]: a TCP proxy that records the TPM bus;

@@ -1,16 +1,18 @@
-//! gRPC client helpers, built on `sceau::client`, and the checks every test
+//! gRPC client helpers, built on `sceau_kms_api`, and the checks every test
 //! applies to sceau's answers.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sceau::client::KmsClient;
-use sceau::pb::{DecryptRequest, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse};
+use sceau_kms_api::KmsClient;
+use sceau_kms_api::pb::{
+    DecryptRequest, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse,
+};
 use sha2::{Digest, Sha256};
 use tonic::{Code, Status};
 
-/// sceau's own unix-socket client (`sceau::client`), which `sceau check` uses.
+/// sceau's own unix-socket client (`sceau_kms_api::connect`), which `sceau check` uses.
 pub type Client = KmsClient;
 
 /// Far above sceau's own request deadline (2.5 s by default): a call that
@@ -38,7 +40,7 @@ pub fn is_well_formed_key_id(s: &str) -> bool {
 }
 
 pub async fn connect(socket: &Path) -> Client {
-    match tokio::time::timeout(CALL_TIMEOUT, sceau::client::connect(socket)).await {
+    match tokio::time::timeout(CALL_TIMEOUT, sceau_kms_api::connect(socket)).await {
         Ok(Ok(client)) => client,
         Ok(Err(e)) => panic!("connect to {}: {e:?}", socket.display()),
         Err(_) => panic!("connect to {} hung for {CALL_TIMEOUT:?}", socket.display()),

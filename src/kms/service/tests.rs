@@ -16,7 +16,7 @@ use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::text::printable;
 use sceau_format::wrapped::RECIPIENTS_ANNOTATION;
 
-type Service = KmsService<Box<dyn Sealer>>;
+type Service = KmsService;
 
 fn service(fake: FakeTpm) -> (Service, Arc<FakeTpm>) {
     let fake = Arc::new(fake);

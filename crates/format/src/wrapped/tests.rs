@@ -188,9 +188,9 @@ fn truncations_and_trailing_bytes_are_errors_not_panics() {
     assert!(ClusterEnvelope::parse(&long, &HashMap::new()).is_err());
 }
 
-/// Found by the `cluster_envelope` fuzz target (audit/fuzzing.md, finding
-/// 4): with a public area over 952 bytes, encode returned a layout-1
-/// ciphertext above 1 KiB, which parse (and the apiserver) refuse.
+/// Found by the `cluster_envelope` fuzz target (audit/fuzzing.md, «The too-long
+/// layout-1 ciphertext»): with a public area over 952 bytes, encode returned a
+/// layout-1 ciphertext above 1 KiB, which parse (and the apiserver) refuse.
 #[test]
 fn encode_refuses_a_ciphertext_parse_would_refuse() {
     let mut envelope = envelope_for(&parties(1), None, &[4; 32]);
@@ -202,9 +202,10 @@ fn encode_refuses_a_ciphertext_parse_would_refuse() {
 }
 
 /// Found while writing the `cluster_envelope` fuzz target's oracle
-/// (audit/fuzzing.md, finding 5): parse took the recipients from the
-/// annotation even when they fit the ciphertext, or when they exceed what
-/// encode writes, so one envelope had several encodings.
+/// (audit/fuzzing.md, «The annotation layout for recipients that fit inline»):
+/// parse took the recipients from the annotation even when they fit the
+/// ciphertext, or when they exceed what encode writes, so one envelope had
+/// several encodings.
 #[test]
 fn parse_takes_the_annotation_layout_only_as_encode_writes_it() {
     let annotated = |envelope: &ClusterEnvelope| {

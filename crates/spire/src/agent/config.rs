@@ -8,7 +8,7 @@
 //! Both keys are optional; any other key is refused, so a typo does not
 //! silently fall back to a default.
 
-use sceau::tpm::Tcti;
+use sceau_tpm::Tcti;
 
 use super::tpm::{EkAlgorithm, TpmSettings};
 use crate::plugin::{ConfigError, hcl};

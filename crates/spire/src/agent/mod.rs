@@ -33,11 +33,11 @@ use tpm::{AgentTpmError, Attestation, TpmSettings};
 /// included, and SPIRE turns the plugin's stderr into log lines: a TPM
 /// without an EK certificate would log three ESAPI errors per attestation.
 /// The plugin logs its own one-line account instead. Call this first in
-/// `main`, while the process has one thread (`sceau::sys::set_env` checks
+/// `main`, while the process has one thread (`sceau_sys::set_env` checks
 /// it); an operator's explicit TSS2_LOG is kept.
 pub fn silence_tss_log() -> std::io::Result<()> {
     if std::env::var_os("TSS2_LOG").is_none() {
-        sceau::sys::set_env("TSS2_LOG", "all+none")?;
+        sceau_sys::set_env("TSS2_LOG", "all+none")?;
     }
     Ok(())
 }
@@ -274,7 +274,7 @@ async fn send(
 /// A TPM failure as a status: the error's one line, and a code saying
 /// whether trying again may help.
 fn status_of(error: AgentTpmError) -> Status {
-    use sceau::tpm::fault::Fault;
+    use sceau_tpm::fault::Fault;
     let message = error.to_string();
     match error {
         AgentTpmError::Open { .. }

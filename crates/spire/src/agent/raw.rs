@@ -19,9 +19,9 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sceau::tpm::fault::TpmError;
-use sceau::tpm::tcti::{Tcti, Transport};
 use sceau_format::wire::{Reader, Writer};
+use sceau_tpm::fault::TpmError;
+use sceau_tpm::tcti::{Tcti, Transport};
 use tss_esapi::constants::response_code::Tss2ResponseCode;
 use tss_esapi::tss2_esys::{TPMS_CONTEXT, TPMT_TK_CREATION};
 use tss_esapi::utils::TpmsContext;

@@ -1,7 +1,7 @@
 //! The agent's TPM work for one attestation, blocking (run it in
 //! `spawn_blocking`), through the daemon's TPM layer: the same TCTI parsing,
 //! SRK template and salted sessions as `sceau serve`, and the EK and
-//! credential activation of `sceau enroll` (sceau::tpm::enroll).
+//! credential activation of `sceau enroll` (sceau_tpm::enroll).
 //!
 //! [`Attestation::begin`] makes the payload: an ECC P-256 attestation key
 //! (AK) created under the SRK and certified by itself with
@@ -11,11 +11,11 @@
 //! asks for. Dropping the [`Attestation`] flushes every object and session
 //! it loaded, whichever way the attestation ended.
 
-use sceau::tpm::enroll::{self, EndorsementKey};
-use sceau::tpm::fault::{Fault, Recovery, TpmError};
-use sceau::tpm::session::start_salted;
-use sceau::tpm::srk::SrkError;
-use sceau::tpm::{ParameterEncryption, Tcti, Tpm, TpmConfig};
+use sceau_tpm::enroll::{self, EndorsementKey};
+use sceau_tpm::fault::{Fault, Recovery, TpmError};
+use sceau_tpm::session::start_salted;
+use sceau_tpm::srk::SrkError;
+use sceau_tpm::{Observer, ParameterEncryption, Tcti, Tpm, TpmConfig};
 use sha2::{Digest as _, Sha256};
 use tss_esapi::Context;
 use tss_esapi::abstraction::AsymmetricAlgorithmSelection;
@@ -168,6 +168,7 @@ impl Attestation {
             tcti: settings.tcti.clone(),
             srk_handle: None,
             parameter_encryption: ParameterEncryption::SaltedSession,
+            observer: Observer::none(),
         };
         let mut tpm = Tpm::open(&config).map_err(|e| open_error(&settings.tcti, e))?;
         // Tpm::open starts the daemon's long-lived DEK session; the agent

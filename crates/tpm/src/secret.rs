@@ -5,7 +5,7 @@
 
 use zeroize::Zeroize;
 
-use crate::sys::LockedPage;
+use sceau_sys::LockedPage;
 
 /// The largest DEK sceau seals. A Kubernetes DEK seed is 32 bytes; 128 is the
 /// sealed-data limit that TPM implementations are required to support.
@@ -22,10 +22,9 @@ pub struct Dek {
 pub struct DekLengthError(pub usize);
 
 impl Dek {
-    /// Takes over a buffer received from a client and wipes that buffer.
-    ///
-    /// The bytes are copied into an allocation of exactly their length first,
-    /// so that no spare capacity of the caller's buffer is left unwiped.
+    /// Takes over a buffer received from a client: the bytes are copied into
+    /// a locked page of their own, then the whole buffer is wiped (its spare
+    /// capacity held nothing the client sent).
     pub fn take_from(mut bytes: Vec<u8>) -> Result<Self, DekLengthError> {
         let len = bytes.len();
         let result = if (1..=MAX_DEK_LEN).contains(&len) {
@@ -78,7 +77,7 @@ impl std::fmt::Debug for Dek {
 #[inline(never)]
 pub fn scrub_stack() {
     const STACK_SCRUB: usize = 64 * 1024;
-    if !crate::hooks::enabled(crate::hooks::Protection::StackScrub) {
+    if !sceau_sys::hooks::enabled(sceau_sys::hooks::Protection::StackScrub) {
         return;
     }
     let mut area = [0u8; STACK_SCRUB];

@@ -8,12 +8,19 @@
 //! that fails the worker stops and reports its death so the process can exit
 //! and let its supervisor restart it.
 //!
-//! The worker reports to `metrics`: the queue depth, retries, reopens and
-//! deadline misses, and, to each call's record, the time the TPM thread
-//! spent on its job (`metrics::call::add_tpm_time`). Each TPM command's own
-//! time is recorded where it is sent (`device`).
+//! The worker reports to the [`Observer`] in its [`TpmConfig`]: the queue
+//! depth, retries, reopens and deadline misses, and the time the TPM thread
+//! spent on each job (on the caller's task, so that the daemon can add it to
+//! the call's log line). Each TPM command's own time is reported where it is
+//! sent (`device`).
+//!
+//! Each request is a type of its own ([`Request`]) with its own reply type,
+//! so a caller gets back exactly what it asked for. [`SealingTpm`] is what
+//! the daemon's modes need from a TPM; the worker implements it directly, and
+//! a fake stands behind it in unit tests.
 #![forbid(unsafe_code)]
 
+use std::future::Future;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -23,9 +30,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::device::{Tpm, TpmConfig};
 use super::fault::{Fault, Recovery, TpmError};
 use super::health::HealthRecord;
+use super::observe::Observer;
 use super::sealed::{ImportableObject, LoadableObject};
 use super::srk::KeyId;
-use crate::metrics::{self, METRICS};
 use crate::secret::Dek;
 use sceau_format::sealed::SealedBlobs;
 
@@ -38,47 +45,129 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(2500);
 pub const QUEUE_DEPTH: usize = 64;
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(10);
 
-enum Request {
-    Seal(Dek),
-    Unseal(LoadableObject),
-    UnsealImported(ImportableObject),
-    Probe,
+/// One kind of job for the TPM thread and the reply it gives.
+///
+/// `run` may be called more than once for one job (after a retryable answer,
+/// a new session or a reopened TPM), so it borrows the request.
+trait Request: Send + 'static {
+    type Reply: Send + 'static;
+    fn run(&self, tpm: &mut Tpm) -> Result<Self::Reply, TpmError>;
 }
 
-enum Outcome {
-    Sealed(SealedBlobs),
-    Unsealed(Dek),
-    Alive,
+/// TPM2_Create of a sealed-data object holding the DEK.
+struct Seal(Dek);
+
+impl Request for Seal {
+    type Reply = SealedBlobs;
+    fn run(&self, tpm: &mut Tpm) -> Result<SealedBlobs, TpmError> {
+        tpm.seal(&self.0)
+    }
 }
 
-struct Job {
-    request: Request,
+/// Load, Unseal and Flush of a version 1 envelope's object.
+struct Unseal(LoadableObject);
+
+impl Request for Unseal {
+    type Reply = Dek;
+    fn run(&self, tpm: &mut Tpm) -> Result<Dek, TpmError> {
+        tpm.unseal(&self.0)
+    }
+}
+
+/// Import, Load, Unseal and Flush of a version 2 envelope's entry.
+struct UnsealImported(ImportableObject);
+
+impl Request for UnsealImported {
+    type Reply = Dek;
+    fn run(&self, tpm: &mut Tpm) -> Result<Dek, TpmError> {
+        tpm.unseal_imported(&self.0)
+    }
+}
+
+/// A command that proves the TPM answers (ReadPublic of the SRK).
+struct Probe;
+
+impl Request for Probe {
+    type Reply = ();
+    fn run(&self, tpm: &mut Tpm) -> Result<(), TpmError> {
+        tpm.probe()
+    }
+}
+
+/// A request on its way through the queue, with its deadline and where its
+/// reply goes.
+struct Job<R: Request> {
+    request: R,
     deadline: Instant,
-    reply: oneshot::Sender<Answer>,
+    reply: oneshot::Sender<Answer<R::Reply>>,
 }
 
 /// A job's result and how long the TPM thread worked on it.
-struct Answer {
-    result: Result<Outcome, Fault>,
+struct Answer<T> {
+    result: Result<T, Fault>,
     tpm_time: Duration,
 }
 
-impl Answer {
-    fn without_work(fault: Fault) -> Self {
-        Self {
+/// What the queue holds: any [`Job`], served or abandoned by the thread.
+trait Queued: Send {
+    /// Runs the job on the TPM thread and sends its answer.
+    fn serve(self: Box<Self>, worker: &mut Worker);
+    /// Answers the job with `fault` without running it.
+    fn abandon(self: Box<Self>, fault: Fault);
+}
+
+impl<R: Request> Queued for Job<R> {
+    fn serve(self: Box<Self>, worker: &mut Worker) {
+        if self.reply.is_closed() || Instant::now() >= self.deadline {
+            log::debug!("skipping a job whose caller gave up or whose deadline passed");
+            return;
+        }
+        let started = Instant::now();
+        let result = worker.execute(&self.request, self.deadline);
+        let tpm_time = started.elapsed();
+        worker
+            .health
+            .record(result.as_ref().map(|_| ()).map_err(|f| *f));
+        // A caller that gave up drops the answer here, DEK included.
+        let _ = self.reply.send(Answer { result, tpm_time });
+    }
+
+    fn abandon(self: Box<Self>, fault: Fault) {
+        let _ = self.reply.send(Answer {
             result: Err(fault),
             tpm_time: Duration::ZERO,
-        }
+        });
     }
+}
+
+/// The TPM calls the daemon's modes make, each answered by the TPM thread:
+/// [`TpmWorker`] in the daemon, a fake in unit tests, fuzz targets and the
+/// bench, so that the modes' own checks run against a fake too.
+pub trait SealingTpm: Send + Sync + 'static {
+    /// This TPM's own key_id (from its SRK's Name).
+    fn key_id(&self) -> &KeyId;
+    /// Create of a sealed-data object under the SRK.
+    fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
+    /// Load and Unseal of a version 1 envelope's object.
+    fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send;
+    /// Import, Load and Unseal of a version 2 envelope's entry.
+    fn unseal_imported(
+        &self,
+        object: ImportableObject,
+    ) -> impl Future<Output = Result<Dek, Fault>> + Send;
+    /// The TPM's health, from the last answer if it is recent, else from a
+    /// probe shared by every concurrent caller.
+    fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send;
 }
 
 /// The async side of the worker: cheap to clone, one per caller.
 #[derive(Clone)]
 pub struct TpmWorker {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Box<dyn Queued>>,
     key_id: KeyId,
     deadline: Duration,
     health: Arc<HealthRecord>,
+    observer: Observer,
 }
 
 /// Resolves when the worker has stopped because the TPM is gone for good, or
@@ -102,7 +191,8 @@ impl TpmWorker {
     ) -> std::io::Result<(TpmWorker, WorkerDeath, JoinHandle<()>)> {
         let (jobs, queue) = mpsc::channel(QUEUE_DEPTH);
         let (death_notice, death) = oneshot::channel();
-        let health = Arc::new(HealthRecord::default());
+        let observer = config.observer.clone();
+        let health = Arc::new(HealthRecord::new(observer.clone()));
         let srk_name = tpm.srk().name.value().to_vec();
         let key_id = tpm.srk().key_id();
         let thread = Worker {
@@ -111,6 +201,7 @@ impl TpmWorker {
             srk_name,
             queue,
             health: health.clone(),
+            observer: observer.clone(),
         };
         let handle = std::thread::Builder::new()
             .name("sceau-tpm".into())
@@ -120,66 +211,27 @@ impl TpmWorker {
             key_id,
             deadline,
             health,
+            observer,
         };
         Ok((worker, WorkerDeath(death), handle))
     }
 
-    pub fn key_id(&self) -> &KeyId {
-        &self.key_id
-    }
-
-    pub async fn seal(&self, dek: Dek) -> Result<SealedBlobs, Fault> {
-        match self.submit(Request::Seal(dek)).await? {
-            Outcome::Sealed(blobs) => Ok(blobs),
-            _ => unreachable!("a Seal job answers Sealed"),
-        }
-    }
-
-    pub async fn unseal(&self, object: LoadableObject) -> Result<Dek, Fault> {
-        match self.submit(Request::Unseal(object)).await? {
-            Outcome::Unsealed(dek) => Ok(dek),
-            _ => unreachable!("an Unseal job answers Unsealed"),
-        }
-    }
-
-    pub async fn unseal_imported(&self, object: ImportableObject) -> Result<Dek, Fault> {
-        match self.submit(Request::UnsealImported(object)).await? {
-            Outcome::Unsealed(dek) => Ok(dek),
-            _ => unreachable!("an UnsealImported job answers Unsealed"),
-        }
-    }
-
-    /// The TPM's health, from the last answer if it is recent, else from a
-    /// probe shared by every concurrent caller.
-    pub async fn health(&self) -> Result<(), Fault> {
-        if let Some(verdict) = self.health.fresh() {
-            return verdict;
-        }
-        let _probe = self.health.probing.lock().await;
-        if let Some(verdict) = self.health.fresh() {
-            return verdict;
-        }
-        let verdict = self.submit(Request::Probe).await.map(|_| ());
-        self.health.record(verdict);
-        verdict
-    }
-
-    async fn submit(&self, request: Request) -> Result<Outcome, Fault> {
+    async fn submit<R: Request>(&self, request: R) -> Result<R::Reply, Fault> {
         let deadline = Instant::now() + self.deadline;
         let tokio_deadline = tokio::time::Instant::from_std(deadline);
         let (reply, answer) = oneshot::channel();
-        let job = Job {
+        let job: Box<dyn Queued> = Box::new(Job {
             request,
             deadline,
             reply,
-        };
+        });
         // Counted before it is sent, so that the worker's decrement never
         // comes first; taken back unless the job entered the queue (also
         // when this call is dropped while it waits for room).
-        let counted = QueueCount::counted();
+        let counted = QueueCount::counted(&self.observer);
         match tokio::time::timeout_at(tokio_deadline, self.jobs.send(job)).await {
             Err(_) => {
-                METRICS.tpm_deadline_miss();
+                self.observer.deadline_missed();
                 return Err(Fault::Busy);
             }
             Ok(Err(_)) => return Err(Fault::Unreachable),
@@ -187,28 +239,63 @@ impl TpmWorker {
         }
         match tokio::time::timeout_at(tokio_deadline, answer).await {
             Err(_) => {
-                METRICS.tpm_deadline_miss();
+                self.observer.deadline_missed();
                 Err(Fault::Timeout)
             }
             Ok(Err(_)) => Err(Fault::Unreachable),
             Ok(Ok(answer)) => {
-                metrics::call::add_tpm_time(answer.tpm_time);
+                self.observer.answered(answer.tpm_time);
                 answer.result
             }
         }
     }
 }
 
-/// One job counted in `sceau_tpm_queue_depth` on its way into the queue:
+impl SealingTpm for TpmWorker {
+    fn key_id(&self) -> &KeyId {
+        &self.key_id
+    }
+
+    async fn seal(&self, dek: Dek) -> Result<SealedBlobs, Fault> {
+        self.submit(Seal(dek)).await
+    }
+
+    async fn unseal(&self, object: LoadableObject) -> Result<Dek, Fault> {
+        self.submit(Unseal(object)).await
+    }
+
+    async fn unseal_imported(&self, object: ImportableObject) -> Result<Dek, Fault> {
+        self.submit(UnsealImported(object)).await
+    }
+
+    async fn health(&self) -> Result<(), Fault> {
+        if let Some(verdict) = self.health.fresh() {
+            return verdict;
+        }
+        let _probe = self.health.probing.lock().await;
+        if let Some(verdict) = self.health.fresh() {
+            return verdict;
+        }
+        let verdict = self.submit(Probe).await;
+        self.health.record(verdict);
+        verdict
+    }
+}
+
+/// One job counted in the queue depth on its way into the queue:
 /// uncounted on drop, unless the worker took over the count.
-struct QueueCount {
+struct QueueCount<'a> {
+    observer: &'a Observer,
     in_queue: bool,
 }
 
-impl QueueCount {
-    fn counted() -> Self {
-        METRICS.tpm_job_queued();
-        Self { in_queue: false }
+impl<'a> QueueCount<'a> {
+    fn counted(observer: &'a Observer) -> Self {
+        observer.queued();
+        Self {
+            observer,
+            in_queue: false,
+        }
     }
 
     /// The job is in the queue; the worker uncounts it when it takes it.
@@ -217,10 +304,10 @@ impl QueueCount {
     }
 }
 
-impl Drop for QueueCount {
+impl Drop for QueueCount<'_> {
     fn drop(&mut self) {
         if !self.in_queue {
-            METRICS.tpm_job_dequeued();
+            self.observer.dequeued();
         }
     }
 }
@@ -232,15 +319,16 @@ struct Worker {
     config: TpmConfig,
     /// The SRK Name at start: a reopened TPM must give the same key.
     srk_name: Vec<u8>,
-    queue: mpsc::Receiver<Job>,
+    queue: mpsc::Receiver<Box<dyn Queued>>,
     health: Arc<HealthRecord>,
+    observer: Observer,
 }
 
 impl Worker {
     fn run(mut self, death_notice: oneshot::Sender<()>) {
         while let Some(job) = self.queue.blocking_recv() {
-            METRICS.tpm_job_dequeued();
-            self.serve(job);
+            self.observer.dequeued();
+            job.serve(&mut self);
             // tss-esapi moves TPM2B structures holding the DEK (Create's
             // input, Unseal's output) through stack frames nothing wipes.
             crate::secret::scrub_stack();
@@ -250,61 +338,47 @@ impl Worker {
         }
         self.queue.close();
         while let Ok(job) = self.queue.try_recv() {
-            METRICS.tpm_job_dequeued();
-            let _ = job.reply.send(Answer::without_work(Fault::Unreachable));
+            self.observer.dequeued();
+            job.abandon(Fault::Unreachable);
         }
         if self.tpm.is_none() {
-            METRICS.set_tpm_healthy(false);
+            self.observer.health(false);
             log::error!("the TPM is unreachable and could not be reopened; stopping");
             let _ = death_notice.send(());
         }
     }
 
-    fn serve(&mut self, job: Job) {
-        if job.reply.is_closed() || Instant::now() >= job.deadline {
-            log::debug!("skipping a job whose caller gave up or whose deadline passed");
-            return;
-        }
-        let started = Instant::now();
-        let result = self.execute(&job.request, job.deadline);
-        let tpm_time = started.elapsed();
-        self.health
-            .record(result.as_ref().map(|_| ()).map_err(|f| *f));
-        // A caller that gave up drops the answer here, DEK included.
-        let _ = job.reply.send(Answer { result, tpm_time });
-    }
-
-    fn execute(&mut self, request: &Request, deadline: Instant) -> Result<Outcome, Fault> {
+    fn execute<R: Request>(&mut self, request: &R, deadline: Instant) -> Result<R::Reply, Fault> {
         let mut retry_delay = FIRST_RETRY_DELAY;
         let mut reopened = false;
         let mut new_session = false;
         loop {
             let tpm = self.tpm.as_mut().ok_or(Fault::Unreachable)?;
-            let error = match run_once(tpm, request) {
-                Ok(outcome) => return Ok(outcome),
+            let error = match request.run(tpm) {
+                Ok(reply) => return Ok(reply),
                 Err(error) => error,
             };
             match error.recovery() {
                 Recovery::RetryLater if Instant::now() + retry_delay < deadline => {
                     log::debug!("{error}; retrying in {retry_delay:?}");
-                    METRICS.tpm_retry();
+                    self.observer.retry();
                     std::thread::sleep(retry_delay);
                     retry_delay *= 2;
                 }
                 Recovery::RetryLater => {
                     log::warn!("{error}; no time left to retry");
-                    METRICS.tpm_deadline_miss();
+                    self.observer.deadline_missed();
                     return Err(Fault::Busy);
                 }
                 Recovery::NewSession if !new_session => {
                     log::warn!("{error}; starting a new salted session");
-                    METRICS.tpm_retry();
+                    self.observer.retry();
                     tpm.discard_session();
                     new_session = true;
                 }
                 Recovery::Reconnect if !reopened => {
                     log::warn!("{error}; reopening the TPM");
-                    METRICS.tpm_reopen();
+                    self.observer.reopen();
                     reopened = true;
                     self.reopen()?;
                 }
@@ -337,15 +411,6 @@ impl Worker {
         log::info!("TPM reopened; SRK unchanged");
         self.tpm = Some(tpm);
         Ok(())
-    }
-}
-
-fn run_once(tpm: &mut Tpm, request: &Request) -> Result<Outcome, TpmError> {
-    match request {
-        Request::Seal(dek) => tpm.seal(dek).map(Outcome::Sealed),
-        Request::Unseal(object) => tpm.unseal(object).map(Outcome::Unsealed),
-        Request::UnsealImported(object) => tpm.unseal_imported(object).map(Outcome::Unsealed),
-        Request::Probe => tpm.probe().map(|()| Outcome::Alive),
     }
 }
 

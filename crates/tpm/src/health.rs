@@ -1,7 +1,8 @@
 //! What sceau last learned about the TPM, so that Status can answer from a
 //! cache and the TPM is probed at most once per [`PROBE_INTERVAL`].
 //!
-//! Each verdict also sets the `sceau_tpm_healthy` gauge. A scrape reads the
+//! Each verdict is also told to the observer (the daemon's
+//! `sceau_tpm_healthy` gauge). A scrape reads the
 //! last verdict and never probes: a metrics request causes no TPM command.
 //! Under systemd the watchdog's probes keep it at most `WatchdogSec=`/2 old.
 #![forbid(unsafe_code)]
@@ -10,6 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::fault::Fault;
+use super::observe::Observer;
 
 /// How long an answer from the TPM keeps Status healthy without a new probe.
 /// The apiserver polls Status every 10 s to 1 min, and its health endpoints
@@ -18,12 +20,21 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Default)]
 pub struct HealthRecord {
+    /// Told every verdict (the daemon's `sceau_tpm_healthy` gauge).
+    observer: Observer,
     last: Mutex<Option<(Instant, Result<(), Fault>)>>,
     /// Held while a probe runs, so concurrent Status calls share one probe.
     pub(crate) probing: tokio::sync::Mutex<()>,
 }
 
 impl HealthRecord {
+    pub fn new(observer: Observer) -> Self {
+        Self {
+            observer,
+            ..Self::default()
+        }
+    }
+
     /// Records the outcome of any TPM operation. An envelope the TPM refused
     /// still proves the TPM answered.
     pub fn record(&self, outcome: Result<(), Fault>) {
@@ -31,7 +42,7 @@ impl HealthRecord {
             Err(Fault::EnvelopeRejected) => Ok(()),
             other => other,
         };
-        crate::metrics::METRICS.set_tpm_healthy(verdict.is_ok());
+        self.observer.health(verdict.is_ok());
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), verdict));
     }
 

@@ -11,14 +11,14 @@ use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{CapabilityData, SensitiveData, SymmetricDefinitionObject};
 
 use super::fault::{ConnectFailure, Fault, INITIALIZE, TpmError};
+use super::observe::{Observer, TpmCommand};
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
 use super::srk::{Srk, SrkError};
 use super::tcti::{Tcti, Transport};
-use crate::hooks::{self, Protection};
-use crate::metrics::{TpmCommand, time_tpm_command as timed};
 use crate::secret::Dek;
 use sceau_format::sealed::SealedBlobs;
+use sceau_sys::hooks::{self, Protection};
 
 /// Everything needed to (re)open the TPM.
 #[derive(Debug, Clone)]
@@ -27,6 +27,8 @@ pub struct TpmConfig {
     /// A persistent handle holding the same key as the SRK template.
     pub srk_handle: Option<u32>,
     pub parameter_encryption: ParameterEncryption,
+    /// Told each command's time; [`Observer::none`] outside the daemon.
+    pub observer: Observer,
 }
 
 /// The start-up check's canary: as long as the longest DEK seed sceau
@@ -70,6 +72,7 @@ pub struct Tpm {
     srk: Srk,
     session: Option<AuthSession>,
     parameter_encryption: ParameterEncryption,
+    observer: Observer,
 }
 
 impl Tpm {
@@ -78,7 +81,7 @@ impl Tpm {
     /// request pays for none of it (and OpenSSL is initialised before the
     /// sandbox closes the filesystem).
     pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
-        if !crate::sys::openssl_without_legacy_name_tables() {
+        if !sceau_sys::openssl_without_legacy_name_tables() {
             log::debug!("OpenSSL refused OPENSSL_INIT_NO_ADD_ALL_*; its start-up is just slower");
         }
         let mut ctx =
@@ -91,6 +94,7 @@ impl Tpm {
             srk,
             session: None,
             parameter_encryption: config.parameter_encryption,
+            observer: config.observer.clone(),
         };
         tpm.dek_session()?;
         Ok(tpm)
@@ -120,12 +124,14 @@ impl Tpm {
             .map_err(|e| TpmError::new("sealed data", e))?;
         let session = self.dek_session()?;
         let parent = self.srk.handle;
-        let created = timed(TpmCommand::Create, || {
-            self.ctx.execute_with_session(Some(session), |c| {
-                c.create(parent, template, None, Some(data), None, None)
+        let created = self
+            .observer
+            .timed(TpmCommand::Create, || {
+                self.ctx.execute_with_session(Some(session), |c| {
+                    c.create(parent, template, None, Some(data), None, None)
+                })
             })
-        })
-        .map_err(|e| TpmError::new("Create", e))?;
+            .map_err(|e| TpmError::new("Create", e))?;
         let blobs = blobs_from_created(created.out_public, &created.out_private)
             .map_err(|e| TpmError::new("marshal sealed object", e))?;
         if hooks::enabled(Protection::TssInputScrub) {
@@ -138,15 +144,17 @@ impl Tpm {
     /// path, because a TPM without a resource manager holds only three.
     pub fn unseal(&mut self, object: &LoadableObject) -> Result<Dek, TpmError> {
         let parent = self.srk.handle;
-        let loaded = timed(TpmCommand::Load, || {
-            self.ctx
-                .execute_with_session(Some(AuthSession::Password), |c| {
-                    c.load(parent, object.private.clone(), object.public.clone())
-                })
-        })
-        .map_err(TpmError::loading_client_blob)?;
+        let loaded = self
+            .observer
+            .timed(TpmCommand::Load, || {
+                self.ctx
+                    .execute_with_session(Some(AuthSession::Password), |c| {
+                        c.load(parent, object.private.clone(), object.public.clone())
+                    })
+            })
+            .map_err(TpmError::loading_client_blob)?;
         let unsealed = self.unseal_loaded(loaded.into());
-        if let Err(e) = timed(TpmCommand::FlushContext, || {
+        if let Err(e) = self.observer.timed(TpmCommand::FlushContext, || {
             self.ctx.flush_context(loaded.into())
         }) {
             log::warn!("FlushContext of a loaded sealed object failed: {e}");
@@ -163,20 +171,22 @@ impl Tpm {
     /// to keep the DEK off the bus; Unseal still runs in the salted session.
     pub fn unseal_imported(&mut self, object: &ImportableObject) -> Result<Dek, TpmError> {
         let parent = self.srk.handle;
-        let private = timed(TpmCommand::Import, || {
-            self.ctx
-                .execute_with_session(Some(AuthSession::Password), |c| {
-                    c.import(
-                        parent.into(),
-                        None,
-                        object.public.clone(),
-                        object.duplicate.clone(),
-                        object.in_sym_seed.clone(),
-                        SymmetricDefinitionObject::Null,
-                    )
-                })
-        })
-        .map_err(|e| TpmError::on_client_blob("Import", e))?;
+        let private = self
+            .observer
+            .timed(TpmCommand::Import, || {
+                self.ctx
+                    .execute_with_session(Some(AuthSession::Password), |c| {
+                        c.import(
+                            parent.into(),
+                            None,
+                            object.public.clone(),
+                            object.duplicate.clone(),
+                            object.in_sym_seed.clone(),
+                            SymmetricDefinitionObject::Null,
+                        )
+                    })
+            })
+            .map_err(|e| TpmError::on_client_blob("Import", e))?;
         self.unseal(&LoadableObject {
             public: object.public.clone(),
             private,
@@ -223,7 +233,7 @@ impl Tpm {
     /// in the command buffer and the stored input; the scrub runs; then
     /// every readable anonymous mapping of this process but the stack
     /// (where tpm2-tss keeps both) is searched for either half of the
-    /// canary, through `memory` ([`crate::sys::OwnMemory`], opened while
+    /// canary, through `memory` ([`sceau_sys::OwnMemory`], opened while
     /// the process was still dumpable). No command reaches the TPM.
     ///
     /// `serve` calls it once, before it serves, and refuses to start if it
@@ -232,7 +242,7 @@ impl Tpm {
     /// buffers.
     pub fn verify_buffer_scrub(
         &mut self,
-        memory: &crate::sys::OwnMemory,
+        memory: &sceau_sys::OwnMemory,
     ) -> Result<(), ScrubCheckError> {
         let mut canary = zeroize::Zeroizing::new([0u8; SCRUB_CANARY_LEN]);
         sceau_format::random::fill(canary.as_mut_slice());
@@ -254,22 +264,25 @@ impl Tpm {
 
     fn unseal_loaded(&mut self, loaded: ObjectHandle) -> Result<Dek, TpmError> {
         let session = self.dek_session()?;
-        let data = timed(TpmCommand::Unseal, || {
-            self.ctx
-                .execute_with_session(Some(session), |c| c.unseal(loaded))
-        })
-        .map_err(|e| TpmError::new("Unseal", e))?;
+        let data = self
+            .observer
+            .timed(TpmCommand::Unseal, || {
+                self.ctx
+                    .execute_with_session(Some(session), |c| c.unseal(loaded))
+            })
+            .map_err(|e| TpmError::new("Unseal", e))?;
         Ok(Dek::copy_from(data.value()))
     }
 
     /// A cheap liveness check: ReadPublic of the SRK.
     pub fn probe(&mut self) -> Result<(), TpmError> {
         let srk = self.srk.handle;
-        timed(TpmCommand::ReadPublic, || {
-            self.ctx.execute_without_session(|c| c.read_public(srk))
-        })
-        .map(|_| ())
-        .map_err(|e| TpmError::new("ReadPublic", e))
+        self.observer
+            .timed(TpmCommand::ReadPublic, || {
+                self.ctx.execute_without_session(|c| c.read_public(srk))
+            })
+            .map(|_| ())
+            .map_err(|e| TpmError::new("ReadPublic", e))
     }
 
     /// Forgets the salted session after an error; the next DEK starts a new one.
@@ -288,7 +301,7 @@ impl Tpm {
             (ParameterEncryption::Off, _) => Ok(AuthSession::Password),
             (ParameterEncryption::SaltedSession, Some(session)) => Ok(session),
             (ParameterEncryption::SaltedSession, None) => {
-                let session = timed(TpmCommand::StartAuthSession, || {
+                let session = self.observer.timed(TpmCommand::StartAuthSession, || {
                     start_salted(&mut self.ctx, self.srk.handle)
                 })?;
                 self.session = Some(session);
@@ -328,7 +341,7 @@ fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle, data: &[u8]) -> Scr
     );
     // tss-esapi logs each failed call at error level; this failure is the
     // plan, so it stays out of the log even at debug.
-    let result = crate::logging::without_tss_log(|| {
+    let result = crate::without_tss_log(|| {
         ctx.execute_with_session(not_a_session, |c| {
             c.create(srk, template, None, Some(sensitive), None, None)
         })
@@ -473,7 +486,7 @@ const DIAGNOSIS_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// device, the software TPM's port, or the broker.
 pub fn diagnose(tcti: &Tcti) -> ConnectFailure {
     // Loading the library also keeps it loaded; `serve` does that anyway.
-    if crate::sys::pin_tcti_library(tcti.kind()).is_err() {
+    if sceau_sys::pin_tcti_library(tcti.kind()).is_err() {
         return ConnectFailure::LibraryMissing {
             library: tcti.library(),
             package: tcti.debian_package(),

@@ -9,6 +9,7 @@ use tss_esapi::structures::{
 };
 use tss_esapi::traits::{Marshall, UnMarshall};
 
+use sceau_format::duplicate::{DIGEST_LEN, IMPORTED_OBJECT_ATTRIBUTES};
 use sceau_format::sealed::SealedBlobs;
 
 /// fixedTPM|fixedParent|userWithAuth|noDA. sensitiveDataOrigin stays clear
@@ -97,7 +98,6 @@ fn is_sceau_sealed_object(public: &Public) -> bool {
 }
 
 /// A cluster envelope's entry for this TPM, decoded into Import's inputs.
-/// The envelope layer has already checked the public area's exact form.
 pub struct ImportableObject {
     pub public: Public,
     pub duplicate: Private,
@@ -105,12 +105,18 @@ pub struct ImportableObject {
 }
 
 impl ImportableObject {
-    pub fn from_parts(
-        tpmt_public: &[u8],
+    /// The entry of an envelope whose public area
+    /// `sceau_format::duplicate::check_sealed_public` accepted. That area is
+    /// fixed but for its unique, so the `Public` is built from the unique
+    /// that check returned rather than decoded a second time; it marshals to
+    /// the same bytes (a unit test below holds the two together), so Import
+    /// checks the duplicate's integrity against the envelope's own area.
+    pub fn for_checked_public(
+        unique: &[u8; DIGEST_LEN],
         duplicate: &[u8],
         in_sym_seed: &[u8],
     ) -> Result<Self, BlobError> {
-        let public = exact_public(tpmt_public)?;
+        let public = imported_public(unique).map_err(|_| BlobError::PublicUnreadable)?;
         let duplicate =
             Private::try_from(duplicate.to_vec()).map_err(|_| BlobError::PrivateUnreadable)?;
         let in_sym_seed = EncryptedSecret::try_from(in_sym_seed.to_vec())
@@ -121,6 +127,18 @@ impl ImportableObject {
             in_sym_seed,
         })
     }
+}
+
+/// The public area of an imported sealed-data object with this unique: the
+/// one form `check_sealed_public` accepts.
+fn imported_public(unique: &[u8; DIGEST_LEN]) -> Result<Public, tss_esapi::Error> {
+    PublicBuilder::new()
+        .with_public_algorithm(PublicAlgorithm::KeyedHash)
+        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
+        .with_object_attributes(ObjectAttributes::from(IMPORTED_OBJECT_ATTRIBUTES))
+        .with_keyed_hash_parameters(PublicKeyedHashParameters::new(KeyedHashScheme::Null))
+        .with_keyed_hash_unique_identifier(Digest::try_from(unique.to_vec())?)
+        .build()
 }
 
 /// Marshals Create's output the way tpm2-tools writes `-u` and `-r` files.
@@ -180,5 +198,18 @@ mod tests {
             LoadableObject::from_blobs(&blobs),
             Err(BlobError::NotSealedData)
         ));
+    }
+
+    /// The `Public` built from a checked area's unique is that area, byte
+    /// for byte: otherwise Import would compute another Name and refuse
+    /// every genuine entry. Shown to fail by setting noDA off in
+    /// `imported_public` (the bytes differ at objectAttributes).
+    #[test]
+    fn the_imported_public_is_the_checked_area() {
+        let object = sceau_format::duplicate::SealedObject::new(b"a DEK seed");
+        let area = object.tpmt_public();
+        let unique = sceau_format::duplicate::check_sealed_public(area).unwrap();
+        let built = imported_public(&unique).unwrap();
+        assert_eq!(built.marshall().unwrap(), area);
     }
 }

@@ -1,14 +1,17 @@
 //! All of sceau's `unsafe`: the libc calls std does not wrap, the
-//! environment writes of the start-up sequence, and (in [`alloc`]) the
-//! wiping global allocator. Each block states why it is sound, and
-//! audit/unsafe.md lists every one (scripts/check-unsafe.sh keeps that list
-//! in step with these files). Everything this module exports is safe to call:
-//! where soundness needs a single thread, the function checks it.
-// The crate denies unsafe_code; this module (with its `alloc`) is the one
-// exception.
-#![allow(unsafe_code)]
+//! environment writes of the start-up sequence, the OpenSSL initialisation
+//! flag, and (in [`alloc`]) the wiping global allocator. Each block states why
+//! it is sound, and audit/unsafe.md lists every one (scripts/check-unsafe.sh
+//! keeps that list in step with these files). Everything this crate exports
+//! is safe to call: where soundness needs a single thread, the function
+//! checks it. The daemon, the TPM layer and every other crate of the
+//! workspace forbid unsafe code, so a reviewer reads this crate and only it.
+//!
+//! [`hooks`] lives here because the lowest layer it switches (the allocator's
+//! wipe) does: the daemon and the TPM layer read the same switches.
 
 pub mod alloc;
+pub mod hooks;
 
 use std::ffi::CString;
 use std::mem::MaybeUninit;

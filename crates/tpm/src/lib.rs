@@ -1,0 +1,53 @@
+//! sceau's TPM layer, shared by the daemon, the SPIRE agent plugin and the
+//! test kit: the parsed TCTI (`tcti`), the open TPM (`device`), SRK and key_id
+//! (`srk`), sealed objects (`sealed`), the salted session (`session`), TSS
+//! errors to class words (`fault`), the cached health verdict (`health`), EK
+//! and credential activation for enrollment (`enroll`), the TPM thread
+//! (`worker`: bounded queue, deadlines, retries, reconnect), the DEK in a
+//! locked page (`secret`), and what the layer reports to whoever watches it
+//! (`observe`).
+//!
+//! It depends on `sceau-format` for byte formats and on `sceau-sys` for the
+//! few system calls std does not wrap; it has no `unsafe` of its own, no
+//! server, no sandbox and no gRPC types.
+#![forbid(unsafe_code)]
+
+pub mod device;
+pub mod enroll;
+pub mod fault;
+pub mod health;
+pub mod observe;
+pub mod sealed;
+pub mod secret;
+pub mod session;
+pub mod srk;
+pub mod tcti;
+pub mod worker;
+
+pub use device::{Tpm, TpmConfig};
+pub use fault::Fault;
+pub use observe::{Observer, TpmCommand, TpmObserver};
+pub use session::ParameterEncryption;
+pub use srk::KeyId;
+pub use tcti::Tcti;
+
+std::thread_local! {
+    /// Set while this thread runs a TSS call whose failure is planned.
+    static TSS_LOG_MUTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `call` with tss-esapi's log lines from this thread to be dropped at
+/// every level: for a call that is meant to fail (`device`'s unsent scrub),
+/// whose error line would mislead whoever reads a debug log. The daemon's
+/// logger asks [`tss_log_muted`]; this crate only says when.
+pub fn without_tss_log<T>(call: impl FnOnce() -> T) -> T {
+    TSS_LOG_MUTED.set(true);
+    let result = call();
+    TSS_LOG_MUTED.set(false);
+    result
+}
+
+/// Whether this thread is inside [`without_tss_log`].
+pub fn tss_log_muted() -> bool {
+    TSS_LOG_MUTED.get()
+}
