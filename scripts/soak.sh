@@ -14,5 +14,5 @@ source scripts/lib.sh
 
 install_packages
 require_cargo
-SCEAU_SOAK_SECONDS=${1:-1800} cargo test --locked --features insecure-test-hooks \
+SCEAU_SOAK_SECONDS=${1:-1800} cargo test --locked \
     --test integration soak:: -- --nocapture

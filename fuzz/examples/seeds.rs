@@ -132,7 +132,7 @@ fn envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
             FakeTpm::seal_bytes(&[0x42; 128]).encode(),
         ),
         ("version-2", other_version),
-        ("finding-1-overlong-unique", overlong_unique()),
+        ("regression-overlong-unique", overlong_unique()),
     ]
 }
 
@@ -194,7 +194,7 @@ fn kms_request_seeds() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
         (
-            "decrypt-finding-1-overlong-unique",
+            "decrypt-regression-overlong-unique",
             with(
                 Call::DecryptAddressed,
                 None,
@@ -205,7 +205,7 @@ fn kms_request_seeds() -> Vec<(&'static str, Vec<u8>)> {
             // A key_id whose escaped echo once pushed the refusal past the
             // service's 512-byte cut (audit/fuzzing.md, «The escaped key_id
             // past the 512-byte cut»).
-            "decrypt-finding-7-escaped-key-id",
+            "decrypt-regression-escaped-key-id",
             with(
                 Call::Decrypt,
                 None,
@@ -323,7 +323,7 @@ fn cli_seeds() -> Vec<(&'static str, Vec<u8>)> {
             ]),
         ),
         (
-            "finding-6-enroll-extra-flags",
+            "regression-enroll-extra-flags",
             argv(&[
                 "",
                 "enroll",
@@ -459,7 +459,7 @@ fn cluster_envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
             input(0, &FakeTpm::seal_bytes(DEK).encode(), &none),
         ),
         (
-            "finding-4-raw-long-public",
+            "regression-raw-long-public",
             raw_entry_input(
                 &[0x5a; 1000],
                 &known.blob.duplicate,
@@ -467,7 +467,7 @@ fn cluster_envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
         (
-            "finding-5-annotation-not-needed",
+            "regression-annotation-not-needed",
             input(0, &moved, &moved_annotations),
         ),
     ]
@@ -532,7 +532,7 @@ fn key_files_seeds() -> Vec<(&'static str, Vec<u8>)> {
             key_file_input(KeyFileMode::Identity, pinned::IDENTITY.as_bytes()),
         ),
         (
-            "finding-2-challenge-control-character",
+            "regression-challenge-control-character",
             key_file_input(KeyFileMode::Challenge, hostile_challenge.as_bytes()),
         ),
     ]
@@ -901,7 +901,7 @@ fn recovery_input_seeds() -> Vec<(&'static str, Vec<u8>)> {
             recovery_input(RecoveryMode::Plaintext, &configmap_plaintext()),
         ),
         (
-            "finding-3-key-control-character",
+            "regression-key-control-character",
             recovery_input(
                 RecoveryMode::StoredValue,
                 &stored_value_payload(

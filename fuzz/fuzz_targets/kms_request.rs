@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use sceau::kms::{KmsService, Sealer, SealingTpm, service_for};
+use sceau::kms::{KmsService, SealingTpm, service_for};
 use sceau_kms_api::pb::key_management_service_server::KeyManagementService;
 use sceau_kms_api::pb::{DecryptRequest, EncryptRequest, StatusRequest};
 use sceau_tpm::secret::MAX_DEK_LEN;

@@ -22,8 +22,7 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
+use hyper_util::rt::TokioExecutor;
 use tokio::net::UnixListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -38,6 +37,7 @@ use crate::kms::KmsService;
 use sceau_format::envelope::MAX_CIPHERTEXT_LEN;
 use sceau_format::wrapped::MAX_RECIPIENTS;
 use sceau_kms_api::pb::key_management_service_server::KeyManagementServiceServer;
+use sceau_rpc::serve::{Http2Limits, drain_within};
 use sceau_tpm::worker::WorkerDeath;
 
 /// The largest request message sceau decodes; tonic refuses a longer one
@@ -60,14 +60,17 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 16;
 /// room for bursts of short-lived clients. What each may buffer is bounded
 /// by the windows and the header list size below.
 pub const MAX_CONNECTIONS: usize = 64;
-/// The HTTP/2 flow-control windows: how many request bytes a client may send
-/// ahead of sceau reading them, per stream and per connection. hyper's
-/// defaults are 1 MiB each; a whole maximal request still fits a stream's.
-const STREAM_WINDOW: u32 = 16 * 1024;
-const CONNECTION_WINDOW: u32 = 64 * 1024;
-/// The largest header block a client may send (the same as hyper's default,
-/// stated so that it cannot grow unnoticed).
-const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+/// The HTTP/2 settings of every connection. The flow-control windows bound
+/// how many request bytes a client may send ahead of sceau reading them,
+/// per stream (16 KiB) and per connection (64 KiB), against hyper's 1 MiB
+/// each; a whole maximal request still fits a stream's. The header block
+/// limit is hyper's default, stated so that it cannot grow unnoticed.
+const HTTP2: Http2Limits = Http2Limits {
+    max_concurrent_streams: MAX_CONCURRENT_STREAMS,
+    max_header_list_bytes: 16 * 1024,
+    stream_window: Some(16 * 1024),
+    connection_window: Some(64 * 1024),
+};
 /// How much longer than `--request-deadline` a call may run before the
 /// server ends it. sceau's own work ends within the deadline; this catches
 /// a request whose body never completes.
@@ -144,7 +147,7 @@ pub async fn serve(
     // Outermost, so that calls refused by the layers below count and log
     // like the others (observe.rs).
     let calls = observe::Observed::new(idle::CallLimitLayer::new(call_limit).layer(checked));
-    let http2 = http2_settings();
+    let http2 = HTTP2.builder();
     let mut connections = accept::Connections::new(listener, callers, MAX_CONNECTIONS, call_limit);
     let (begin_drain, drain) = watch::channel(());
     let mut open = JoinSet::new();
@@ -173,26 +176,8 @@ pub async fn serve(
     drop(connections);
     drop(drain);
     let _ = begin_drain.send(());
-    let drained = async { while open.join_next().await.is_some() {} };
-    if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
-        log::warn!("calls still running after {SHUTDOWN_GRACE:?} were dropped");
-        open.abort_all();
-    }
+    drain_within(open, SHUTDOWN_GRACE).await;
     Ok(reason)
-}
-
-/// The HTTP/2 settings every connection is served with (the limits above).
-/// HTTP/1 is not spoken: a client that does not open with the HTTP/2
-/// preface gets a protocol error and the connection ends.
-fn http2_settings() -> http2::Builder<TokioExecutor> {
-    let mut http2 = http2::Builder::new(TokioExecutor::new());
-    http2
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_header_list_size(MAX_HEADER_LIST_BYTES);
-    http2
 }
 
 /// Serves one connection until it ends, or, once a drain begins, until its
@@ -217,16 +202,8 @@ async fn serve_connection<C>(
         request.extensions_mut().insert(info.clone());
         request
     });
-    let served = http2.serve_connection(TokioIo::new(connection), TowerToHyperService::new(calls));
-    tokio::pin!(served);
-    let result = tokio::select! {
-        result = served.as_mut() => result,
-        _ = drain.changed() => {
-            served.as_mut().graceful_shutdown();
-            served.await
-        }
+    let drain = async move {
+        let _ = drain.changed().await;
     };
-    if let Err(e) = result {
-        log::debug!("connection ended: {e}");
-    }
+    sceau_rpc::serve::serve_connection(connection, calls, http2, drain).await;
 }

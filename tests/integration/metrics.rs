@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use sceau::server::metrics::RENDER_CACHE_TIME;
 
+use crate::harness::launch::free_port;
 use crate::harness::process::{kill_and_reap, poll_until, run_with_timeout};
 use crate::harness::sceau::{BIN, serve_args};
 use crate::harness::{Swtpm, TempDir, rpc};
@@ -86,14 +87,6 @@ impl Drop for Activated {
 }
 
 /// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Sends `request` on a fresh connection and reads until the server closes
 /// (bounded: 5 s).
 fn exchange<S: Read + Write>(mut stream: S, request: &[u8]) -> Vec<u8> {

@@ -1,12 +1,31 @@
-//! For the `build.rs` of the `sceau` and `sceau-recover` packages (which take
-//! this crate as a build-dependency): sets the variables
-//! [`build_info!`](crate::build_info!) reads. The commit comes from git, or
+//! For the workspace's `build.rs` scripts, which take this crate as a
+//! build-dependency: [`emit`] (the `sceau` and `sceau-recover` packages) sets
+//! the variables [`build_info!`](crate::build_info!) reads, and, with the
+//! `grpc-build` feature, `generate_grpc` (`sceau-kms-api`, `sceau-spire`)
+//! generates gRPC bindings. The commit comes from git, or
 //! from `$SCEAU_COMMIT` for a build outside git that knows its commit (a
 //! packager's), else it is `unknown`: never a guess.
 //! The date (for the man page) is `$SOURCE_DATE_EPOCH`'s, else the commit's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// Generates the messages, servers and clients of `protos` (paths relative
+/// to the package, imports resolved under `include`) with protox, a
+/// pure-Rust protobuf compiler, so that no build needs an installed `protoc`.
+/// No `connect` constructor over tonic's Channel is made: the clients run
+/// on sceau-rpc's own unix-socket connection.
+#[cfg(feature = "grpc-build")]
+pub fn generate_grpc(protos: &[&str], include: &str) -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed={include}");
+    let descriptors = protox::compile(protos, [include])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .build_transport(false)
+        .compile_fds(descriptors)?;
+    Ok(())
+}
 
 /// Names the commit of a build outside git (`SCEAU_COMMIT=0123abcd cargo build`).
 pub const COMMIT_ENV: &str = "SCEAU_COMMIT";

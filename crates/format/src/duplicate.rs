@@ -22,6 +22,7 @@ use sha2::{Digest as _, Sha256};
 use zeroize::Zeroizing;
 
 use super::kdf::{hmac_sha256, hmac_sha256_verify, kdfa, kdfe};
+use super::public::{PublicArea, PublicKey as TpmPublicKey, expect};
 use super::storage_key::{
     PARENT_SYM_BITS, StorageKey, StorageKeyError, coordinates, point_from_coordinates,
 };
@@ -248,22 +249,24 @@ fn sealed_public(unique: &[u8; DIGEST_LEN]) -> Vec<u8> {
 /// its unique (the digest that binds the sensitive area).
 pub fn check_sealed_public(tpmt_public: &[u8]) -> Result<[u8; DIGEST_LEN], ImportError> {
     let invalid = |what| ImportError::NotSealedObject(what);
-    let mut r = Reader::new(tpmt_public);
-    r.expect_u16(ALG_KEYEDHASH, "type")?;
-    r.expect_u16(ALG_SHA256, "nameAlg")?;
-    if r.u32("objectAttributes")? != IMPORTED_OBJECT_ATTRIBUTES {
+    let area = PublicArea::parse(tpmt_public).map_err(|_| invalid("not a readable public area"))?;
+    let TpmPublicKey::KeyedHash { unique } = &area.key else {
+        return Err(invalid("not a keyed-hash object"));
+    };
+    expect("nameAlg", area.name_alg, ALG_SHA256)?;
+    if area.attributes != IMPORTED_OBJECT_ATTRIBUTES {
         return Err(invalid("unexpected object attributes"));
     }
-    if !r.tpm2b("authPolicy")?.is_empty() {
+    if !area.auth_policy.is_empty() {
         return Err(invalid("non-empty authPolicy"));
     }
-    r.expect_u16(ALG_NULL, "keyed-hash scheme")?;
-    let unique: [u8; DIGEST_LEN] = r
-        .tpm2b("unique")?
+    if area.scheme.is_some() {
+        return Err(invalid("a keyed-hash scheme"));
+    }
+    unique
+        .as_slice()
         .try_into()
-        .map_err(|_| invalid("unique is not a SHA-256 digest"))?;
-    r.finish("TPMT_PUBLIC")?;
-    Ok(unique)
+        .map_err(|_| invalid("unique is not a SHA-256 digest"))
 }
 
 /// TPM2B_SENSITIVE: sensitiveType, empty authValue, seedValue, the data.

@@ -1,12 +1,13 @@
 //! The formats sceau reads and writes, as pure functions of bytes and text:
 //! no TPM, no I/O, no async, no `unsafe` (forbidden for the whole workspace
-//! but the daemon's `sys` module, through `[workspace.lints]`).
+//! but `sceau-sys`, through `[workspace.lints]`).
 //!
 //! - Envelopes: `envelope` (the one parser, `Envelope::parse`, over both
 //!   versions), `sealed` (version 1, a TPM sealed-data object under one
 //!   SRK) and `wrapped` (version 2, one object wrapped for every cluster
 //!   member and the recovery key).
-//! - TPM wire structures: `wire` (the bounded `Reader`), `storage_key`
+//! - TPM wire structures: `wire` (the bounded `Reader`), `public` (the one
+//!   TPMT_PUBLIC reader), `storage_key`
 //!   (an ECC P-256 storage key's TPM2B_PUBLIC and Name), `kdf` (KDFa, KDFe),
 //!   `duplicate` (TPM2_Import blobs made in software), `credential`
 //!   (TPM2_MakeCredential's blob).
@@ -26,6 +27,7 @@ pub mod envelope;
 pub mod kdf;
 pub mod key_id;
 pub mod members;
+pub mod public;
 pub mod random;
 pub mod recovery_key;
 pub mod sealed;
@@ -33,3 +35,33 @@ pub mod storage_key;
 pub mod text;
 pub mod wire;
 pub mod wrapped;
+
+/// `error` as sceau's tools print it (anyhow's `{:#}`): its message, then
+/// each source's, joined by `: `. The tests of [`inner_errors!`] users read
+/// it to show that a cause is printed once.
+pub fn as_printed(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    text
+}
+
+/// `From` conversions into an error enum whose variants hold an inner error
+/// in their message but not as a `source`: sceau's tools print the whole
+/// chain of sources, so a source would be printed twice.
+/// `inner_errors!(Outer { Variant(Inner), … })`.
+#[macro_export]
+macro_rules! inner_errors {
+    ($outer:ident { $($variant:ident($inner:ty)),* $(,)? }) => {
+        $(
+            impl From<$inner> for $outer {
+                fn from(error: $inner) -> Self {
+                    Self::$variant(error)
+                }
+            }
+        )*
+    };
+}

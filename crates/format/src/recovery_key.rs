@@ -35,26 +35,11 @@ pub enum RecoveryKeyError {
     Import(ImportError),
 }
 
-// The inner errors are part of each message and deliberately not `source`s
-// (no `#[from]`): `sceau-recover recover` prints the whole chain, so a source would
-// be printed twice.
-impl From<ArmorError> for RecoveryKeyError {
-    fn from(error: ArmorError) -> Self {
-        Self::Armor(error)
-    }
-}
-
-impl From<ClusterEnvelopeError> for RecoveryKeyError {
-    fn from(error: ClusterEnvelopeError) -> Self {
-        Self::Envelope(error)
-    }
-}
-
-impl From<ImportError> for RecoveryKeyError {
-    fn from(error: ImportError) -> Self {
-        Self::Import(error)
-    }
-}
+crate::inner_errors!(RecoveryKeyError {
+    Armor(ArmorError),
+    Envelope(ClusterEnvelopeError),
+    Import(ImportError),
+});
 
 /// The private half, held only by the recovery tool.
 pub struct RecoveryIdentity {
@@ -158,18 +143,7 @@ impl RecoveryIdentity {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// What `sceau-recover recover` prints for an error: its message, then each
-    /// source's (anyhow's `{:#}`).
-    fn as_printed(error: &RecoveryKeyError) -> String {
-        let mut text = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(inner) = source {
-            text.push_str(&format!(": {inner}"));
-            source = inner.source();
-        }
-        text
-    }
+    use crate::as_printed;
 
     /// A bad identity file or envelope is named in one clear line. Without
     /// this, this fails with "identity file: no '-----BEGIN SCEAU RECOVERY

@@ -5,6 +5,7 @@
 use p256::elliptic_curve::sec1::{FromEncodedPoint as _, ToEncodedPoint as _};
 use p256::{EncodedPoint, PublicKey};
 
+use super::public::{PublicArea, PublicAreaError, PublicKey as TpmPublicKey, expect};
 use super::wire::{
     ALG_AES, ALG_CFB, ALG_ECC, ALG_NULL, ALG_SHA256, ECC_NIST_P256, NAME_LEN, Reader, WireError,
     Writer, sha256_name,
@@ -28,6 +29,10 @@ const COORDINATE_LEN: usize = 32;
 pub enum StorageKeyError {
     #[error("malformed TPM2B_PUBLIC: {0}")]
     Wire(#[from] WireError),
+    #[error("malformed TPM2B_PUBLIC: {0}")]
+    Public(#[from] PublicAreaError),
+    #[error("not a storage key: not an ECC key")]
+    NotEcc,
     #[error("not a storage key: attributes {0:#010x} lack restricted+decrypt or have sign")]
     NotStorage(u32),
     #[error("the ECC point is not on the P-256 curve")]
@@ -55,23 +60,26 @@ impl StorageKey {
     }
 
     pub fn from_tpmt_public(tpmt_public: &[u8]) -> Result<Self, StorageKeyError> {
-        let mut r = Reader::new(tpmt_public);
-        r.expect_u16(ALG_ECC, "type")?;
-        r.expect_u16(ALG_SHA256, "nameAlg")?;
-        let attributes = r.u32("objectAttributes")?;
+        let area = PublicArea::parse(tpmt_public)?;
+        let TpmPublicKey::Ecc { curve, kdf, x, y } = &area.key else {
+            return Err(StorageKeyError::NotEcc);
+        };
+        expect("nameAlg", area.name_alg, ALG_SHA256)?;
+        let attributes = area.attributes;
         if attributes & (RESTRICTED | DECRYPT) != (RESTRICTED | DECRYPT) || attributes & SIGN != 0 {
             return Err(StorageKeyError::NotStorage(attributes));
         }
-        r.tpm2b("authPolicy")?;
-        r.expect_u16(ALG_AES, "symmetric algorithm")?;
-        r.expect_u16(PARENT_SYM_BITS, "symmetric key bits")?;
-        r.expect_u16(ALG_CFB, "symmetric mode")?;
-        r.expect_u16(ALG_NULL, "scheme")?;
-        r.expect_u16(ECC_NIST_P256, "curve")?;
-        r.expect_u16(ALG_NULL, "kdf")?;
-        let x = r.tpm2b("unique.x")?;
-        let y = r.tpm2b("unique.y")?;
-        r.finish("TPMT_PUBLIC")?;
+        let (algorithm, bits, mode) = area.symmetric.unwrap_or((ALG_NULL, 0, 0));
+        expect("symmetric algorithm", algorithm, ALG_AES)?;
+        expect("symmetric key bits", bits, PARENT_SYM_BITS)?;
+        expect("symmetric mode", mode, ALG_CFB)?;
+        expect(
+            "scheme",
+            area.scheme.map_or(ALG_NULL, |(scheme, _)| scheme),
+            ALG_NULL,
+        )?;
+        expect("curve", *curve, ECC_NIST_P256)?;
+        expect("kdf", kdf.map_or(ALG_NULL, |(kdf, _)| kdf), ALG_NULL)?;
         Ok(Self {
             tpmt_public: tpmt_public.to_vec(),
             name: sha256_name(tpmt_public),

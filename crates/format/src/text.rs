@@ -2,6 +2,30 @@
 //! an error or a log line: cut to a bound and with control characters
 //! escaped, so that no input can make a message long or rewrite a terminal.
 
+/// Appends `text` as a JSON string literal: quote, backslash and every
+/// control character escaped (C0, DEL and C1, which a terminal may act on),
+/// and U+2028 and U+2029, valid JSON that breaks some line readers;
+/// everything else as it is (a `&str` is UTF-8). The one escaper of the
+/// workspace: `sceau-recover`'s JSON output and the SPIRE plugins' log
+/// lines.
+pub fn push_json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// Bytes of escaped outside text shown before the cut. The bound is on the
 /// escaped bytes, not on characters: a character escapes to up to 10 bytes
 /// (`\u{10ffff}`), and a character bound once let two echoes push a status
@@ -31,6 +55,13 @@ pub fn printable(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_strings_escape_what_a_terminal_or_a_line_reader_acts_on() {
+        let mut out = String::new();
+        push_json_string(&mut out, "a\"b\\c\nd\u{7f}e\u{85}f\u{2028}g é");
+        assert_eq!(out, r#""a\"b\\c\nd\u007fe\u0085f\u2028g é""#);
+    }
 
     #[test]
     fn short_text_is_only_escaped() {

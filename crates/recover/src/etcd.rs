@@ -83,20 +83,10 @@ pub enum EtcdError {
     JsonShape(String),
 }
 
-// The inner errors are part of each message and deliberately not `source`s
-// (no `#[from]`, no field named `source`): `sceau` prints the whole chain, so
-// a source would be printed twice.
-impl From<BoltError> for EtcdError {
-    fn from(error: BoltError) -> Self {
-        Self::Bolt(error)
-    }
-}
-
-impl From<JsonError> for EtcdError {
-    fn from(error: JsonError) -> Self {
-        Self::Json(error)
-    }
-}
+sceau_format::inner_errors!(EtcdError {
+    Bolt(BoltError),
+    Json(JsonError),
+});
 
 /// The live values of an etcd snapshot (or `member/snap/db`), sorted by key.
 pub fn values_from_snapshot(file: &[u8]) -> Result<Vec<StoredValue>, EtcdError> {
@@ -283,6 +273,7 @@ fn json_key_value(kv: &Json) -> Result<StoredValue, EtcdError> {
 mod tests {
     use super::*;
     use crate::json::Json;
+    use sceau_format::as_printed;
     use sceau_format::key_id::hex;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/recovery");
@@ -447,18 +438,6 @@ mod tests {
             values_from_etcdctl_json("{"),
             Err(EtcdError::Json(_))
         ));
-    }
-
-    /// What `sceau` prints for an error: its message, then each source's
-    /// (anyhow's `{:#}`).
-    fn as_printed(error: &EtcdError) -> String {
-        let mut text = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(inner) = source {
-            text.push_str(&format!(": {inner}"));
-            source = inner.source();
-        }
-        text
     }
 
     /// A bad snapshot or JSON file is named in one clear line: the inner

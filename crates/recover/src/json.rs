@@ -344,23 +344,7 @@ impl Parser<'_> {
     }
 }
 
-/// Appends `s` as a JSON string literal. Only what JSON requires is escaped
-/// (quote, backslash, control characters); other characters stay UTF-8.
-pub fn write_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
+pub use sceau_format::text::push_json_string as write_string;
 
 #[cfg(test)]
 mod tests {

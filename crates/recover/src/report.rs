@@ -145,8 +145,8 @@ mod tests {
         value
     }
 
-    /// Found by the `recovery_input` fuzz target (audit/fuzzing.md, finding
-    /// 3): an etcd key, or the kind inside a value made for the recovery key,
+    /// Found by the `recovery_input` fuzz target (audit/fuzzing.md, «The
+    /// etcd keys on the terminal»): an etcd key, or the kind inside a value made for the recovery key,
     /// went to the terminal with its control characters.
     #[test]
     fn log_lines_escape_control_characters_from_etcd() {

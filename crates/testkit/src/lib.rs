@@ -6,6 +6,8 @@
 //! - [`tempdir`]: private, self-removing directories (`SCEAU_IT_KEEP` keeps them);
 //! - [`swtpm`]: one swtpm per test on its own loopback port pair, which a test
 //!   can kill, freeze or restart; a TPM that never answers;
+//! - [`launch`]: the daemon started with sockets passed as systemd passes
+//!   them, bound by a launcher (any names, a socket that is not listening);
 //! - [`sceau`]: the daemon as a child process, its log and readiness line, and
 //!   where the binaries under test are;
 //! - [`process`]: bounded waits, signals, and [`process::run_with_timeout`],
@@ -34,6 +36,7 @@ pub mod bus_proxy;
 pub mod ek_ca;
 pub mod envelope;
 pub mod footprint;
+pub mod launch;
 pub mod memscan;
 pub mod no_landlock;
 pub mod notify;

@@ -39,11 +39,25 @@ pub fn is_well_formed_key_id(s: &str) -> bool {
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// Connects to the KMS socket at `socket`. A refused connection is tried
+/// again for up to [`CALL_TIMEOUT`]: a socket file exists from its bind, and
+/// a connect before its listen (systemd-socket-activate's, on a busy
+/// machine) is refused; a refused connect reaches no one.
 pub async fn connect(socket: &Path) -> Client {
-    match tokio::time::timeout(CALL_TIMEOUT, sceau_kms_api::connect(socket)).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => panic!("connect to {}: {e:?}", socket.display()),
-        Err(_) => panic!("connect to {} hung for {CALL_TIMEOUT:?}", socket.display()),
+    let refused = |e: &sceau_kms_api::ConnectError| {
+        matches!(e, sceau_kms_api::ConnectError::Socket(io)
+            if io.kind() == std::io::ErrorKind::ConnectionRefused)
+    };
+    let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
+    loop {
+        match tokio::time::timeout_at(deadline, sceau_kms_api::connect(socket)).await {
+            Ok(Ok(client)) => return client,
+            Ok(Err(e)) if refused(&e) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Ok(Err(e)) => panic!("connect to {}: {e:?}", socket.display()),
+            Err(_) => panic!("connect to {} hung for {CALL_TIMEOUT:?}", socket.display()),
+        }
     }
 }
 

@@ -105,20 +105,24 @@ pub fn activate_credential_for(
     credential.map(|digest: Digest| Zeroizing::new(digest.value().to_vec()))
 }
 
+/// A fresh, unsalted SHA-256 policy session, with no assertion yet.
+pub fn start_policy_session(ctx: &mut Context) -> Result<AuthSession, TpmError> {
+    ctx.start_auth_session(
+        None,
+        None,
+        None,
+        SessionType::Policy,
+        SymmetricDefinition::AES_128_CFB,
+        HashingAlgorithm::Sha256,
+    )
+    .map_err(|e| TpmError::new("StartAuthSession (policy)", e))?
+    .ok_or_else(|| TpmError::new("StartAuthSession (policy)", no_session()))
+}
+
 /// A policy session that satisfies the TCG EK's authPolicy,
 /// PolicySecret(TPM_RH_ENDORSEMENT), with the (empty) endorsement auth.
 fn endorsement_policy_session(ctx: &mut Context) -> Result<AuthSession, TpmError> {
-    let session = ctx
-        .start_auth_session(
-            None,
-            None,
-            None,
-            SessionType::Policy,
-            SymmetricDefinition::AES_128_CFB,
-            HashingAlgorithm::Sha256,
-        )
-        .map_err(|e| TpmError::new("StartAuthSession (policy)", e))?
-        .ok_or_else(|| TpmError::new("StartAuthSession (policy)", no_session()))?;
+    let session = start_policy_session(ctx)?;
     let policy =
         PolicySession::try_from(session).map_err(|e| TpmError::new("policy session", e))?;
     let satisfied = ctx.execute_with_session(Some(AuthSession::Password), |c| {

@@ -10,7 +10,6 @@
 //! `2006-01-02T15:04:05.000000Z07:00`, in UTC. Nothing is ever written to
 //! stdout, which carries the handshake line only.
 
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -105,34 +104,13 @@ pub fn format_line(level: Level, module: &str, message: &str, at: SystemTime) ->
     line.push_str(level);
     line.push_str("\",\"@message\":");
     let one_line = message.replace("\r\n", " ").replace(['\n', '\r'], " ");
-    push_json_string(&mut line, &one_line);
+    sceau_format::text::push_json_string(&mut line, &one_line);
     line.push_str(",\"@module\":");
-    push_json_string(&mut line, module);
+    sceau_format::text::push_json_string(&mut line, module);
     line.push_str(",\"@timestamp\":\"");
     line.push_str(&timestamp(at));
     line.push_str("\"}\n");
     line
-}
-
-/// Appends `text` as a JSON string: quotes, backslashes and control
-/// characters escaped, everything else as it is (a `&str` is UTF-8).
-fn push_json_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            // U+2028/2029 are valid JSON but break some line readers.
-            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// `at` in UTC as Go's `2006-01-02T15:04:05.000000Z07:00` writes it (which
@@ -185,31 +163,19 @@ mod tests {
 
     #[test]
     fn timestamps_use_gos_layout_in_utc() {
-        assert_eq!(timestamp(at(0, 0)), "1970-01-01T00:00:00.000000Z");
-        // 2026-12-01T10:00:00Z
-        assert_eq!(
-            timestamp(at(1_796_119_200, 42)),
-            "2026-12-01T10:00:00.000042Z"
-        );
-        // Leap days, the end of a century year that is not a leap year and
-        // one that is.
-        assert_eq!(timestamp(at(951_782_400, 0)), "2000-02-29T00:00:00.000000Z");
-        assert_eq!(
-            timestamp(at(1_709_251_199, 999_999)),
-            "2024-02-29T23:59:59.999999Z"
-        );
-        assert_eq!(
-            timestamp(at(4_107_542_400, 0)),
-            "2100-03-01T00:00:00.000000Z"
-        );
-        assert_eq!(
-            timestamp(at(4_107_542_399, 0)),
-            "2100-02-28T23:59:59.000000Z"
-        );
-        assert_eq!(
-            timestamp(at(1_735_689_599, 0)),
-            "2024-12-31T23:59:59.000000Z"
-        );
+        for (seconds, micros, shown) in [
+            (0, 0, "1970-01-01T00:00:00.000000Z"),
+            (1_796_119_200, 42, "2026-12-01T10:00:00.000042Z"),
+            // Leap days, the end of a century year that is not a leap year
+            // and one that is.
+            (951_782_400, 0, "2000-02-29T00:00:00.000000Z"),
+            (1_709_251_199, 999_999, "2024-02-29T23:59:59.999999Z"),
+            (4_107_542_400, 0, "2100-03-01T00:00:00.000000Z"),
+            (4_107_542_399, 0, "2100-02-28T23:59:59.000000Z"),
+            (1_735_689_599, 0, "2024-12-31T23:59:59.000000Z"),
+        ] {
+            assert_eq!(timestamp(at(seconds, micros)), shown);
+        }
         assert_eq!(
             timestamp(UNIX_EPOCH - Duration::from_secs(5)),
             "1970-01-01T00:00:00.000000Z"

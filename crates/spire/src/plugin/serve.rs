@@ -9,15 +9,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
+use sceau_rpc::serve::{Http2Limits, drain_within, serve_connection};
 use tokio::net::UnixListener;
 use tokio::task::JoinSet;
 
 use super::Plugin;
 use super::handshake::PluginSocket;
-use super::services::{Router, Stop, router};
+use super::services::{Stop, router};
 
 /// Connections served at once; one more is closed at accept.
 pub const MAX_CONNECTIONS: usize = 4;
@@ -25,8 +23,14 @@ pub const MAX_CONNECTIONS: usize = 4;
 /// Attest stream, and SPIRE queues calls beyond the limit rather than
 /// failing them.
 pub const MAX_CONCURRENT_STREAMS: u32 = 64;
-/// Header bytes one call may send (gRPC's are a few hundred).
-const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+/// The HTTP/2 settings of every connection: the stream limit above, 16 KiB
+/// of headers per call (gRPC's are a few hundred), hyper's windows.
+const HTTP2: Http2Limits = Http2Limits {
+    max_concurrent_streams: MAX_CONCURRENT_STREAMS,
+    max_header_list_bytes: 16 * 1024,
+    stream_window: None,
+    connection_window: None,
+};
 /// How long calls in flight may run on after the stop.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
@@ -58,7 +62,7 @@ pub async fn serve<P: Plugin>(
     let listener = UnixListener::from_std(listener)?;
     let shutdown = Stop::new();
     let calls = router(plugin, shutdown.clone());
-    let http2 = http2_settings();
+    let http2 = HTTP2.builder();
     let mut open = JoinSet::new();
     let host_shutdown = shutdown.stopped();
     tokio::pin!(stop, host_shutdown);
@@ -76,10 +80,10 @@ pub async fn serve<P: Plugin>(
                         log::debug!("connection from pid {:?} uid {}", peer.pid(), peer.uid());
                     }
                     open.spawn(serve_connection(
-                        TokioIo::new(connection),
+                        connection,
                         calls.clone(),
                         http2.clone(),
-                        shutdown.clone(),
+                        shutdown.stopped(),
                     ));
                 }
                 Err(e) => {
@@ -98,44 +102,6 @@ pub async fn serve<P: Plugin>(
     shutdown.trigger();
     drop(listener);
     drop(place);
-    let drained = async { while open.join_next().await.is_some() {} };
-    if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
-        log::warn!("calls still running after {SHUTDOWN_GRACE:?} were dropped");
-        open.abort_all();
-    }
+    drain_within(open, SHUTDOWN_GRACE).await;
     Ok(reason)
-}
-
-/// HTTP/2 settings for every connection (the limits above). HTTP/1 is not
-/// spoken: gRPC needs HTTP/2.
-fn http2_settings() -> http2::Builder<TokioExecutor> {
-    let mut http2 = http2::Builder::new(TokioExecutor::new());
-    http2
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .max_header_list_size(MAX_HEADER_LIST_BYTES);
-    http2
-}
-
-/// Serves one connection until it ends or, once the server stops, until its
-/// calls finish (hyper sends GOAWAY, so the host opens no new one).
-async fn serve_connection(
-    connection: TokioIo<tokio::net::UnixStream>,
-    calls: Router,
-    http2: http2::Builder<TokioExecutor>,
-    shutdown: Stop,
-) {
-    let served = http2.serve_connection(connection, TowerToHyperService::new(calls));
-    let stopped = shutdown.stopped();
-    tokio::pin!(served, stopped);
-    let result = tokio::select! {
-        result = served.as_mut() => result,
-        () = &mut stopped => {
-            served.as_mut().graceful_shutdown();
-            served.await
-        }
-    };
-    if let Err(e) = result {
-        log::debug!("connection ended: {e}");
-    }
 }

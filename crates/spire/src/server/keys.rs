@@ -98,6 +98,9 @@ impl Key {
                     .map(Key::P256)
                     .map_err(|_| KeyError::Malformed("P-256 point not on the curve"))
             }
+            structures::PublicKey::KeyedHash { .. } => {
+                Err(KeyError::Unsupported("key type (RSA or ECC)"))
+            }
         }
     }
 

@@ -1,16 +1,17 @@
 //! The TPM structures the server reads from an agent, parsed with the
-//! project's bounded wire `Reader` (TPM 2.0 Part 2): TPMT_PUBLIC for RSA and
-//! ECC keys, TPMS_ATTEST for creation certifications and quotes, and
-//! TPMT_SIGNATURE. Every parser refuses trailing bytes, so the bytes that
-//! were hashed or signed are exactly the bytes that were read.
+//! project's bounded wire `Reader` (TPM 2.0 Part 2): TPMS_ATTEST for creation
+//! certifications and quotes, and TPMT_SIGNATURE; TPMT_PUBLIC is read by the
+//! workspace's one reader, `sceau_format::public`. Every parser refuses
+//! trailing bytes, so the bytes that were hashed or signed are exactly the
+//! bytes that were read.
 
-use sceau_format::wire::{ALG_ECC, ALG_NULL, ALG_SHA256, Reader, WireError};
+use sceau_format::public::PublicAreaError;
+pub use sceau_format::public::{ALG_ECDAA, ALG_RSA, PublicArea, PublicKey};
+use sceau_format::wire::{ALG_SHA256, Reader, WireError};
 
-pub const ALG_RSA: u16 = 0x0001;
 pub const ALG_RSASSA: u16 = 0x0014;
 pub const ALG_RSAPSS: u16 = 0x0016;
 pub const ALG_ECDSA: u16 = 0x0018;
-pub const ALG_ECDAA: u16 = 0x001A;
 pub const ECC_NIST_P256: u16 = 0x0003;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,6 +20,15 @@ pub enum StructureError {
     Wire(#[from] WireError),
     #[error("unsupported {0}")]
     Unsupported(&'static str),
+}
+
+impl From<PublicAreaError> for StructureError {
+    fn from(error: PublicAreaError) -> Self {
+        match error {
+            PublicAreaError::Wire(e) => StructureError::Wire(e),
+            PublicAreaError::Unsupported(what) => StructureError::Unsupported(what),
+        }
+    }
 }
 
 /// TPMA_OBJECT bits (Part 2 §8.3).
@@ -37,94 +47,6 @@ pub mod attributes {
 pub const TPM_GENERATED: u32 = 0xff54_4347;
 pub const ST_ATTEST_QUOTE: u16 = 0x8018;
 pub const ST_ATTEST_CREATION: u16 = 0x801A;
-
-/// A key's public area.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicArea {
-    pub name_alg: u16,
-    pub attributes: u32,
-    pub auth_policy: Vec<u8>,
-    /// TPMT_SYM_DEF_OBJECT: (algorithm, key bits, mode), or NULL.
-    pub symmetric: Option<(u16, u16, u16)>,
-    /// The signing or key-exchange scheme and its hash, or NULL.
-    pub scheme: Option<(u16, u16)>,
-    pub key: PublicKey,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PublicKey {
-    Rsa {
-        bits: u16,
-        /// The public exponent (a TPM writes 0 for 65537).
-        exponent: u32,
-        modulus: Vec<u8>,
-    },
-    Ecc {
-        curve: u16,
-        kdf: Option<(u16, u16)>,
-        x: Vec<u8>,
-        y: Vec<u8>,
-    },
-}
-
-impl PublicArea {
-    pub fn has(&self, bits: u32) -> bool {
-        self.attributes & bits == bits
-    }
-
-    pub fn parse(tpmt_public: &[u8]) -> Result<Self, StructureError> {
-        let mut r = Reader::new(tpmt_public);
-        let key_type = r.u16("type")?;
-        let name_alg = r.u16("nameAlg")?;
-        let attributes = r.u32("objectAttributes")?;
-        let auth_policy = r.tpm2b("authPolicy")?.to_vec();
-        let symmetric = match r.u16("symmetric algorithm")? {
-            ALG_NULL => None,
-            algorithm => Some((
-                algorithm,
-                r.u16("symmetric key bits")?,
-                r.u16("symmetric mode")?,
-            )),
-        };
-        let scheme = match r.u16("scheme")? {
-            ALG_NULL => None,
-            ALG_ECDAA => return Err(StructureError::Unsupported("ECDAA scheme")),
-            scheme => Some((scheme, r.u16("scheme hash")?)),
-        };
-        let key = match key_type {
-            ALG_RSA => {
-                let bits = r.u16("RSA key bits")?;
-                let exponent = r.u32("RSA exponent")?;
-                let modulus = r.tpm2b("RSA modulus")?.to_vec();
-                PublicKey::Rsa {
-                    bits,
-                    exponent,
-                    modulus,
-                }
-            }
-            ALG_ECC => {
-                let curve = r.u16("curve")?;
-                let kdf = match r.u16("KDF")? {
-                    ALG_NULL => None,
-                    kdf => Some((kdf, r.u16("KDF hash")?)),
-                };
-                let x = r.tpm2b("ECC x")?.to_vec();
-                let y = r.tpm2b("ECC y")?.to_vec();
-                PublicKey::Ecc { curve, kdf, x, y }
-            }
-            _ => return Err(StructureError::Unsupported("key type (RSA or ECC)")),
-        };
-        r.finish("public area")?;
-        Ok(Self {
-            name_alg,
-            attributes,
-            auth_policy,
-            symmetric,
-            scheme,
-            key,
-        })
-    }
-}
 
 /// A TPMS_ATTEST, with the parts of a creation or quote attestation.
 #[derive(Debug, Clone, PartialEq, Eq)]

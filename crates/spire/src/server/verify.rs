@@ -165,6 +165,7 @@ fn check_ek_public(tpmt_public: &[u8]) -> Result<Key, Refusal> {
     match &area.key {
         PublicKey::Rsa { bits: 2048, .. } | PublicKey::Ecc { .. } => {}
         PublicKey::Rsa { .. } => return Err(Refusal::EkKind("an RSA EK must have 2048 bits")),
+        PublicKey::KeyedHash { .. } => return Err(Refusal::EkKind("it is not an RSA or ECC key")),
     }
     Key::from_tpm(&area.key).map_err(|e| Refusal::Malformed(format!("EK key: {e}")))
 }
@@ -236,7 +237,7 @@ fn check_ak(payload: &Payload) -> Result<(Key, [u8; NAME_LEN]), Refusal> {
     // software is that the TPM will not authorize its use in
     // ActivateCredential. An AK needs no policy, and a policy for its ADMIN
     // role would leave that to how a TPM treats public-only objects (swtpm
-    // refuses; crates/spire/tests/attest.rs), so such an AK is refused here.
+    // refuses; crates/spire/tests/integration/attest.rs), so such an AK is refused here.
     if area.has(attr::ADMIN_WITH_POLICY) || !area.auth_policy.is_empty() {
         return Err(Refusal::Ak(
             "it has an authorization policy (an AK needs none, and a policy could let a key that is not in the TPM answer)",
@@ -466,7 +467,7 @@ pub mod test_support {
 pub(crate) mod tests {
     //! The checks against structures built in software: every AK refusal,
     //! the allow list, and the quote. Certificates and real TPM answers are
-    //! covered by crates/spire/tests/attest.rs against swtpm.
+    //! covered by crates/spire/tests/integration/attest.rs against swtpm.
     use super::test_support::*;
     use super::*;
     use crate::server::config::EkTrust;

@@ -162,6 +162,13 @@ struct Served {
     _dir: TempDir,
 }
 
+impl Served {
+    /// Each configuration the plugin applied: (trust domain, greeting).
+    fn configured(&self) -> Vec<(String, String)> {
+        self.plugin.configured.lock().unwrap().clone()
+    }
+}
+
 async fn start() -> Served {
     let dir = TempDir::new("test");
     let options = SocketOptions {
@@ -182,6 +189,13 @@ async fn start() -> Served {
         server,
         _dir: dir,
     }
+}
+
+/// The example plugin served, and the host's connection to it.
+async fn start_connected() -> (Served, Connection) {
+    let served = start().await;
+    let connection = connect(&served.socket).await;
+    (served, connection)
 }
 
 /// An HTTP/2 connection to the plugin, as the host holds one: a request's
@@ -215,6 +229,22 @@ fn core(trust_domain: &str) -> Option<CoreConfiguration> {
     })
 }
 
+/// Configure with plugin data `hcl`, for the trust domain example.org.
+fn configure_request(hcl: impl Into<String>) -> ConfigureRequest {
+    ConfigureRequest {
+        core_configuration: core("example.org"),
+        hcl_configuration: hcl.into(),
+    }
+}
+
+/// Validate of plugin data `hcl`, for the trust domain example.org.
+fn validate_request(hcl: impl Into<String>) -> ValidateRequest {
+    ValidateRequest {
+        core_configuration: core("example.org"),
+        hcl_configuration: hcl.into(),
+    }
+}
+
 /// Calls Shutdown and expects `serve` to end with the socket removed.
 async fn shut_down(served: Served, connection: &Connection) {
     let mut controller = GrpcControllerClient::with_origin(connection.clone(), origin());
@@ -231,8 +261,7 @@ async fn shut_down(served: Served, connection: &Connection) {
 
 #[tokio::test]
 async fn init_lists_the_plugin_service_then_config() {
-    let served = start().await;
-    let connection = connect(&served.socket).await;
+    let (served, connection) = start_connected().await;
     let mut init = InitClient::with_origin(connection.clone(), origin());
     let answer = bounded(init.init(InitRequest {
         host_service_names: vec![
@@ -249,28 +278,18 @@ async fn init_lists_the_plugin_service_then_config() {
 
 #[tokio::test]
 async fn configure_applies_reconfigures_and_refuses_with_invalid_argument() {
-    let served = start().await;
-    let connection = connect(&served.socket).await;
+    let (served, connection) = start_connected().await;
     let mut config = ConfigClient::with_origin(connection.clone(), origin());
     // An absent plugin_data arrives as "".
-    bounded(config.configure(ConfigureRequest {
-        core_configuration: core("example.org"),
-        hcl_configuration: String::new(),
-    }))
-    .await
-    .unwrap();
-    bounded(config.configure(ConfigureRequest {
-        core_configuration: core("example.org"),
-        hcl_configuration: "greeting = \"hello\"\n".to_owned(),
-    }))
-    .await
-    .unwrap();
-    let refused = bounded(config.configure(ConfigureRequest {
-        core_configuration: core("example.org"),
-        hcl_configuration: "greting = \"hello\"\n".to_owned(),
-    }))
-    .await
-    .unwrap_err();
+    bounded(config.configure(configure_request("")))
+        .await
+        .unwrap();
+    bounded(config.configure(configure_request("greeting = \"hello\"\n")))
+        .await
+        .unwrap();
+    let refused = bounded(config.configure(configure_request("greting = \"hello\"\n")))
+        .await
+        .unwrap_err();
     assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
     assert_eq!(
         refused.message(),
@@ -285,7 +304,7 @@ async fn configure_applies_reconfigures_and_refuses_with_invalid_argument() {
     assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
     assert_eq!(refused.message(), "the trust domain is empty");
     assert_eq!(
-        *served.plugin.configured.lock().unwrap(),
+        served.configured(),
         [
             ("example.org".to_owned(), String::new()),
             ("example.org".to_owned(), "hello".to_owned())
@@ -296,23 +315,16 @@ async fn configure_applies_reconfigures_and_refuses_with_invalid_argument() {
 
 #[tokio::test]
 async fn validate_reports_notes_or_the_refusal() {
-    let served = start().await;
-    let connection = connect(&served.socket).await;
+    let (served, connection) = start_connected().await;
     let mut config = ConfigClient::with_origin(connection.clone(), origin());
-    let valid = bounded(config.validate(ValidateRequest {
-        core_configuration: core("example.org"),
-        hcl_configuration: "greeting = \"hi\"".to_owned(),
-    }))
-    .await
-    .unwrap();
+    let valid = bounded(config.validate(validate_request("greeting = \"hi\"")))
+        .await
+        .unwrap();
     assert!(valid.valid);
     assert_eq!(valid.notes, ["greeting is \"hi\""]);
-    let invalid = bounded(config.validate(ValidateRequest {
-        core_configuration: core("example.org"),
-        hcl_configuration: "greeting {\n}".to_owned(),
-    }))
-    .await
-    .unwrap();
+    let invalid = bounded(config.validate(validate_request("greeting {\n}")))
+        .await
+        .unwrap();
     assert!(!invalid.valid);
     assert_eq!(
         invalid.notes,
@@ -321,30 +333,28 @@ async fn validate_reports_notes_or_the_refusal() {
         ]
     );
     // Validation applies nothing.
-    assert!(served.plugin.configured.lock().unwrap().is_empty());
+    assert_eq!(served.configured(), []);
     shut_down(served, &connection).await;
 }
 
 #[tokio::test]
 async fn an_oversized_message_is_refused() {
-    let served = start().await;
-    let connection = connect(&served.socket).await;
+    let (served, connection) = start_connected().await;
     let mut config = ConfigClient::with_origin(connection.clone(), origin());
-    let refused = bounded(config.configure(ConfigureRequest {
-        core_configuration: core("example.org"),
-        hcl_configuration: format!("greeting = \"{}\"", "x".repeat(MAX_MESSAGE_BYTES)),
-    }))
+    let refused = bounded(config.configure(configure_request(format!(
+        "greeting = \"{}\"",
+        "x".repeat(MAX_MESSAGE_BYTES)
+    ))))
     .await
     .unwrap_err();
     assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
-    assert!(served.plugin.configured.lock().unwrap().is_empty());
+    assert_eq!(served.configured(), []);
     shut_down(served, &connection).await;
 }
 
 #[tokio::test]
 async fn the_plugin_service_is_served() {
-    let served = start().await;
-    let connection = connect(&served.socket).await;
+    let (served, connection) = start_connected().await;
     let mut attestor = NodeAttestorClient::with_origin(connection.clone(), origin());
     let requests = tokio_stream::iter([AttestRequest {
         request: Some(attest_request::Request::Payload(b"node-1".to_vec())),
@@ -367,8 +377,7 @@ async fn the_plugin_service_is_served() {
 
 #[tokio::test]
 async fn an_unknown_service_is_unimplemented() {
-    let served = start().await;
-    let connection = connect(&served.socket).await;
+    let (served, connection) = start_connected().await;
     // The agent side's service, which a server plugin does not serve.
     let mut other = AgentAttestorClient::with_origin(connection.clone(), origin());
     let refused =
@@ -388,8 +397,7 @@ async fn an_unknown_service_is_unimplemented() {
 
 #[tokio::test]
 async fn health_is_serving_for_plugin_and_the_server() {
-    let served = start().await;
-    let connection = connect(&served.socket).await;
+    let (served, connection) = start_connected().await;
     let mut health = HealthClient::with_origin(connection.clone(), origin());
     for service in ["plugin", "", SERVER_ATTESTOR] {
         let answer = bounded(health.check(HealthCheckRequest {
@@ -426,8 +434,7 @@ async fn health_is_serving_for_plugin_and_the_server() {
 
 #[tokio::test]
 async fn the_broker_and_stdio_streams_stay_open_until_shutdown() {
-    let served = start().await;
-    let connection = connect(&served.socket).await;
+    let (served, connection) = start_connected().await;
     // The host's side of the broker stream: the address of its host
     // services, then nothing, with the stream kept open.
     let (offers, offered) = tokio::sync::mpsc::channel(4);
@@ -616,6 +623,51 @@ fn command_for(program: &Path) -> Command {
     command
 }
 
+/// Runs `program` as SPIRE runs a plugin: the handshake, Init (which must
+/// name `service` and Config), `calls` on the connection, then Shutdown.
+/// The process must exit 0, remove its socket and write nothing on stdout
+/// after the handshake line. Returns what it wrote on stderr.
+fn run_as_spire<Calls, Done>(program: &Path, service: &str, calls: Calls) -> String
+where
+    Calls: FnOnce(Connection) -> Done,
+    Done: std::future::Future<Output = ()>,
+{
+    let name = program.display();
+    let dir = TempDir::new("process");
+    let mut child = spawn_program_as_spire(program, &dir.0);
+    let (line, mut stdout) = handshake_line(&mut child);
+    let socket = socket_of(&line, &dir.0);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let connection = connect(&socket).await;
+        let mut init = InitClient::with_origin(connection.clone(), origin());
+        let names = bounded(init.init(InitRequest::default())).await.unwrap();
+        assert_eq!(names.plugin_service_names, [service, CONFIG], "{name}");
+        calls(connection.clone()).await;
+        let mut controller = GrpcControllerClient::with_origin(connection, origin());
+        bounded(controller.shutdown(Empty {})).await.unwrap();
+    });
+    assert_eq!(wait_exit(&mut child).code(), Some(0), "{name}");
+    assert!(!socket.exists(), "{name} left its socket behind");
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert_eq!(
+        rest, "",
+        "{name} wrote more than the handshake line on stdout"
+    );
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    stderr
+}
+
 /// Starts the example plugin as SPIRE does.
 fn spawn_as_spire(socket_dir: &Path) -> Child {
     spawn_program_as_spire(&example_plugin(), socket_dir)
@@ -758,42 +810,16 @@ fn a_host_without_protocol_1_or_with_arguments_is_refused_in_a_log_line() {
 
 #[test]
 fn the_plugin_process_handshakes_serves_and_exits_0_on_shutdown() {
-    let dir = TempDir::new("process");
-    let mut child = spawn_as_spire(&dir.0);
-    let (line, mut stdout) = handshake_line(&mut child);
-    let socket = socket_of(&line, &dir.0);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let connection = connect(&socket).await;
-        let mut init = InitClient::with_origin(connection.clone(), origin());
-        let names = bounded(init.init(InitRequest::default())).await.unwrap();
-        assert_eq!(names.plugin_service_names, [SERVER_ATTESTOR, CONFIG]);
-        let mut config = ConfigClient::with_origin(connection.clone(), origin());
-        bounded(config.configure(ConfigureRequest {
-            core_configuration: core("example.org"),
-            hcl_configuration: "note = \"x\"".to_owned(),
-        }))
-        .await
-        .unwrap();
-        let mut controller = GrpcControllerClient::with_origin(connection, origin());
-        bounded(controller.shutdown(Empty {})).await.unwrap();
-    });
-    let status = wait_exit(&mut child);
-    assert_eq!(status.code(), Some(0));
-    assert!(!socket.exists(), "the socket is left behind");
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "", "more than the handshake line on stdout");
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let stderr = run_as_spire(
+        &example_plugin(),
+        SERVER_ATTESTOR,
+        |connection| async move {
+            let mut config = ConfigClient::with_origin(connection, origin());
+            bounded(config.configure(configure_request("note = \"x\"")))
+                .await
+                .unwrap();
+        },
+    );
     let lines = check_log_lines(&stderr);
     let messages: Vec<&str> = lines.iter().map(|(_, m)| m.as_str()).collect();
     assert!(
@@ -879,44 +905,15 @@ fn the_shipped_binaries_load_as_spire_plugins() {
                 .starts_with(&format!("{name} "))
         );
 
-        let dir = TempDir::new("binary");
-        let mut child = spawn_program_as_spire(program, &dir.0);
-        let (line, mut stdout) = handshake_line(&mut child);
-        let socket = socket_of(&line, &dir.0);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let connection = connect(&socket).await;
-            let mut init = InitClient::with_origin(connection.clone(), origin());
-            let names = bounded(init.init(InitRequest::default())).await.unwrap();
-            assert_eq!(names.plugin_service_names, [service, CONFIG], "{name}");
-            let mut health = HealthClient::with_origin(connection.clone(), origin());
+        let stderr = run_as_spire(program, service, |connection| async move {
+            let mut health = HealthClient::with_origin(connection, origin());
             let status = bounded(health.check(HealthCheckRequest {
                 service: "plugin".to_owned(),
             }))
             .await
             .unwrap();
-            assert_eq!(status.status(), ServingStatus::Serving, "{name}");
-            let mut controller = GrpcControllerClient::with_origin(connection, origin());
-            bounded(controller.shutdown(Empty {})).await.unwrap();
+            assert_eq!(status.status(), ServingStatus::Serving);
         });
-        assert_eq!(wait_exit(&mut child).code(), Some(0), "{name}");
-        assert!(!socket.exists(), "{name} left its socket behind");
-        let mut rest = String::new();
-        stdout.read_to_string(&mut rest).unwrap();
-        assert_eq!(
-            rest, "",
-            "{name} wrote more than the handshake line on stdout"
-        );
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
         let lines = check_log_lines_of(&stderr, name);
         assert!(
             lines.iter().any(|(_, m)| m == "stopped (the host asked)"),

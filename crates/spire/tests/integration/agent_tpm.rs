@@ -305,6 +305,25 @@ mod plugin_stream {
         plugin
     }
 
+    /// Opens the AidAttestation stream as SPIRE's agent does: the sender
+    /// of its challenge messages, and the plugin's answers.
+    async fn attest(
+        plugin: &Arc<AgentPlugin>,
+    ) -> Result<
+        (
+            mpsc::Sender<ChallengeMessage>,
+            tonic::Streaming<PayloadOrChallengeResponse>,
+        ),
+        tonic::Status,
+    > {
+        let (sender, receiver) = mpsc::channel(1);
+        let stream = client(plugin)
+            .aid_attestation(ReceiverStream::new(receiver))
+            .await?
+            .into_inner();
+        Ok((sender, stream))
+    }
+
     async fn next(stream: &mut tonic::Streaming<PayloadOrChallengeResponse>) -> Data {
         tokio::time::timeout(Duration::from_secs(30), stream.message())
             .await
@@ -339,12 +358,7 @@ mod plugin_stream {
         plugin.configure(&CoreConfig::default(), &hcl).unwrap();
         tpm.freeze();
         let started = std::time::Instant::now();
-        let (_sender, receiver) = mpsc::channel::<ChallengeMessage>(1);
-        let mut stream = client(&plugin)
-            .aid_attestation(ReceiverStream::new(receiver))
-            .await
-            .unwrap()
-            .into_inner();
+        let (_sender, mut stream) = attest(&plugin).await.unwrap();
         let status = tokio::time::timeout(Duration::from_secs(10), stream.message())
             .await
             .expect("the plugin answers within its limit")
@@ -359,11 +373,7 @@ mod plugin_stream {
     #[tokio::test]
     async fn refuses_before_configure() {
         let plugin = Arc::new(AgentPlugin::new());
-        let (_sender, receiver) = mpsc::channel::<ChallengeMessage>(1);
-        let status = client(&plugin)
-            .aid_attestation(ReceiverStream::new(receiver))
-            .await
-            .unwrap_err();
+        let status = attest(&plugin).await.unwrap_err();
         assert_eq!(status.code(), Code::FailedPrecondition);
         assert_eq!(status.message(), "not configured");
     }
@@ -373,12 +383,7 @@ mod plugin_stream {
         let tmp = TempDir::new("spire-agent-stream");
         let tpm = Swtpm::start(&tmp.subdir("tpm"));
         let plugin = configured(&tpm);
-        let (sender, receiver) = mpsc::channel(1);
-        let mut stream = client(&plugin)
-            .aid_attestation(ReceiverStream::new(receiver))
-            .await
-            .unwrap()
-            .into_inner();
+        let (sender, mut stream) = attest(&plugin).await.unwrap();
         let Data::Payload(payload) = next(&mut stream).await else {
             panic!("the payload comes first");
         };
@@ -415,22 +420,12 @@ mod plugin_stream {
         let tpm = Swtpm::start(&tmp.subdir("tpm"));
         let plugin = configured(&tpm);
 
-        let (sender, receiver) = mpsc::channel(1);
-        let mut stream = client(&plugin)
-            .aid_attestation(ReceiverStream::new(receiver))
-            .await
-            .unwrap()
-            .into_inner();
+        let (sender, mut stream) = attest(&plugin).await.unwrap();
         assert!(matches!(next(&mut stream).await, Data::Payload(_)));
         drop(sender);
         wait_flushed(&tpm).await;
 
-        let (sender, receiver) = mpsc::channel(1);
-        let mut stream = client(&plugin)
-            .aid_attestation(ReceiverStream::new(receiver))
-            .await
-            .unwrap()
-            .into_inner();
+        let (sender, mut stream) = attest(&plugin).await.unwrap();
         assert!(matches!(next(&mut stream).await, Data::Payload(_)));
         sender
             .send(ChallengeMessage {

@@ -7,11 +7,9 @@
 //! tests are about which certificates the server trusts, and about the
 //! certificate's key having to be the EK's.
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
-use common::pki::Pki;
+use crate::pki::Pki;
 
 use sceau_spire::payload::Payload;
 use sceau_spire::server::config::{EkTrust, ServerConfig};

@@ -4,15 +4,13 @@
 //! TPM: a replayed answer, a genuine EK certificate of another TPM, an
 //! unrestricted AK the TPM made, and AKs made in software.
 //!
-//! The EK certificates here are issued by `common::pki` (openssl) for the
+//! The EK certificates here are issued by `pki` (openssl) for the
 //! swtpm's EK key; the real-SPIRE run (scripts/interop-spire.sh) uses
 //! certificates that swtpm_setup stored in the TPM's NV indices.
 
-mod common;
-
 use std::time::SystemTime;
 
-use common::pki::Pki;
+use crate::pki::Pki;
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings, ak_template_with};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
 use sceau_spire::server::config::{EkTrust, ServerConfig};
@@ -23,16 +21,13 @@ use sceau_spire::server::verify::{
 };
 use sceau_spire::server::x509::TrustStore;
 use sceau_testkit::{Swtpm, TempDir};
-use sceau_tpm::enroll::{activate_credential_for, endorsement_key_for};
+use sceau_tpm::enroll::{activate_credential_for, endorsement_key_for, start_policy_session};
 use tss_esapi::Context;
 use tss_esapi::abstraction::AsymmetricAlgorithmSelection;
-use tss_esapi::attributes::SessionAttributesBuilder;
-use tss_esapi::constants::SessionType;
-use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::ecc::EccCurve;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{Public, SymmetricDefinition};
+use tss_esapi::structures::Public;
 use tss_esapi::tcti_ldr::TctiNameConf;
 use tss_esapi::traits::UnMarshall as _;
 
@@ -192,21 +187,7 @@ fn activate_with_external_ak(
     )
     .map_err(|e| format!("EK: {e}"))?;
     let ak_session = if with_policy {
-        let session = ctx
-            .start_auth_session(
-                None,
-                None,
-                None,
-                SessionType::Policy,
-                SymmetricDefinition::AES_128_CFB,
-                HashingAlgorithm::Sha256,
-            )
-            .map_err(|e| format!("StartAuthSession: {e}"))?
-            .expect("a session");
-        let (attributes, mask) = SessionAttributesBuilder::new().build();
-        ctx.tr_sess_set_attributes(session, attributes, mask)
-            .unwrap();
-        session
+        start_policy_session(&mut ctx).map_err(|e| format!("StartAuthSession: {e}"))?
     } else {
         AuthSession::Password
     };

@@ -92,18 +92,7 @@ impl Pki {
             "-out",
             &format!("{name}.key"),
         ]);
-        self.run(&[
-            "req",
-            "-new",
-            "-key",
-            &format!("{name}.key"),
-            "-subj",
-            &format!("/CN={cn}"),
-            "-config",
-            "/dev/null",
-            "-out",
-            &format!("{name}.csr"),
-        ]);
+        self.request(name, cn);
         self.run(&[
             "x509",
             "-req",
@@ -123,8 +112,8 @@ impl Pki {
         ]);
     }
 
-    pub fn issue_ca(&self, name: &str, cn: &str, issuer: &str, extensions: &str) {
-        self.run(&["genrsa", "-out", &format!("{name}.key"), "2048"]);
+    /// A certificate request `NAME.csr` for the key `NAME.key`, subject CN.
+    fn request(&self, name: &str, cn: &str) {
         self.run(&[
             "req",
             "-new",
@@ -137,6 +126,11 @@ impl Pki {
             "-out",
             &format!("{name}.csr"),
         ]);
+    }
+
+    pub fn issue_ca(&self, name: &str, cn: &str, issuer: &str, extensions: &str) {
+        self.run(&["genrsa", "-out", &format!("{name}.key"), "2048"]);
+        self.request(name, cn);
         self.sign(name, issuer, extensions, &["-in", &format!("{name}.csr")]);
     }
 

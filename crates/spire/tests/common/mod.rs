@@ -1,4 +1,0 @@
-//! Helpers shared by this crate's integration tests.
-#![allow(dead_code)]
-
-pub mod pki;

@@ -1,0 +1,152 @@
+//! Timing tests, in a test binary of their own: cargo runs test binaries
+//! one after another, so nothing else of the suite runs beside them. Beside
+//! the integration tests (two at a time, each with its own swtpm and sceau),
+//! the scrape flooders below, niced, got no CPU at all.
+//!
+//! A flood of scrapes on the metrics endpoint must leave the KMS's latency
+//! alone: the endpoint runs on its own thread at SCHED_IDLE, with its own
+//! event loop (docs/metrics.md).
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sceau_testkit::launch::{Launched, free_port};
+use sceau_testkit::rpc;
+
+/// A process that scrapes `port` in a loop, at the lowest priority (its
+/// own CPU use is not sceau's to limit): it prints `ready` after its first
+/// answer and, on SIGTERM, how many answers it read.
+const FLOOD: &str = r#"
+import signal, socket, sys
+port, answered = int(sys.argv[1]), 0
+def done(*_):
+    print(answered, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, done)
+while True:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+    if s.recv(65536):
+        answered += 1
+        if answered == 1:
+            print("ready", flush=True)
+    while s.recv(65536):
+        pass
+    s.close()
+"#;
+
+/// How long the flooders may take to start scraping.
+const FLOOD_START: Duration = Duration::from_secs(30);
+
+/// A flooder, once it has had its first answer.
+fn scrape_flood(port: u16) -> Child {
+    let mut flooder = Command::new("nice")
+        .args(["-n", "19", "python3", "-c", FLOOD])
+        .arg(port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nice python3");
+    let mut out = flooder.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // "ready\n", byte by byte, so that nothing after it is consumed.
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while out.read_exact(&mut byte).is_ok() && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+        let _ = tx.send((line, out));
+    });
+    let (line, out) = rx
+        .recv_timeout(FLOOD_START)
+        .expect("a flooder did not start scraping");
+    assert_eq!(
+        line,
+        b"ready",
+        "a flooder said {:?}",
+        String::from_utf8_lossy(&line)
+    );
+    flooder.stdout = Some(out);
+    flooder
+}
+
+/// Stops a flood process and reads its count.
+fn answered_by(mut flood: Child) -> u64 {
+    signal_all(std::slice::from_ref(&flood), libc::SIGCONT);
+    signal_all(std::slice::from_ref(&flood), libc::SIGTERM);
+    let mut out = String::new();
+    flood
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let _ = flood.wait();
+    out.trim().parse().unwrap_or(0)
+}
+
+/// Sends `signal` to each child (ours, not yet reaped) with kill(1).
+fn signal_all(children: &[Child], signal: libc::c_int) {
+    for child in children {
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status();
+    }
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Processes scraping at once.
+const FLOODERS: usize = 4;
+/// Blocks of Encrypts with the flood running and paused, alternated, so
+/// that whatever else the machine does weighs on both alike.
+const BLOCKS: usize = 8;
+const CALLS_PER_BLOCK: usize = 10;
+
+/// A flood of scrapes from four processes leaves the KMS's median Encrypt
+/// time within 20 % of its time without the flood.
+///
+/// Shown to fail against the endpoint as it was (on the KMS's own event
+/// loop), run with `SCEAU_MEASURE_BIN`: 1.22x and 1.36x.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scrape_flood_leaves_kms_latency_alone() {
+    let port = free_port();
+    let launched = Launched::start("metrics-flood", &[format!("metrics=tcp:{port}")], &[]).await;
+    let mut client = rpc::connect(&launched.kms).await;
+    let flood: Vec<Child> = (0..FLOODERS).map(|_| scrape_flood(port)).collect();
+    let (mut quiet, mut flooded) = (Vec::new(), Vec::new());
+    for block in 0..2 * BLOCKS {
+        let flooding = block % 2 == 1;
+        signal_all(
+            &flood,
+            if flooding {
+                libc::SIGCONT
+            } else {
+                libc::SIGSTOP
+            },
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        for _ in 0..CALLS_PER_BLOCK {
+            let started = Instant::now();
+            rpc::encrypt(&mut client, b"a DEK under a scrape flood")
+                .await
+                .unwrap();
+            match flooding {
+                true => flooded.push(started.elapsed()),
+                false => quiet.push(started.elapsed()),
+            }
+        }
+    }
+    let scrapes: u64 = flood.into_iter().map(answered_by).sum();
+    let (quiet, flooded) = (median(quiet), median(flooded));
+    let ratio = flooded.as_secs_f64() / quiet.as_secs_f64();
+    eprintln!("Encrypt p50: {quiet:?} quiet, {flooded:?} flooded ({ratio:.2}x); {scrapes} scrapes");
+    assert!(scrapes > 1000, "the flood made only {scrapes} scrapes");
+    assert!(ratio <= 1.2, "a scrape flood slowed Encrypt {ratio:.2}x");
+}
