@@ -482,6 +482,12 @@ impl Parser<'_> {
         let opened = self.line;
         self.bump(); // `[`
         let mut items = Vec::new();
+        let never_closed = || {
+            HclError::at(
+                opened,
+                format_args!("the list of `{key}` is never closed with `]`"),
+            )
+        };
         loop {
             self.skip_trivia(syntax, true)?;
             match self.peek() {
@@ -492,12 +498,7 @@ impl Parser<'_> {
                     self.bump();
                     return Ok(Value::List(items));
                 }
-                None => {
-                    return Err(HclError::at(
-                        opened,
-                        format_args!("the list of `{key}` is never closed with `]`"),
-                    ));
-                }
+                None => return Err(never_closed()),
                 Some(_) => {}
             }
             items.push(self.value(syntax, key, false)?);
@@ -510,12 +511,7 @@ impl Parser<'_> {
                     self.bump();
                     return Ok(Value::List(items));
                 }
-                None => {
-                    return Err(HclError::at(
-                        opened,
-                        format_args!("the list of `{key}` is never closed with `]`"),
-                    ));
-                }
+                None => return Err(never_closed()),
                 Some(_) => {
                     return Err(self.error(format_args!(
                         "expected `,` or `]` in the list of `{key}`, found {}",
@@ -736,11 +732,9 @@ mod tests {
     #[test]
     fn resolves_string_escapes() {
         // `${…}` stays as it is, as in HCL 1's decoder, which SPIRE uses.
-        let body = parse(r#"s = "a\"b\\c\nd\te\u00e9 ü ${x} $${y} %{z}""#);
-        assert_eq!(
-            body.string("s").unwrap().unwrap(),
-            "a\"b\\c\nd\te\u{e9} ü ${x} $${y} %{z}"
-        );
+        let text = r#"s = "a\"b\\c\nd\te\u00e9 ü ${x} $${y} %{z}""#;
+        let resolved = "a\"b\\c\nd\te\u{e9} ü ${x} $${y} %{z}";
+        assert_eq!(parse(text).string("s").unwrap().as_deref(), Some(resolved));
     }
 
     #[test]
