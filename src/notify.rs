@@ -115,7 +115,7 @@ pub fn extending_start_timeout<T>(start: impl FnOnce() -> T) -> T {
     let micros = u32::try_from(START_EXTENSION.as_micros()).unwrap_or(u32::MAX);
     let (done, finished) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
-        scope.spawn(move || {
+        let extender = scope.spawn(move || {
             let started = std::time::Instant::now();
             while started.elapsed() < MAX_START_TIME {
                 send(&[NotifyState::ExtendTimeoutUsec(micros)]);
@@ -130,6 +130,13 @@ pub fn extending_start_timeout<T>(start: impl FnOnce() -> T) -> T {
         });
         let result = start();
         let _ = done.send(());
+        // Joined, not left to the scope: the scope returns once the
+        // thread's closure has ended, while the thread itself may still be
+        // exiting and unmapping its stack. The next start-up step reads
+        // this process's memory map by map and must find it as it was
+        // listed (a stack unmapped in between made that read fail with EIO,
+        // now and then, and sceau refused to start).
+        let _ = extender.join();
         result
     })
 }
