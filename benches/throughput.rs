@@ -22,9 +22,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sceau_format::members::{Membership, member_file};
+use sceau_format::members::{Member, Membership, member_file};
 use sceau_format::recovery_key::RecoveryIdentity;
-use sceau_format::storage_key::StorageKey;
+use sceau_format::signing_key::SoftwareSigner;
 use sceau_kms_api::pb::{DecryptRequest, EncryptRequest, StatusRequest};
 use sceau_kms_api::{KmsClient, connect};
 use sceau_testkit::footprint::{self, Footprint};
@@ -167,6 +167,7 @@ fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmCo
         srk_handle: None,
         parameter_encryption,
         observer: Observer::none(),
+        envelope_signing_key: false,
     }
 }
 
@@ -249,7 +250,10 @@ fn alternate_rounds(direct: &TpmConfig, config: &TpmConfig, socket: &Path) -> ([
 /// alternately by one client; ratios are cluster over single.
 fn cluster_rounds(tmp: &TempDir, single_tpm: &Swtpm, cluster_tpm: &Swtpm) -> ([Row; 2], Ratios) {
     let single_config = tpm_config(single_tpm, ParameterEncryption::SaltedSession);
-    let cluster_config = tpm_config(cluster_tpm, ParameterEncryption::SaltedSession);
+    let cluster_config = TpmConfig {
+        envelope_signing_key: true,
+        ..tpm_config(cluster_tpm, ParameterEncryption::SaltedSession)
+    };
     let single_socket = tmp.join("bench-single.sock");
     let cluster_socket = tmp.join("bench-cluster.sock");
     let single = ServerUnderTest::start(&single_config, &single_socket);
@@ -278,21 +282,22 @@ fn cluster_rounds(tmp: &TempDir, single_tpm: &Swtpm, cluster_tpm: &Swtpm) -> ([R
     (rows, ratios)
 }
 
-/// This TPM's SRK, two software P-256 members and a recovery key, as member
+/// This TPM's keys, two software P-256 members and a recovery key, as member
 /// files in a directory, loaded the way `serve --members` loads them.
 fn bench_membership(tmp: &TempDir, config: &TpmConfig) -> Arc<Membership> {
-    let srk_public = Tpm::open(config).unwrap().srk().tpm2b_public().unwrap();
-    let own = StorageKey::from_tpm2b_public(&srk_public).unwrap();
+    let own = Tpm::open(config).unwrap().member().unwrap();
     let dir = tmp.subdir("bench-members");
-    let others = [RecoveryIdentity::generate(), RecoveryIdentity::generate()];
-    let keys = std::iter::once(&own).chain(others.iter().map(RecoveryIdentity::public));
-    for (i, key) in keys.enumerate() {
-        let file = member_file(key, &sceau_tpm::KeyId::from_srk_name(key.name()));
+    let others = [1u8, 2].map(|seed| Member {
+        srk: RecoveryIdentity::generate().public().clone(),
+        signing: SoftwareSigner::from_bytes(&[seed; 32]).public(),
+    });
+    for (i, member) in std::iter::once(&own).chain(&others).enumerate() {
+        let file = member_file(member, &sceau_tpm::KeyId::from_srk_name(member.srk.name()));
         std::fs::write(dir.join(format!("node-{i}.pub")), file).unwrap();
     }
     let recovery = tmp.join("bench-recovery.pub");
     std::fs::write(&recovery, RecoveryIdentity::generate().public_file()).unwrap();
-    Arc::new(sceau::cluster::load::load(&dir, Some(&recovery), &srk_public).unwrap())
+    Arc::new(sceau::cluster::load::load(&dir, Some(&recovery), own).unwrap())
 }
 
 /// The service, the TPM worker and the gRPC server, as in the daemon.
@@ -323,7 +328,7 @@ impl ServerUnderTest {
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let service =
-            sceau::kms::service_for(Arc::new(worker), membership).expect("wrapping thread");
+            sceau::kms::service_for(Arc::new(worker), membership, false).expect("wrapping thread");
         let callers = sceau::server::peer::AllowedCallers::root_and(&[]);
         let server = runtime.spawn(sceau::server::serve(
             listener,
@@ -484,6 +489,7 @@ fn modelled_hardware(tmp: &TempDir) {
             srk_handle: None,
             parameter_encryption: ParameterEncryption::SaltedSession,
             observer: Observer::none(),
+            envelope_signing_key: false,
         };
         let opened = Instant::now();
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");

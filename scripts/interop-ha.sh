@@ -167,12 +167,13 @@ for i in "${nodes[@]}"; do
     rm -rf "$(node_file "$i" tpm)"
 done
 
-# check_recover NAME FLAG FILE: `sceau-recover recover --identity ... FLAG FILE > OUT`
-# succeeds and OUT names both Secrets and holds both values (as written or in
-# base64).
+# check_recover NAME FLAG FILE: `sceau-recover recover --identity ... --members
+# DIR FLAG FILE > OUT` succeeds, verifies every envelope's signature against the
+# member files (none is reported UNVERIFIED), and OUT names both Secrets and
+# holds both values (as written or in base64).
 check_recover() {
     local out="$tmp/recovered-$1" err="$tmp/recovered-$1.err" missing=() secret value plaintext found=""
-    if ! target/debug/sceau-recover recover --identity "$tmp/recovery.identity" "$2" "$3" >"$out" 2>"$err"; then
+    if ! target/debug/sceau-recover recover --identity "$tmp/recovery.identity" --members "$members" "$2" "$3" >"$out" 2>"$err"; then
         fail "$1" "sceau-recover recover $2 exited non-zero: $(head -c 300 "$err" | tr '\n' ' ')"
         return
     fi
@@ -189,6 +190,9 @@ check_recover() {
             missing+=("value of $secret")
         fi
     done
+    if grep -q UNVERIFIED "$err"; then
+        missing+=("signature checks: $(grep -c UNVERIFIED "$err") UNVERIFIED")
+    fi
     if [ ${#missing[@]} -eq 0 ]; then
         pass "$1 (no TPM running;${found%;}; stderr: $(tail -n 1 "$err"))"
     else

@@ -5,10 +5,11 @@
 #     bytes);
 #   - the crates `sceau` depends on at run time (`cargo tree -e normal -p
 #     sceau`, each crate@version once): the third-party ones against a limit
-#     of 117, and the workspace's own (the daemon, its TPM layer, sys, rpc,
+#     of 120, and the workspace's own (the daemon, its TPM layer, sys, rpc,
 #     KMS API, format and CLI crates) counted apart, since splitting the
-#     daemon's own code into crates adds no dependency. The limit was 120
-#     crates in all when three of them were sceau's own: the bar is the same;
+#     daemon's own code into crates adds no dependency. The limit was 117
+#     until signed cluster envelopes: verifying them takes p256's `ecdsa`
+#     feature, which brings ecdsa, signature and rfc6979 (audit/dependencies.md);
 #   - whether `sceau-recover` links any tpm2-tss library (it must not);
 #   - the stripped sizes of the two SPIRE plugins and their runtime crates,
 #     and whether the SPIRE package depends on the daemon or its sandbox
@@ -23,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 readonly MAX_BYTES=4000000
-readonly MAX_CRATES=117
+readonly MAX_CRATES=120
 
 cargo build --release --locked -p sceau -p sceau-recover -p sceau-spire >&2
 

@@ -114,9 +114,29 @@ pub const MEMBERS: Flag = Flag::value(
     "Cluster mode: wrap every DEK for each member SRK in DIR/*.pub",
 )
 .long_help(
-    "(docs/ha.md; this node's included) as envelope version 2; key_id names\n\
-     the membership. Each file must name its key on its `name:` line, and\n\
-     sceau refuses to start if a name and its key disagree",
+    "(docs/ha.md; this node's included) as envelope version 3, signed by\n\
+     this TPM; key_id names the membership. Each file holds a member's SRK\n\
+     and signing key, each pinned by its Name; sceau refuses to start if a\n\
+     name and its key disagree",
+);
+pub const FORMER_MEMBERS: Flag = Flag::value(
+    "--former-members",
+    "DIR",
+    "Still open envelopes signed by the removed members in DIR/*.pub",
+)
+.long_help(
+    "(their old member files) while the Secrets are rewritten; they get no\n\
+     new DEK. Drop the flag afterwards, and their envelopes, and every\n\
+     envelope of a membership that included them, are refused (docs/ha.md)",
+);
+pub const ACCEPT_UNSIGNED_ENVELOPES: Flag = Flag::switch(
+    "--accept-unsigned-envelopes",
+    "Open unsigned (version 2) cluster envelopes, during migration only",
+)
+.long_help(
+    "Envelopes written before sceau signed them. Anyone with a member file\n\
+     can forge one, so use this only until the Secrets are rewritten\n\
+     (docs/migration.md)",
 );
 pub const RECOVERY_KEY: Flag = Flag::value(
     "--recovery-key",
@@ -164,6 +184,8 @@ pub const SERVE: CommandSpec = CommandSpec {
         &SECCOMP,
         &MEMBERS,
         &RECOVERY_KEY,
+        &FORMER_MEMBERS,
+        &ACCEPT_UNSIGNED_ENVELOPES,
         &METRICS_ALLOW_UID,
         &TSS_LOG_REVEALS_SECRETS,
     ],
@@ -305,6 +327,10 @@ pub struct ServeOptions {
     pub members: Option<PathBuf>,
     /// Cluster mode: the public half of the offline recovery key.
     pub recovery_key: Option<PathBuf>,
+    /// Cluster mode: removed members whose envelopes still open.
+    pub former_members: Option<PathBuf>,
+    /// Cluster mode: open unsigned (version 2) envelopes.
+    pub accept_unsigned_envelopes: bool,
     /// Uids besides root's that may scrape a unix metrics socket; empty:
     /// whoever the socket file lets connect.
     pub metrics_allowed_uids: Vec<u32>,
@@ -410,6 +436,8 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
         seccomp: m.or_default(&SECCOMP, None, |v| mode(&SECCOMP, &SECCOMP_MODES, v))?,
         members: m.last(&MEMBERS, path)?,
         recovery_key: m.last(&RECOVERY_KEY, path)?,
+        former_members: m.last(&FORMER_MEMBERS, path)?,
+        accept_unsigned_envelopes: m.present(&ACCEPT_UNSIGNED_ENVELOPES),
         metrics_allowed_uids: m
             .values(&METRICS_ALLOW_UID)
             .map(parse_uid)
@@ -610,7 +638,9 @@ impl Command {
                     .flag(&LANDLOCK, mode_name(&LANDLOCK_MODES, o.landlock))
                     .flag(&SECCOMP, mode_name(&SECCOMP_MODES, o.seccomp))
                     .optional(&MEMBERS, o.members.as_deref().map(path_arg))
-                    .optional(&RECOVERY_KEY, o.recovery_key.as_deref().map(path_arg));
+                    .optional(&RECOVERY_KEY, o.recovery_key.as_deref().map(path_arg))
+                    .optional(&FORMER_MEMBERS, o.former_members.as_deref().map(path_arg))
+                    .switch(&ACCEPT_UNSIGNED_ENVELOPES, o.accept_unsigned_envelopes);
                 for uid in &o.metrics_allowed_uids {
                     args = args.flag(&METRICS_ALLOW_UID, uid.to_string());
                 }
@@ -782,7 +812,8 @@ mod tests {
     fn every_flag_is_in_the_help_and_the_inverse() {
         let serve_all = Command::Serve(serve(
             "serve --socket-group g --srk-handle 0x81000001 --allow-uid 7 --members m \
-             --recovery-key r --metrics-allow-uid 998 --tss-log-reveals-secrets",
+             --recovery-key r --former-members f --accept-unsigned-envelopes \
+             --metrics-allow-uid 998 --tss-log-reveals-secrets",
             None,
         ));
         let respond = parse(

@@ -14,14 +14,10 @@ use std::path::Path;
 
 use prost::Message;
 use sceau::kms::SealingTpm;
-use sceau_kms_api::pb::{DecryptRequest, EncryptRequest};
-use sceau_tpm::sealed::{blobs_from_created, sealed_attributes};
-use sceau_tpm::{Fault, KeyId};
 use sceau_format::enrollment::{Request, challenge_files, request_file};
-use sceau_format::members::member_file;
+use sceau_format::members::{Member, member_file};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::sealed::SealedBlobs;
-use sceau_format::storage_key::StorageKey;
 use sceau_format::wrapped::{ClusterEnvelope, Encoded, RECIPIENTS_ANNOTATION, Role};
 use sceau_fuzz::codec::{
     self, ClusterInput, FIX_DIGEST, KeyFileMode, RecoveryMode, key_file_input, raw_entry_input,
@@ -29,8 +25,11 @@ use sceau_fuzz::codec::{
 };
 use sceau_fuzz::pinned::{self, DEK as PINNED_DEK};
 use sceau_fuzz::{Call, FakeTpm, encode_header};
+use sceau_kms_api::pb::{DecryptRequest, EncryptRequest};
 use sceau_recover::etcd::{StoredValue, values_from_etcdctl_json, values_from_snapshot};
 use sceau_recover::json::{self, Json};
+use sceau_tpm::sealed::{blobs_from_created, sealed_attributes};
+use sceau_tpm::{Fault, KeyId};
 use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
 use tss_esapi::structures::{
     Digest, KeyedHashScheme, Private, PublicBuilder, PublicKeyedHashParameters,
@@ -343,9 +342,18 @@ fn cli_seeds() -> Vec<(&'static str, Vec<u8>)> {
 fn pin(dir: &Path) -> std::io::Result<()> {
     let fresh = || RecoveryIdentity::generate().public().clone();
     let recovery = RecoveryIdentity::generate();
-    let members: Vec<StorageKey> = (0..4).map(|_| fresh()).collect();
-    let ek = fresh();
-    let member_text = |key: &StorageKey| member_file(key, &KeyId::from_srk_name(key.name()));
+    let members: Vec<Member> = (0..4)
+        .map(|i| Member {
+            srk: fresh(),
+            signing: pinned::signer(i).public(),
+        })
+        .collect();
+    let ek = Member {
+        srk: fresh(),
+        signing: pinned::signer(0).public(),
+    };
+    let member_text =
+        |member: &Member| member_file(member, &KeyId::from_srk_name(member.srk.name()));
 
     // Membership reads its members from a directory.
     let scratch = std::env::temp_dir().join(format!("sceau-fuzz-pin-{}", std::process::id()));
@@ -355,16 +363,18 @@ fn pin(dir: &Path) -> std::io::Result<()> {
     let seal = |count: usize| -> std::io::Result<Encoded> {
         let members_dir = scratch.join(format!("members-{count}"));
         std::fs::create_dir_all(&members_dir)?;
-        for (i, key) in members[..count].iter().enumerate() {
-            std::fs::write(members_dir.join(format!("node-{i}.pub")), member_text(key))?;
+        for (i, member) in members[..count].iter().enumerate() {
+            std::fs::write(
+                members_dir.join(format!("node-{i}.pub")),
+                member_text(member),
+            )?;
         }
-        let membership = sceau::cluster::load::load(
-            &members_dir,
-            Some(&recovery_path),
-            &members[0].to_tpm2b_public(),
-        )
-        .expect("the membership loads");
-        Ok(membership.seal(PINNED_DEK).expect("seals"))
+        let membership =
+            sceau::cluster::load::load(&members_dir, Some(&recovery_path), members[0].clone())
+                .expect("the membership loads");
+        let to_sign = membership.seal(PINNED_DEK).expect("seals");
+        let signature = pinned::signer(0).sign(to_sign.digest());
+        Ok(to_sign.finish(&signature))
     };
     let inline = seal(2)?;
     let annotated = seal(4)?;
@@ -375,9 +385,9 @@ fn pin(dir: &Path) -> std::io::Result<()> {
     );
     let recipients = annotated.annotations[RECIPIENTS_ANNOTATION].clone();
 
-    let certificate = pinned::fake_ek_certificate(&ek);
-    let srk_id = KeyId::from_srk_name(members[0].name());
-    let request = request_file(&members[0], &srk_id, &ek, Some(&certificate));
+    let certificate = pinned::fake_ek_certificate(&ek.srk);
+    let srk_id = KeyId::from_srk_name(members[0].srk.name());
+    let request = request_file(&members[0], &srk_id, &ek.srk, Some(&certificate));
     let (challenge, expected) =
         challenge_files(&Request::parse(&request).expect("the request parses"));
 
@@ -395,8 +405,8 @@ fn pin(dir: &Path) -> std::io::Result<()> {
         ("enroll.challenge".into(), challenge.into_bytes()),
         ("enroll.expected".into(), expected.as_bytes().to_vec()),
     ];
-    for (i, key) in members.iter().enumerate() {
-        files.push((format!("member-{i}.pub"), member_text(key).into_bytes()));
+    for (i, member) in members.iter().enumerate() {
+        files.push((format!("member-{i}.pub"), member_text(member).into_bytes()));
     }
     for (name, bytes) in files {
         std::fs::write(dir.join(name), bytes)?;
@@ -425,9 +435,17 @@ fn cluster_envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
     // «The annotation layout for recipients that fit inline»
     // (audit/fuzzing.md): the inline envelope's recipients moved to the
     // annotation.
+    // (Unsigned, as the finding's envelope was.)
     let inline_envelope = ClusterEnvelope::parse(&inline, &none).expect("pinned");
-    let block = &inline[4 + inline_envelope.object_public.len()..];
-    let mut moved = inline[..4 + inline_envelope.object_public.len()].to_vec();
+    let unsigned = ClusterEnvelope {
+        signature: None,
+        ..inline_envelope.clone()
+    }
+    .encode()
+    .expect("encodes")
+    .ciphertext;
+    let block = &unsigned[4 + inline_envelope.object_public.len()..];
+    let mut moved = unsigned[..4 + inline_envelope.object_public.len()].to_vec();
     moved[1] = 0x01;
     moved.extend_from_slice(&sha256(block));
     let moved_annotations = HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block.to_vec())]);
@@ -488,6 +506,20 @@ fn key_files_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let pin = format!("srk_name: {}", sceau_format::key_id::hex(srk.name()));
     let hostile_challenge = pinned::CHALLENGE.replace(&pin, "srk_name: \x1b]0;x\x07");
     assert_ne!(hostile_challenge, pinned::CHALLENGE);
+    // «A member file's pin on the terminal» (audit/fuzzing.md): a control
+    // character in a member file's signing-name line.
+    let signing_pin = format!(
+        "signing-name: {}",
+        sceau_format::key_id::hex(
+            sceau_format::members::parse_member(pinned::MEMBER_FILES[0])
+                .expect("a pinned member file")
+                .signing
+                .name()
+        )
+    );
+    let hostile_member =
+        pinned::MEMBER_FILES[0].replace(&signing_pin, "signing-name: \x1b]0;owned\x07");
+    assert_ne!(hostile_member, pinned::MEMBER_FILES[0]);
     vec![
         (
             "armored-member",
@@ -516,7 +548,7 @@ fn key_files_seeds() -> Vec<(&'static str, Vec<u8>)> {
             "request-without-certificate",
             key_file_input(
                 KeyFileMode::Request,
-                request_file(&srk, &srk_id, &ek, None).as_bytes(),
+                request_file(&pinned::request().member, &srk_id, &ek, None).as_bytes(),
             ),
         ),
         (
@@ -534,6 +566,10 @@ fn key_files_seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "regression-challenge-control-character",
             key_file_input(KeyFileMode::Challenge, hostile_challenge.as_bytes()),
+        ),
+        (
+            "regression-member-pin-control-character",
+            key_file_input(label("TPM2B_PUBLIC"), hostile_member.as_bytes()),
         ),
     ]
 }

@@ -1,28 +1,34 @@
-//! Cluster mode's envelope, version 2 (`crates/format/src/wrapped.rs`, read
-//! by the one parser `Envelope::parse` through its version 2 view
-//! `ClusterEnvelope::parse`), and what opens it: the software TPM2_Import of
+//! Cluster mode's envelope, versions 2 and 3 (`crates/format/src/wrapped.rs`,
+//! read by the one parser `Envelope::parse` through its cluster view
+//! `ClusterEnvelope::parse`), its signature checked against the pinned
+//! members (`KnownMembers::verify`), and what opens it: the software TPM2_Import of
 //! `crates/format/src/duplicate.rs` (`check_sealed_public`,
 //! `import_in_software`) reached through `RecoveryIdentity::open`
 //! (`crates/format/src/recovery_key.rs`) with the pinned test identity.
 //!
 //! Input (`sceau_fuzz::codec::ClusterInput`): a flags byte, a u16-framed
 //! ciphertext, then (u8-framed key, u16-framed value) annotations. Flag
-//! `FIX_DIGEST` rewrites the ciphertext's trailing digest to match the
-//! recipients annotation, so annotation-layout recipients can be mutated;
+//! `FIX_DIGEST` rewrites the ciphertext's digest (the last 32 bytes of a
+//! version 2 envelope, the 32 before the signer and signature of a version
+//! 3 one) to match the recipients annotation, so annotation-layout
+//! recipients can be mutated;
 //! flag `RAW_ENTRY` reads three u16-framed fields (sealed object public,
 //! duplicate, in_sym_seed) and wraps them into a recovery entry for the test
 //! identity instead.
 //!
 //! Invariants, besides "no panic":
-//! - an accepted envelope re-encodes (`encode`) to exactly the input
-//!   ciphertext and annotations, so no two inputs parse to the same
-//!   envelope; what `encode` returns, `parse` accepts as the same envelope;
+//! - an accepted envelope re-encodes (`encode`, or `encode_for_signing`
+//!   and its signature) to exactly the input ciphertext and annotations, so
+//!   no two inputs parse to the same envelope; what `encode` returns,
+//!   `parse` accepts as the same envelope;
+//! - a signature the pinned members' keys verify stands for a pinned
+//!   envelope only, byte for byte: no mutation keeps a signature valid;
 //! - each rejection names a reason the input really has, and its message
 //!   has no control characters;
 //! - `check_sealed_public` accepts only the 46-byte public area that
 //!   `SealedObject` builds, and returns its unique;
 //! - `open` fails with exactly `parse`'s error for a malformed envelope,
-//!   `NotARecipient` (with the envelope's key_id) when there is no recovery
+//!   `NotARecipient` (with the envelope's recovery Name) when there is no recovery
 //!   entry for the identity, and succeeds only for an entry that
 //!   `SealedObject::wrap_for` made for it (the pinned envelopes' entries),
 //!   returning the pinned DEK; those entries always open.
@@ -35,12 +41,13 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use sceau_format::duplicate::{ImportBlob, ImportError, check_sealed_public};
 use sceau_format::envelope::MAX_CIPHERTEXT_LEN;
-use sceau_format::members::envelope_key_id;
+use sceau_format::key_id::hex;
+use sceau_format::members::KnownMembers;
 use sceau_format::recovery_key::{RecoveryIdentity, RecoveryKeyError};
 use sceau_format::wire::{NAME_LEN, WireError, sha256_name};
 use sceau_format::wrapped::{
     ClusterEnvelope, ClusterEnvelopeError, Encoded, MAX_RECIPIENTS, RECIPIENTS_ANNOTATION,
-    Recipient, Role, VERSION_CLUSTER,
+    Recipient, Role, VERSION_CLUSTER, VERSION_SIGNED,
 };
 use sceau_fuzz::codec::{ClusterInput, Cursor, FIX_DIGEST, RAW_ENTRY};
 use sceau_fuzz::pinned::{self, KnownEntry};
@@ -49,6 +56,8 @@ struct Fixture {
     identity: RecoveryIdentity,
     name: [u8; NAME_LEN],
     known: Vec<KnownEntry>,
+    /// The pinned members, whose keys signed the pinned envelopes.
+    members: KnownMembers,
     /// The first 14 bytes of every sealed object's TPMT_PUBLIC: type,
     /// nameAlg, attributes, empty authPolicy, null scheme, unique size 32.
     public_prefix: Vec<u8>,
@@ -61,6 +70,7 @@ fn fixture() -> &'static Fixture {
         let known = pinned::known_entries();
         Fixture {
             name: *identity.public().name(),
+            members: pinned::known_members(),
             identity,
             public_prefix: known[0].object_public[..14].to_vec(),
             known,
@@ -96,9 +106,18 @@ fn fix_digest(input: &mut ClusterInput) {
         return;
     };
     let digest = sha256_name(block);
-    let len = input.ciphertext.len();
-    if len >= 32 {
-        input.ciphertext[len - 32..].copy_from_slice(&digest[2..]);
+    let end = digest_end(&input.ciphertext);
+    if end >= 32 {
+        input.ciphertext[end - 32..end].copy_from_slice(&digest[2..]);
+    }
+}
+
+/// Where a layout-1 ciphertext's digest ends: at its end (version 2), or
+/// before the signer's index and the signature (version 3).
+fn digest_end(ciphertext: &[u8]) -> usize {
+    match ciphertext.first() {
+        Some(&VERSION_SIGNED) => ciphertext.len().saturating_sub(1 + 64),
+        _ => ciphertext.len(),
     }
 }
 
@@ -108,7 +127,11 @@ fn check_accepted(
     envelope: &ClusterEnvelope,
 ) {
     assert!(ciphertext.len() <= MAX_CIPHERTEXT_LEN);
-    assert_eq!(ciphertext[0], VERSION_CLUSTER);
+    assert!([VERSION_CLUSTER, VERSION_SIGNED].contains(&ciphertext[0]));
+    assert_eq!(
+        ciphertext[0] == VERSION_SIGNED,
+        envelope.signature.is_some()
+    );
     assert!((1..=MAX_RECIPIENTS).contains(&envelope.recipients.len()));
     assert!(
         envelope
@@ -116,10 +139,21 @@ fn check_accepted(
             .windows(2)
             .all(|w| (w[0].role, w[0].name) < (w[1].role, w[1].name))
     );
-    let encoded = envelope
-        .clone()
-        .encode()
-        .expect("an accepted envelope encodes");
+    let unsigned = ClusterEnvelope {
+        signature: None,
+        ..envelope.clone()
+    };
+    let encoded = match &envelope.signature {
+        None => unsigned.encode().expect("an accepted envelope encodes"),
+        Some(signed) => {
+            let signer = envelope.recipients[signed.signer].name;
+            let to_sign = unsigned
+                .encode_for_signing(&signer)
+                .expect("an accepted envelope encodes");
+            assert_eq!(to_sign.digest(), &signed.digest);
+            to_sign.finish(&signed.signature)
+        }
+    };
     assert_eq!(
         encoded,
         Encoded {
@@ -129,6 +163,15 @@ fn check_accepted(
         "an envelope has one encoding"
     );
     check_sealed(&envelope.object_public);
+    if fixture().members.verify(envelope).is_ok() {
+        let pinned = pinned::envelopes()
+            .iter()
+            .any(|(c, a)| c == ciphertext && a == annotations);
+        assert!(
+            pinned,
+            "a signature stood for an envelope its signer never signed"
+        );
+    }
 }
 
 /// `check_sealed_public` accepts exactly SealedObject's public area.
@@ -159,7 +202,8 @@ fn check_rejected(
             assert!(*len == ciphertext.len() && *len > MAX_CIPHERTEXT_LEN);
         }
         ClusterEnvelopeError::NotVersion2 => {
-            assert_ne!(ciphertext.first(), Some(&VERSION_CLUSTER));
+            let version = ciphertext.first();
+            assert!(version != Some(&VERSION_CLUSTER) && version != Some(&VERSION_SIGNED));
         }
         ClusterEnvelopeError::Wire(WireError::Truncated("version")) => {
             assert!(ciphertext.is_empty());
@@ -189,7 +233,8 @@ fn check_rejected(
         ClusterEnvelopeError::AnnotationDigest => {
             assert_eq!(layout, Some(1));
             let block = &annotations[RECIPIENTS_ANNOTATION];
-            assert_ne!(ciphertext[ciphertext.len() - 32..], sha256_name(block)[2..]);
+            let end = digest_end(ciphertext);
+            assert_ne!(ciphertext[end - 32..end], sha256_name(block)[2..]);
         }
         ClusterEnvelopeError::RecipientCount(n) => {
             assert!(*n == 0 || *n > MAX_RECIPIENTS);
@@ -231,8 +276,15 @@ fn check_open(
     match (&opened, entry, known) {
         (Ok(dek), Some(_), Some(_)) => assert_eq!(dek.as_slice(), pinned::DEK),
         (Ok(_), _, _) => panic!("an entry wrap_for did not make opened"),
-        (Err(RecoveryKeyError::NotARecipient(key_id)), None, _) => {
-            assert_eq!(*key_id, envelope_key_id(envelope));
+        (Err(RecoveryKeyError::NotARecipient(theirs)), None, _) => {
+            let recovery = envelope
+                .recipients
+                .iter()
+                .find(|r| r.role == Role::Recovery);
+            assert_eq!(
+                *theirs,
+                recovery.map_or("none".to_string(), |r| hex(&r.name))
+            );
         }
         (Err(RecoveryKeyError::Import(error)), Some(_), None) => check_import_error(error),
         (Err(e), _, _) => panic!("unexpected open result: {e}"),
@@ -261,6 +313,7 @@ fn raw_entry(data: &[u8]) {
             name: f.name,
             blob,
         }],
+        signature: None,
     };
     let Ok(encoded) = envelope.clone().encode() else {
         return;

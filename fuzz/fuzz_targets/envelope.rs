@@ -19,10 +19,10 @@
 use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
-use sceau_tpm::sealed::{LoadableObject, blobs_from_created};
 use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
 use sceau_format::sealed::{SealedBlobs, VERSION_SEALED};
 use sceau_format::wrapped::{ClusterEnvelope, Encoded, VERSION_CLUSTER};
+use sceau_tpm::sealed::{LoadableObject, blobs_from_created};
 
 fuzz_target!(|data: &[u8]| {
     match Envelope::parse(data, &HashMap::new()) {

@@ -1,6 +1,7 @@
 //! Cluster mode's key files: the armor (`crates/format/src/armor.rs`), storage
 //! key publics (`StorageKey::from_tpm2b_public`, `crates/format/src/storage_key.rs`),
-//! what `members::parse_pinned` does with a member file, the enrollment
+//! what `members::parse_pinned` and `members::parse_member` do with a member
+//! file (its SRK and its envelope signing key), the enrollment
 //! files (`Request::parse`, `parse_challenge`, `verify`,
 //! `crates/format/src/enrollment.rs`) and the recovery identity file
 //! (`RecoveryIdentity::parse`, `crates/format/src/recovery_key.rs`).
@@ -17,6 +18,9 @@
 //!   Name is SHA-256 over its TPMT_PUBLIC; an SRK is TPM-resident; an SRK
 //!   with an empty authPolicy and full-width coordinates is exactly what
 //!   `StorageKey::from_point` builds for its point;
+//! - member files: an accepted one names both keys by their pins, its
+//!   signing key has exactly the signing template's attributes, and
+//!   `member_file` writes it back to a file that parses to the same member;
 //! - requests: the SRK is an SRK, the EK TPM-resident, both pinned by their
 //!   name lines; written back with `request_file`, a request parses to the
 //!   same keys and certificate; `check_certificate` agrees with a search for
@@ -42,8 +46,11 @@ use sceau_format::enrollment::{
 };
 use sceau_format::key_id::KeyId;
 use sceau_format::key_id::hex;
-use sceau_format::members::{MEMBER_LABEL, RECOVERY_PUBLIC_LABEL};
+use sceau_format::members::{
+    MEMBER_LABEL, RECOVERY_PUBLIC_LABEL, SIGNING_LABEL, member_file, parse_member,
+};
 use sceau_format::recovery_key::{IDENTITY_LABEL, RecoveryIdentity};
+use sceau_format::signing_key::SIGNING_ATTRIBUTES;
 use sceau_format::storage_key::{SRK_ATTRIBUTES, StorageKey, coordinates};
 use sceau_format::wire::{Reader, Writer, sha256_name};
 use sceau_fuzz::codec::{KEY_FILE_LABELS, KeyFileMode, key_file_mode};
@@ -59,7 +66,7 @@ fn fixture() -> &'static Fixture {
     FIXTURE.get_or_init(|| {
         let request = pinned::request();
         Fixture {
-            srk_name: hex(request.srk.name()),
+            srk_name: hex(request.member.srk.name()),
             request,
         }
     })
@@ -71,7 +78,12 @@ fuzz_target!(|data: &[u8]| {
     };
     let text = String::from_utf8_lossy(payload);
     match key_file_mode(mode) {
-        KeyFileMode::Armored(label) => armored_key(&text, KEY_FILE_LABELS[label]),
+        KeyFileMode::Armored(label) => {
+            armored_key(&text, KEY_FILE_LABELS[label]);
+            if KEY_FILE_LABELS[label] == MEMBER_LABEL {
+                member(&text);
+            }
+        }
         KeyFileMode::RawKey => {
             if let Ok(key) = StorageKey::from_tpm2b_public(payload) {
                 check_key(payload, &key);
@@ -153,15 +165,33 @@ fn check_key(bytes: &[u8], key: &StorageKey) {
     }
 }
 
+/// What `--members` does with a member file.
+fn member(text: &str) {
+    let member = match parse_member(text) {
+        Ok(member) => member,
+        Err(error) => return assert_no_control(&error.to_string()),
+    };
+    let signing = armor::decode(text, SIGNING_LABEL).expect("parsed once");
+    assert_eq!(*signing.bytes, member.signing.to_tpm2b_public());
+    let attributes = u32::from_be_bytes(signing.bytes[6..10].try_into().expect("parsed once"));
+    assert_eq!(attributes, SIGNING_ATTRIBUTES);
+    let pin = signing.header("signing-name").expect("pinned");
+    assert!(pin.eq_ignore_ascii_case(&hex(member.signing.name())));
+    assert_eq!(*member.signing.name(), sha256_name(&signing.bytes[2..]));
+    let id = KeyId::from_srk_name(member.srk.name());
+    let again = member_file(&member, &id);
+    assert_eq!(parse_member(&again).as_ref().ok(), Some(&member));
+}
+
 fn request(text: &str) {
     let request = match Request::parse(text) {
         Ok(request) => request,
         Err(error) => return assert_no_control(&error.to_string()),
     };
-    assert!(request.srk.is_srk());
+    assert!(request.member.srk.is_srk());
     assert!(request.ek.is_tpm_resident());
     for (label, field, key) in [
-        (MEMBER_LABEL, "name", &request.srk),
+        (MEMBER_LABEL, "name", &request.member.srk),
         (EK_LABEL, "ek_name", &request.ek),
     ] {
         let armored = armor::decode(text, label).expect("parsed once");
@@ -173,15 +203,15 @@ fn request(text: &str) {
         .ok()
         .map(|a| a.bytes.to_vec());
     assert_eq!(request.certificate, certificate);
-    let id = KeyId::from_srk_name(request.srk.name());
+    let id = KeyId::from_srk_name(request.member.srk.name());
     let again = request_file(
-        &request.srk,
+        &request.member,
         &id,
         &request.ek,
         request.certificate.as_deref(),
     );
     let reread = Request::parse(&again).expect("a written request parses");
-    assert_eq!(reread.srk, request.srk);
+    assert_eq!(reread.member, request.member);
     assert_eq!(reread.ek, request.ek);
     assert_eq!(reread.certificate, request.certificate);
 
@@ -203,7 +233,7 @@ fn request(text: &str) {
 
 fn challenge(text: &str) {
     let f = fixture();
-    let own = f.request.srk.name();
+    let own = f.request.member.srk.name();
     let result = parse_challenge(text, own);
     let predicted = armor::decode(text, CHALLENGE_LABEL)
         .ok()

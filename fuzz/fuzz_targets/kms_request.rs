@@ -21,15 +21,14 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use sceau::kms::{KmsService, SealingTpm, service_for};
+use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
+use sceau_format::members::Refusal;
+use sceau_fuzz::{Call, FakeTpm, decode_header};
 use sceau_kms_api::pb::key_management_service_server::KeyManagementService;
 use sceau_kms_api::pb::{DecryptRequest, EncryptRequest, StatusRequest};
-use sceau_tpm::secret::MAX_DEK_LEN;
 use sceau_tpm::Fault;
 use sceau_tpm::sealed::{BlobError, LoadableObject, blobs_from_created};
-use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
-use sceau_format::members::Membership;
-use sceau_format::recovery_key::RecoveryIdentity;
-use sceau_fuzz::{Call, FakeTpm, decode_header};
+use sceau_tpm::secret::MAX_DEK_LEN;
 use tokio::runtime::Runtime;
 use tonic::{Code, Request, Status};
 
@@ -43,12 +42,6 @@ struct Harness {
     clustered: KmsService,
 }
 
-fn cluster_membership() -> Membership {
-    let key = || RecoveryIdentity::generate().public().clone();
-    let own = key();
-    Membership::from_keys(own.clone(), vec![own, key()], Some(key())).expect("a valid membership")
-}
-
 fn harness() -> &'static Harness {
     static HARNESS: OnceLock<Harness> = OnceLock::new();
     HARNESS.get_or_init(|| {
@@ -57,9 +50,13 @@ fn harness() -> &'static Harness {
             runtime: tokio::runtime::Builder::new_current_thread()
                 .build()
                 .expect("a current-thread runtime"),
-            service: service_for(sealer.clone(), None).expect("single-node mode starts"),
-            clustered: service_for(sealer.clone(), Some(Arc::new(cluster_membership())))
-                .expect("the wrapping thread starts"),
+            service: service_for(sealer.clone(), None, false).expect("single-node mode starts"),
+            clustered: service_for(
+                sealer.clone(),
+                Some(Arc::new(FakeTpm::cluster_membership())),
+                false,
+            )
+            .expect("the wrapping thread starts"),
             sealer,
         }
     })
@@ -146,9 +143,9 @@ fn check_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fault>) {
     check_decrypt(h, round_trip, None);
 }
 
-/// Cluster mode's Encrypt: a version 2 envelope under the cluster key_id
-/// that Decrypt takes back to the TPM (which the fake refuses), or a clean
-/// error.
+/// Cluster mode's Encrypt: a signed version 3 envelope under the cluster
+/// key_id whose signature Decrypt accepts, taking it on to the TPM (which
+/// the fake refuses), or a clean error.
 fn check_cluster_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fault>) {
     h.sealer.inject(fault);
     let result = h
@@ -158,7 +155,7 @@ fn check_cluster_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fau
         return check_cluster_call(h, async { result }, fault, &[]);
     };
     let response = response.into_inner();
-    assert_eq!(response.ciphertext.first(), Some(&0x02));
+    assert_eq!(response.ciphertext.first(), Some(&0x03));
     let round_trip = DecryptRequest {
         ciphertext: response.ciphertext,
         uid: "round-trip".into(),
@@ -166,12 +163,17 @@ fn check_cluster_encrypt(h: &Harness, request: EncryptRequest, fault: Option<Fau
         annotations: response.annotations,
     };
     let echoes = client_text(&round_trip);
-    check_cluster_call(
-        h,
-        h.clustered.decrypt(Request::new(round_trip)),
-        None,
-        &echoes,
-    );
+    h.sealer.inject(None);
+    let opened = h
+        .runtime
+        .block_on(h.clustered.decrypt(Request::new(round_trip)));
+    if let Err(status) = &opened {
+        assert!(
+            !Refusal::CLASSES.contains(&status.message()),
+            "its own envelope refused: {status:?}"
+        );
+    }
+    check_cluster_call(h, async { opened }, None, &echoes);
 }
 
 /// The request's own text as sceau may echo it (cut and escaped), which a
@@ -254,8 +256,7 @@ fn expected_decrypt(ours: &str, request: &DecryptRequest, fault: Option<Fault>) 
         Ok(Envelope::Sealed(blobs)) => blobs,
         Ok(Envelope::Wrapped(_)) => {
             return invalid(
-                "a cluster (version 2) envelope, but this node serves without --members"
-                    .to_string(),
+                "a cluster envelope, but this node serves without --members".to_string(),
             );
         }
         Err(EnvelopeError::AnnotationsOnSealed) => {

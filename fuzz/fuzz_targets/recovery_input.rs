@@ -134,10 +134,24 @@ fn each_value(values: &[StoredValue]) {
     recover(values);
 }
 
-/// The whole `sceau-recover recover` loop, with the pinned identity.
+/// The whole `sceau-recover recover` loop, with the pinned identity:
+/// without member files (every Secret printed is named unverified), and
+/// with the pinned members (none is, and no more are printed).
 fn recover(values: &[StoredValue]) {
+    let unchecked = recover_with(values, None);
+    assert_eq!(unchecked.unverified, unchecked.printed);
+    let known = sceau_fuzz::pinned::known_members();
+    let checked = recover_with(values, Some(&known));
+    assert_eq!(checked.unverified, 0);
+    assert!(checked.printed <= unchecked.printed);
+}
+
+fn recover_with(
+    values: &[StoredValue],
+    known: Option<&sceau_format::members::KnownMembers>,
+) -> sceau_recover::report::Summary {
     let (mut out, mut log) = (Vec::new(), Vec::new());
-    let summary = recover_secrets(&fixture().identity, values, &mut out, &mut log)
+    let summary = recover_secrets(&fixture().identity, known, values, &mut out, &mut log)
         .expect("writing to memory succeeds");
     assert_eq!(
         summary.printed + summary.skipped + summary.failed,
@@ -149,6 +163,7 @@ fn recover(values: &[StoredValue]) {
         assert_no_control(line);
     }
     assert!(String::from_utf8(out).is_ok(), "manifests are UTF-8");
+    summary
 }
 
 fn stored(etcd_key: &[u8], value: &[u8]) {

@@ -9,9 +9,10 @@
 //!
 //! * `recovery.identity`: the test recovery identity (private scalar).
 //! * `member-{0..3}.pub`: four member files (software P-256 keys described
-//!   with the SRK template, as the recovery key is).
+//!   with the SRK template, as the recovery key is, and signing keys made
+//!   by [`signer`]).
 //! * `inline.ciphertext`: `Membership::seal(DEK)` for members 0 and 1 and the
-//!   recovery key: an inline (layout 0) envelope.
+//!   recovery key, signed by member 0: an inline (layout 0) envelope.
 //! * `annotated.ciphertext`, `annotated.recipients`: the same for all four
 //!   members and the recovery key, whose recipients no longer fit 1 KiB:
 //!   layout 1, with the `recipients.sceau.io` annotation.
@@ -25,8 +26,9 @@ use std::collections::HashMap;
 use sceau_format::armor;
 use sceau_format::duplicate::ImportBlob;
 use sceau_format::enrollment::{EXPECTED_LABEL, Request, response_file};
-use sceau_format::members::MEMBER_LABEL;
+use sceau_format::members::{KnownMembers, MEMBER_LABEL, parse_member};
 use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::signing_key::SoftwareSigner;
 use sceau_format::storage_key::{StorageKey, coordinates};
 use sceau_format::wrapped::{ClusterEnvelope, RECIPIENTS_ANNOTATION, Role};
 
@@ -66,6 +68,23 @@ pub fn key_of(file: &str) -> StorageKey {
 
 pub fn member(index: usize) -> StorageKey {
     key_of(MEMBER_FILES[index])
+}
+
+/// Member `index`'s envelope signing key: a fixed software key, so that
+/// the pinned members can be made anew with the same signing keys.
+pub fn signer(index: usize) -> SoftwareSigner {
+    let seed = 0x10 + u8::try_from(index).expect("four members");
+    SoftwareSigner::from_bytes(&[seed; 32])
+}
+
+/// The four pinned members, as a cluster member knows them.
+pub fn known_members() -> KnownMembers {
+    KnownMembers::new(
+        MEMBER_FILES
+            .iter()
+            .map(|file| parse_member(file).expect("a pinned member file"))
+            .collect(),
+    )
 }
 
 pub fn ek() -> StorageKey {
@@ -146,7 +165,6 @@ pub fn response() -> String {
 mod tests {
     use sceau_format::duplicate::check_sealed_public;
     use sceau_format::enrollment::{parse_challenge, verify};
-    use sceau_format::members::envelope_key_id;
 
     use super::*;
 
@@ -164,7 +182,7 @@ mod tests {
                 .filter(|r| r.role == Role::Member)
                 .count();
             assert_eq!(members, if annotations.is_empty() { 2 } else { 4 });
-            assert!(!envelope_key_id(&envelope).as_str().is_empty());
+            assert!(known_members().verify(&envelope).is_ok());
         }
         assert_eq!(known_entries().len(), 2);
     }
@@ -172,7 +190,7 @@ mod tests {
     #[test]
     fn pinned_enrollment_files_agree() {
         let request = request();
-        assert_eq!(request.srk, member(0));
+        assert_eq!(request.member.srk, member(0));
         assert_eq!(request.ek, ek());
         assert!(request.check_certificate().unwrap().is_some());
         parse_challenge(CHALLENGE, member(0).name()).unwrap();

@@ -1,6 +1,7 @@
 //! Reading the cluster's key files: every `*.pub` member file of the
-//! `--members` directory and the optional `--recovery-key` public file, once
-//! at start, before the sandbox closes the filesystem. Every file and
+//! `--members` directory, of the optional `--former-members` directory, and
+//! the optional `--recovery-key` public file, once at start, before the
+//! sandbox closes the filesystem. Every file and
 //! directory must pass [`trusted_files`]' checks; the text itself is parsed
 //! by `sceau_format::members`.
 
@@ -9,15 +10,13 @@ use std::path::{Path, PathBuf};
 
 use sceau_format::key_id::hex;
 use sceau_format::members::{
-    MEMBER_LABEL, Membership, MembershipError, PinnedKeyError, RECOVERY_PUBLIC_LABEL, parse_pinned,
+    Member, Membership, MembershipError, PinnedKeyError, RECOVERY_PUBLIC_LABEL, member_files,
+    parse_member, parse_pinned,
 };
-use sceau_format::storage_key::{StorageKey, StorageKeyError};
+use sceau_format::storage_key::StorageKey;
 use sceau_format::wrapped::MAX_RECIPIENTS;
 
 use super::trusted_files::{self, TrustError};
-
-/// Member files are the `*.pub` files of the directory.
-const MEMBER_EXTENSION: &str = "pub";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -54,20 +53,17 @@ pub enum LoadError {
         files: usize,
         dir: PathBuf,
     },
-    #[error("cluster mode needs an ECC P-256 SRK: {0}")]
-    OwnSrk(StorageKeyError),
     #[error("{0}")]
     Membership(#[from] MembershipError),
 }
 
 /// Reads every `*.pub` file of `dir`, and the recovery key if given, and
-/// checks that `own_srk_public` (a TPM2B_PUBLIC) is one of them.
+/// checks that `own` (this TPM's keys) is one of them.
 pub fn load(
     dir: &Path,
     recovery_file: Option<&Path>,
-    own_srk_public: &[u8],
+    own: Member,
 ) -> Result<Membership, LoadError> {
-    let own = StorageKey::from_tpm2b_public(own_srk_public).map_err(LoadError::OwnSrk)?;
     let members = read_members(dir)?;
     let files = members.len();
     let recovery = recovery_file
@@ -83,14 +79,16 @@ pub fn load(
     })
 }
 
+/// The former members of `--former-members DIR`: members removed from the
+/// cluster whose envelopes still open until the operator drops the flag.
+pub fn former(membership: Membership, dir: &Path) -> Result<Membership, LoadError> {
+    Ok(membership.with_former(read_members(dir)?)?)
+}
+
 /// A single node with a backup (`serve --recovery-key` without
-/// `--members`): this node's SRK is the only member, so every envelope
-/// opens here and with the offline recovery key.
-pub fn alone_with_recovery(
-    recovery_file: &Path,
-    own_srk_public: &[u8],
-) -> Result<Membership, LoadError> {
-    let own = StorageKey::from_tpm2b_public(own_srk_public).map_err(LoadError::OwnSrk)?;
+/// `--members`): this node is the only member, so every envelope opens
+/// here and with the offline recovery key.
+pub fn alone_with_recovery(recovery_file: &Path, own: Member) -> Result<Membership, LoadError> {
     let recovery = read_pinned(recovery_file, RECOVERY_PUBLIC_LABEL)?;
     Ok(Membership::from_keys(
         own.clone(),
@@ -99,19 +97,19 @@ pub fn alone_with_recovery(
     )?)
 }
 
-fn read_members(dir: &Path) -> Result<Vec<StorageKey>, LoadError> {
+fn read_members(dir: &Path) -> Result<Vec<Member>, LoadError> {
     trusted_files::check_directory(dir)?;
     let read_error = |source| LoadError::Read {
         path: dir.to_path_buf(),
         source,
     };
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(read_error)?
-        .map(|entry| entry.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .map_err(read_error)?;
-    paths.retain(|p| p.extension().is_some_and(|e| e == MEMBER_EXTENSION));
-    paths.sort();
+    let paths = member_files(
+        std::fs::read_dir(dir)
+            .map_err(read_error)?
+            .map(|entry| entry.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .map_err(read_error)?,
+    );
     if paths.is_empty() {
         return Err(LoadError::Empty(dir.to_path_buf()));
     }
@@ -121,19 +119,29 @@ fn read_members(dir: &Path) -> Result<Vec<StorageKey>, LoadError> {
     let mut seen = HashMap::new();
     let mut members = Vec::new();
     for path in paths {
-        let key = read_pinned(&path, MEMBER_LABEL)?;
-        if !key.is_srk() {
+        let member = read_member(&path)?;
+        if !member.srk.is_srk() {
             return Err(LoadError::NotAnSrk {
-                attributes: key.attributes(),
+                attributes: member.srk.attributes(),
                 path,
             });
         }
-        if seen.insert(*key.name(), path).is_some() {
-            return Err(LoadError::Duplicate(hex(key.name())));
+        if seen.insert(*member.srk.name(), path).is_some() {
+            return Err(LoadError::Duplicate(hex(member.srk.name())));
         }
-        members.push(key);
+        members.push(member);
     }
     Ok(members)
+}
+
+/// Reads one member file, after [`trusted_files`]' checks: both keys, each
+/// checked against its pin.
+fn read_member(path: &Path) -> Result<Member, LoadError> {
+    let text = trusted_files::read_trusted(path)?;
+    parse_member(&text).map_err(|source| LoadError::Pinned {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Reads one armored key, after [`trusted_files`]' checks, and checks it

@@ -7,7 +7,7 @@ use sceau::cli::EnrollStep;
 use sceau_format::enrollment;
 use sceau_format::storage_key::StorageKey;
 
-use super::{open_tpm_for_tool, srk_storage_key};
+use super::{open_tpm_for_tool, own_member};
 
 pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
     let read = |path: &std::path::Path| {
@@ -16,13 +16,14 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
     match step {
         EnrollStep::Request(options) => {
             let mut tpm = open_tpm_for_tool(options)?;
-            let srk = srk_storage_key(&tpm)?;
+            let member = own_member(&tpm)?;
             let key_id = tpm.srk().key_id();
             let (ctx, _) = tpm.context_and_srk();
             let ek = sceau_tpm::enroll::endorsement_key(ctx)?;
             let ek_key = StorageKey::from_tpm2b_public(&ek.public)
                 .context("the EK is not an ECC P-256 decryption key")?;
-            let text = enrollment::request_file(&srk, &key_id, &ek_key, ek.certificate.as_deref());
+            let text =
+                enrollment::request_file(&member, &key_id, &ek_key, ek.certificate.as_deref());
             print!("{text}");
         }
         EnrollStep::Respond { tpm, challenge } => {

@@ -10,7 +10,7 @@ pub mod srk_public;
 
 use anyhow::Context as _;
 use sceau::cli::SrkPublicOptions;
-use sceau_format::storage_key::StorageKey;
+use sceau_format::members::Member;
 use sceau_tpm::device::OpenError;
 use sceau_tpm::{Observer, ParameterEncryption, Tpm, TpmConfig};
 
@@ -64,6 +64,8 @@ fn open_tpm_for_tool(options: &SrkPublicOptions) -> anyhow::Result<Tpm> {
         srk_handle: options.srk_handle,
         parameter_encryption: ParameterEncryption::SaltedSession,
         observer: Observer::none(),
+        // The member file carries it; enrollment sends the member file.
+        envelope_signing_key: true,
     };
     open_tpm_explained(&config)
 }
@@ -85,7 +87,7 @@ fn open_tpm_explained(config: &TpmConfig) -> anyhow::Result<Tpm> {
 }
 
 /// The SRK as a storage key, which cluster mode and enrollment need.
-fn srk_storage_key(tpm: &Tpm) -> anyhow::Result<StorageKey> {
-    StorageKey::from_tpm2b_public(&tpm.srk().tpm2b_public()?)
-        .context("cluster mode needs an ECC P-256 SRK, and this TPM gave another")
+/// This node as a member: its SRK and its envelope signing key.
+fn own_member(tpm: &Tpm) -> anyhow::Result<Member> {
+    Ok(tpm.member()?)
 }

@@ -78,6 +78,8 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         srk_handle: options.srk_handle,
         parameter_encryption: ParameterEncryption::SaltedSession,
         observer: Observer::new(metrics::TpmMetrics),
+        // Cluster mode signs every envelope it makes.
+        envelope_signing_key: options.members.is_some() || options.recovery_key.is_some(),
     };
     notify::status("opening the TPM");
     let mut tpm = notify::extending_start_timeout(|| open_tpm(&config))?;
@@ -182,7 +184,6 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
 /// filesystem, and logs every member's Name so operators can audit it.
 /// `--recovery-key` alone makes a cluster of this node and the recovery key.
 fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<Arc<Membership>>> {
-    let own_public = || tpm.srk().tpm2b_public();
     let membership = match (&options.members, &options.recovery_key) {
         (None, None) => {
             log::warn!(
@@ -192,14 +193,26 @@ fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<A
             return Ok(None);
         }
         (Some(dir), recovery) => {
-            sceau::cluster::load::load(dir, recovery.as_deref(), &own_public()?)
+            sceau::cluster::load::load(dir, recovery.as_deref(), super::own_member(tpm)?)
                 .with_context(|| format!("loading the members in {}", dir.display()))?
         }
         (None, Some(recovery)) => {
-            { sceau::cluster::load::alone_with_recovery(recovery, &own_public()?) }
+            { sceau::cluster::load::alone_with_recovery(recovery, super::own_member(tpm)?) }
                 .with_context(|| format!("loading the recovery key {}", recovery.display()))?
         }
     };
+    let membership = match &options.former_members {
+        None => membership,
+        Some(dir) => sceau::cluster::load::former(membership, dir)
+            .with_context(|| format!("loading the former members in {}", dir.display()))?,
+    };
+    if options.accept_unsigned_envelopes {
+        log::warn!(
+            "--accept-unsigned-envelopes: version 2 envelopes open unsigned, and anyone with a \
+             member file can forge one; drop the flag once the Secrets are rewritten \
+             (docs/migration.md)"
+        );
+    }
     for recipient in membership.describe() {
         log::info!("cluster {recipient}");
     }
@@ -252,8 +265,12 @@ fn confine_and_serve(
 
     // 10. Serve; 11. READY=1 and the watchdog, once serving.
     let worker = Arc::new(worker);
-    let service =
-        kms::service_for(worker.clone(), membership).context("starting the wrapping thread")?;
+    let service = kms::service_for(
+        worker.clone(),
+        membership,
+        options.accept_unsigned_envelopes,
+    )
+    .context("starting the wrapping thread")?;
     let callers = AllowedCallers::root_and(&options.allowed_uids);
     let reason = runtime.block_on(async {
         let listener = tokio::net::UnixListener::from_std(listeners.kms)?;

@@ -1,9 +1,11 @@
 //! Cluster mode (`serve --members`): Encrypt wraps the DEK in software for
-//! every member and the recovery key (version 2 envelopes), on the wrapping
-//! thread and never on the TPM; Decrypt picks this node's entry of a version
-//! 2 envelope, after checking it against the request, and imports it on the
-//! TPM thread. Version 1 envelopes this TPM sealed before cluster mode still
-//! open, under their own key_id, as in single-node mode.
+//! every member and the recovery key on the wrapping thread, then this
+//! TPM signs the envelope (one TPM2_Sign: version 3). Decrypt verifies the
+//! signature and the key_id against the known members in software, before
+//! any TPM work, picks this node's entry and imports it on the TPM thread.
+//! Unsigned version 2 envelopes open only with `--accept-unsigned-envelopes`;
+//! version 1 envelopes this TPM sealed before cluster mode still open, under
+//! their own key_id, as in single-node mode.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -12,11 +14,12 @@ use tonic::Status;
 
 use super::sealer::{Pending, Sealer};
 use super::single::SingleNode;
-use super::status::{malformed, refused_envelope};
+use super::status::{fault_status, malformed, refused_envelope};
 use super::wrapping::{WrapError, WrappingThread};
+use crate::metrics::METRICS;
 use sceau_format::duplicate::check_sealed_public;
 use sceau_format::envelope::Envelope;
-use sceau_format::members::{Membership, envelope_key_id};
+use sceau_format::members::{Membership, Refusal, unsigned_envelope_key_id};
 use sceau_format::text::printable;
 use sceau_format::wrapped::{ClusterEnvelope, Encoded, Role};
 use sceau_kms_api::pb::DecryptRequest;
@@ -32,13 +35,21 @@ pub struct Cluster<T> {
     wrapping: WrappingThread,
     /// Opens this TPM's version 1 envelopes.
     single: SingleNode<T>,
+    /// `--accept-unsigned-envelopes`: version 2 envelopes open, checked as
+    /// before signatures.
+    accept_unsigned: bool,
 }
 
 impl<T: SealingTpm> Cluster<T> {
     /// Starts the wrapping thread, which Encrypt needs. In the daemon this
     /// runs inside the sandbox, so the thread inherits it.
-    pub fn start(tpm: Arc<T>, membership: Arc<Membership>) -> std::io::Result<Self> {
+    pub fn start(
+        tpm: Arc<T>,
+        membership: Arc<Membership>,
+        accept_unsigned: bool,
+    ) -> std::io::Result<Self> {
         Ok(Self {
+            accept_unsigned,
             single: SingleNode::new(tpm.clone()),
             wrapping: WrappingThread::spawn(membership.clone())?,
             membership,
@@ -46,19 +57,40 @@ impl<T: SealingTpm> Cluster<T> {
         })
     }
 
-    /// Accepts an envelope whose recipient set hashes to the request's key_id
-    /// (so envelopes of a former membership still open) and names this node.
+    /// Accepts a signed envelope of a known membership whose key_id is the
+    /// request's (so envelopes of a former membership still open), or, while
+    /// the operator allows it, an unsigned one whose recipient set hashes to
+    /// the request's key_id; and it must name this node.
     fn importable_entry(
         &self,
         key_id: &str,
         envelope: &ClusterEnvelope,
     ) -> Result<ImportableObject, Status> {
-        let recipients_key_id = envelope_key_id(envelope);
-        if key_id != recipients_key_id.as_str() {
-            return Err(Status::invalid_argument(format!(
-                "key_id {} does not match the envelope's recipients ({recipients_key_id})",
-                printable(key_id)
-            )));
+        match self.membership.verify(envelope, key_id) {
+            Ok(()) => {}
+            Err(Refusal::Unsigned) if self.accept_unsigned => {
+                let recipients_key_id = unsigned_envelope_key_id(envelope);
+                if key_id != recipients_key_id.as_str() {
+                    return Err(Status::invalid_argument(format!(
+                        "key_id {} does not match the envelope's recipients ({recipients_key_id})",
+                        printable(key_id)
+                    )));
+                }
+            }
+            Err(refusal) => {
+                METRICS.envelope_refused(&refusal);
+                // After an upgrade, this is the one line that tells the
+                // operator why every old Secret stopped opening.
+                let hint = match refusal {
+                    Refusal::Unsigned => {
+                        "; written by a sceau before signed envelopes, or forged: while \
+                         upgrading, serve --accept-unsigned-envelopes opens it (docs/ha.md)"
+                    }
+                    _ => "",
+                };
+                log::info!("refused a cluster envelope: {refusal}{hint}");
+                return Err(Status::invalid_argument(refusal.class()));
+            }
         }
         let own_name = self.membership.own_name();
         let entry = envelope.entry_for(own_name).ok_or_else(|| {
@@ -85,13 +117,19 @@ impl<T: SealingTpm> Sealer for Cluster<T> {
 
     fn seal(&self, dek: Dek) -> Pending<'_, Result<Encoded, Status>> {
         Box::pin(async move {
-            self.wrapping.seal(dek).await.map_err(|e| match e {
+            let to_sign = self.wrapping.seal(dek).await.map_err(|e| match e {
                 WrapError::Busy => Status::unavailable("busy"),
                 e => {
                     log::error!("cluster envelope: {e}");
                     Status::internal("envelope-encoding-failed")
                 }
-            })
+            })?;
+            let signature = self
+                .tpm
+                .sign_envelope(*to_sign.digest())
+                .await
+                .map_err(fault_status)?;
+            Ok(to_sign.finish(&signature))
         })
     }
 

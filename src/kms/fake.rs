@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use tss_esapi::structures::Private;
 
+use sceau_format::members::{Member, Membership};
+use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::sealed::SealedBlobs;
+use sceau_format::signing_key::{SIGNATURE_LEN, SigningKey, SoftwareSigner};
 use sceau_tpm::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use sceau_tpm::secret::{Dek, MAX_DEK_LEN};
 use sceau_tpm::worker::SealingTpm;
@@ -27,6 +30,9 @@ use sceau_tpm::{Fault, KeyId};
 const TAG: &[u8] = b"sceau-fuzz";
 /// "Sealing" XORs the DEK with this, so a sealed DEK is not its plaintext.
 const MASK: u8 = 0x5a;
+/// The fake's envelope signing key: fixed, so that signed fuzz seeds stay
+/// valid from one run to the next.
+const SIGNING_SECRET: [u8; 32] = [0x5e; 32];
 
 pub struct FakeTpm {
     key_id: KeyId,
@@ -89,6 +95,30 @@ impl FakeTpm {
         blobs_from_created(template, &private).expect("the template marshals")
     }
 
+    /// The public half of the fake's envelope signing key, for the
+    /// membership of a cluster over this fake.
+    pub fn signing_key() -> SigningKey {
+        SoftwareSigner::from_bytes(&SIGNING_SECRET).public()
+    }
+
+    /// A cluster over this fake: this node (a fresh software SRK and the
+    /// fake's signing key), one more member and a recovery key, all
+    /// software keys, none of which the fake can Import for: what a service
+    /// in cluster mode needs to start, sign and verify.
+    pub fn cluster_membership() -> Membership {
+        let key = || RecoveryIdentity::generate().public().clone();
+        let own = Member {
+            srk: key(),
+            signing: Self::signing_key(),
+        };
+        let other = Member {
+            srk: key(),
+            signing: SoftwareSigner::from_bytes(&[0x77; 32]).public(),
+        };
+        Membership::from_keys(own.clone(), vec![own, other], Some(key()))
+            .expect("a valid membership")
+    }
+
     /// The DEK inside a private blob's content, if this fake sealed it; what
     /// the fake's Unseal returns, so fuzz targets can predict it.
     pub fn open(private_content: &[u8]) -> Option<Vec<u8>> {
@@ -128,6 +158,11 @@ impl SealingTpm for FakeTpm {
         self.unseals.fetch_add(1, Ordering::SeqCst);
         self.injected()?;
         Err(Fault::EnvelopeRejected)
+    }
+
+    async fn sign_envelope(&self, digest: [u8; 32]) -> Result<[u8; SIGNATURE_LEN], Fault> {
+        self.injected()?;
+        Ok(SoftwareSigner::from_bytes(&SIGNING_SECRET).sign(&digest))
     }
 
     async fn health(&self) -> Result<(), Fault> {

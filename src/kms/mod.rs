@@ -40,9 +40,10 @@ use sceau_format::members::Membership;
 pub fn service_for<T: SealingTpm>(
     tpm: Arc<T>,
     membership: Option<Arc<Membership>>,
+    accept_unsigned: bool,
 ) -> std::io::Result<KmsService> {
     let sealer: Box<dyn Sealer> = match membership {
-        Some(membership) => Box::new(Cluster::start(tpm, membership)?),
+        Some(membership) => Box::new(Cluster::start(tpm, membership, accept_unsigned)?),
         None => Box::new(SingleNode::new(tpm)),
     };
     Ok(KmsService::new(sealer))

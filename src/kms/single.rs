@@ -79,7 +79,7 @@ impl<T: SealingTpm> Sealer for SingleNode<T> {
             Ok(Envelope::Sealed(blobs)) => self.open_sealed(&blobs),
             // Reachable only with this TPM's key_id on a cluster envelope.
             Ok(Envelope::Wrapped(_)) => Err(Status::invalid_argument(
-                "a cluster (version 2) envelope, but this node serves without --members",
+                "a cluster envelope, but this node serves without --members",
             )),
             Err(error) => Err(refused_envelope(error)),
         }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use sceau_format::members::Membership;
-use sceau_format::wrapped::{ClusterEnvelopeError, Encoded};
+use sceau_format::wrapped::{ClusterEnvelopeError, ToSign};
 use sceau_tpm::secret::Dek;
 
 /// Encrypts waiting to be wrapped. One envelope takes about a millisecond,
@@ -35,7 +35,7 @@ pub enum WrapError {
 
 struct Job {
     dek: Dek,
-    reply: oneshot::Sender<Result<Encoded, ClusterEnvelopeError>>,
+    reply: oneshot::Sender<Result<ToSign, ClusterEnvelopeError>>,
 }
 
 /// The async side: hands DEKs to the wrapping thread. The thread ends when
@@ -60,8 +60,9 @@ impl WrappingThread {
         Ok(Self { jobs })
     }
 
-    /// The version 2 envelope of `dek` for every member and the recovery key.
-    pub async fn seal(&self, dek: Dek) -> Result<Encoded, WrapError> {
+    /// The envelope of `dek` for every member and the recovery key, up to
+    /// the signature this node's TPM adds.
+    pub async fn seal(&self, dek: Dek) -> Result<ToSign, WrapError> {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .try_send(Job { dek, reply })

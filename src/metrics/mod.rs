@@ -92,6 +92,7 @@ pub const GRPC_CODES: [&str; 17] = [
 /// The code number for `Unknown`, used for anything out of range.
 const UNKNOWN_CODE: usize = 2;
 
+pub use sceau_format::members::Refusal;
 pub use sceau_tpm::TpmCommand;
 
 /// Upper bounds of the latency buckets, in seconds, as rendered in `le`.
@@ -176,6 +177,8 @@ pub struct Registry {
     tpm_reopens: AtomicU64,
     tpm_deadline_misses: AtomicU64,
     decrypt_coalesced: AtomicU64,
+    /// Cluster envelopes refused before any TPM work, by class word.
+    envelopes_refused: [AtomicU64; Refusal::CLASSES.len()],
     tpm_healthy: AtomicBool,
     key_id: OnceLock<String>,
 }
@@ -191,6 +194,7 @@ impl Registry {
             tpm_reopens: AtomicU64::new(0),
             tpm_deadline_misses: AtomicU64::new(0),
             decrypt_coalesced: AtomicU64::new(0),
+            envelopes_refused: [const { AtomicU64::new(0) }; Refusal::CLASSES.len()],
             // sceau serves only once the TPM has answered at start-up.
             tpm_healthy: AtomicBool::new(true),
             key_id: OnceLock::new(),
@@ -234,6 +238,10 @@ impl Registry {
 
     pub fn decrypt_coalesced(&self) {
         self.decrypt_coalesced.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn envelope_refused(&self, refusal: &Refusal) {
+        self.envelopes_refused[refusal.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn set_tpm_healthy(&self, healthy: bool) {

@@ -11,7 +11,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use super::{BUCKETS, GRPC_CODES, Histogram, METRICS, Method, Registry, TpmCommand};
+use super::{BUCKETS, GRPC_CODES, Histogram, METRICS, Method, Refusal, Registry, TpmCommand};
 
 /// The content type of this format, for the HTTP response.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -67,7 +67,24 @@ pub(super) fn render_registry(registry: &Registry, build: &Build) -> String {
     }
     calls(&mut out, registry);
     tpm(&mut out, registry);
+    refusals(&mut out, registry);
     out
+}
+
+fn refusals(out: &mut String, registry: &Registry) {
+    header(
+        out,
+        "sceau_envelopes_refused_total",
+        "counter",
+        "Cluster envelopes Decrypt refused before any TPM work, by reason.",
+    );
+    for (reason, count) in Refusal::CLASSES.iter().zip(&registry.envelopes_refused) {
+        let _ = writeln!(
+            out,
+            "sceau_envelopes_refused_total{{reason=\"{reason}\"}} {}",
+            count.load(Ordering::Relaxed)
+        );
+    }
 }
 
 fn calls(out: &mut String, registry: &Registry) {
@@ -264,6 +281,7 @@ mod tests {
             "sceau_tpm_deadline_misses_total counter",
             "sceau_decrypt_coalesced_total counter",
             "sceau_tpm_healthy gauge",
+            "sceau_envelopes_refused_total counter",
         ] {
             assert!(
                 lines.contains(&format!("# TYPE {family}").as_str()),
@@ -275,6 +293,7 @@ mod tests {
         assert!(lines.contains(&"sceau_calls_total{method=\"Status\",code=\"OK\"} 0"));
         assert!(lines.contains(&"sceau_tpm_healthy 1"));
         assert!(lines.contains(&"sceau_tpm_queue_depth 0"));
+        assert!(lines.contains(&"sceau_envelopes_refused_total{reason=\"bad-signature\"} 0"));
         assert!(lines.contains(&"sceau_tpm_command_duration_seconds_count{command=\"Unseal\"} 0"));
         // No key_id before serving, no other codes, no `other` method.
         assert!(!text.contains("sceau_key_id_info{"));

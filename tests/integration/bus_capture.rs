@@ -86,6 +86,7 @@ mod clear_bus_control {
             srk_handle: None,
             parameter_encryption: ParameterEncryption::Off,
             observer: Observer::none(),
+            envelope_signing_key: false,
         };
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
         let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK)).unwrap();

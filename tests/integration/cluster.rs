@@ -12,7 +12,7 @@ use sceau_kms_api::pb::DecryptRequest;
 
 use crate::harness::process::run_with_timeout;
 use crate::harness::rpc::{self, Client, assert_clean_message, expect_invalid_argument};
-use crate::harness::sceau::{BIN, recover_bin};
+use crate::harness::sceau::{BIN, recover_bin, serve_args};
 use crate::harness::{Sceau, Swtpm, TempDir, random_bytes};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,7 +30,8 @@ impl Node {
         let tpm = Swtpm::start(&tmp.subdir(label));
         let member_file = sceau_tool(tmp, &["srk-public", "--tcti", &tpm.tcti()]);
         assert!(
-            member_file.contains("-----BEGIN TPM2B_PUBLIC-----"),
+            member_file.contains("-----BEGIN TPM2B_PUBLIC-----")
+                && member_file.contains("-----BEGIN SCEAU ENVELOPE SIGNING KEY-----"),
             "{member_file}"
         );
         Node {
@@ -45,12 +46,24 @@ impl Node {
     }
 
     fn serve(&mut self, tmp: &TempDir, label: &str, members: &Path, recovery: Option<&Path>) {
+        self.serve_with(tmp, label, members, recovery, &[]);
+    }
+
+    fn serve_with(
+        &mut self,
+        tmp: &TempDir,
+        label: &str,
+        members: &Path,
+        recovery: Option<&Path>,
+        more: &[&str],
+    ) {
         self.sceau = None;
         let members = members.to_str().unwrap();
         let mut extra = vec!["--members", members];
         if let Some(recovery) = recovery {
             extra.extend(["--recovery-key", recovery.to_str().unwrap()]);
         }
+        extra.extend(more);
         let socket = tmp.join(&format!("{label}.sock"));
         self.sceau = Some(Sceau::start_on_socket(
             tmp,
@@ -98,6 +111,33 @@ fn members_dir(tmp: &TempDir, label: &str, nodes: &[&Node]) -> PathBuf {
         std::fs::write(dir.join(format!("node-{i}.pub")), &node.member_file).unwrap();
     }
     dir
+}
+
+/// Three members and a recovery key, each member serving, with a client.
+struct Serving {
+    nodes: Vec<Node>,
+    recovery: RecoveryKey,
+    members: PathBuf,
+    clients: Vec<Client>,
+}
+
+async fn three_members_and_a_recovery_key(tmp: &TempDir) -> Serving {
+    let mut nodes: Vec<Node> = ["a", "b", "c"].iter().map(|l| Node::new(tmp, l)).collect();
+    let recovery = recovery_key(tmp);
+    let members = members_dir(tmp, "members", &nodes.iter().collect::<Vec<_>>());
+    for (node, label) in nodes.iter_mut().zip(["a", "b", "c"]) {
+        node.serve(tmp, label, &members, Some(&recovery.public));
+    }
+    let mut clients = Vec::new();
+    for node in &nodes {
+        clients.push(node.client().await);
+    }
+    Serving {
+        nodes,
+        recovery,
+        members,
+        clients,
+    }
 }
 
 struct RecoveryKey {
@@ -350,22 +390,208 @@ async fn every_member_opens_every_envelope_and_an_outsider_cannot() {
     }
     assert_eq!(rpc::status(&mut outsider_client).await.healthz, "ok");
 
-    // A key_id that is not the recipients' hash is refused before the TPM,
-    // even on a member (with that check switched off the Decrypt succeeds
-    // and this fails; tried once).
+    // A key_id that is not the envelope's membership is refused before the
+    // TPM, even on a member (with that check switched off the Decrypt
+    // succeeds and this fails; tried once).
     let sealed = encrypt(&mut clients[0], &random_bytes(32)).await;
     let wrong = Sealed {
         key_id: "sceau-00000000000000000000000000000000".into(),
         ..sealed.clone()
     };
     let refused = expect_invalid_argument(decrypt(&mut clients[1], &wrong).await, "wrong key_id");
-    assert!(
-        refused
-            .message()
-            .contains("does not match the envelope's recipients"),
-        "{}",
-        refused.message()
+    assert_eq!(refused.message(), "key-id-mismatch");
+}
+
+/// The forger has every member file and the recovery public file, as anyone
+/// who can read a node's configuration has, and an implementation of the
+/// import format of its own (`sceau_format`'s, here). Every member refuses
+/// its envelopes before any TPM work: an unsigned one, one signed by the
+/// forger's key in a member's name, and a genuine signature moved onto it.
+///
+/// The last step shows the attack as it was: a member started with
+/// `--accept-unsigned-envelopes` (which accepts what sceau accepted before
+/// envelopes were signed) opens the forger's unsigned envelope, and its TPM
+/// returns the forger's DEK.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forger_with_the_member_files_alone_is_refused_by_every_member() {
+    use sceau_format::duplicate::SealedObject;
+    use sceau_format::members::{parse_member, unsigned_envelope_key_id};
+    use sceau_format::signing_key::SoftwareSigner;
+    use sceau_format::wrapped::{ClusterEnvelope, Recipient, Role};
+    let tmp = TempDir::new("cluster-forger");
+    let Serving {
+        mut nodes,
+        recovery,
+        members,
+        mut clients,
+    } = three_members_and_a_recovery_key(&tmp).await;
+    let key_id = rpc::status(&mut clients[0]).await.key_id;
+
+    // What the forger reads: public files only.
+    let public: Vec<_> = nodes
+        .iter()
+        .map(|n| parse_member(&n.member_file).unwrap())
+        .collect();
+    let recovery_public = sceau_format::members::parse_pinned(
+        &std::fs::read_to_string(&recovery.public).unwrap(),
+        sceau_format::members::RECOVERY_PUBLIC_LABEL,
+    )
+    .unwrap();
+    let forged_dek = b"the forger chose this DEK seed!!";
+    let object = SealedObject::new(forged_dek);
+    let recipients = public
+        .iter()
+        .map(|m| (Role::Member, &m.srk))
+        .chain([(Role::Recovery, &recovery_public)])
+        .map(|(role, key)| Recipient {
+            role,
+            name: *key.name(),
+            blob: object.wrap_for(key),
+        })
+        .collect();
+    let forged = ClusterEnvelope {
+        object_public: object.tpmt_public().to_vec(),
+        recipients,
+        signature: None,
+    };
+    let unsigned = forged.clone().encode().unwrap();
+    let unsigned_key_id = {
+        let parsed = ClusterEnvelope::parse(&unsigned.ciphertext, &unsigned.annotations).unwrap();
+        unsigned_envelope_key_id(&parsed).to_string()
+    };
+    let to_sign = forged.encode_for_signing(public[0].srk.name()).unwrap();
+    let forger_key = SoftwareSigner::from_bytes(&[0x0f; 32]);
+    let self_signed = to_sign.clone().finish(&forger_key.sign(to_sign.digest()));
+    let genuine = encrypt(&mut clients[0], &random_bytes(32)).await;
+    let moved_signature: [u8; 64] = genuine.ciphertext[genuine.ciphertext.len() - 64..]
+        .try_into()
+        .unwrap();
+    let moved = to_sign.finish(&moved_signature);
+
+    let self_signed_ciphertext = self_signed.ciphertext.clone();
+    let attempts = [
+        (
+            "unsigned",
+            unsigned.ciphertext.clone(),
+            unsigned_key_id.clone(),
+            "unsigned-envelope",
+        ),
+        (
+            "unsigned, cluster key_id",
+            unsigned.ciphertext.clone(),
+            key_id.clone(),
+            "unsigned-envelope",
+        ),
+        (
+            "signed by the forger",
+            self_signed.ciphertext,
+            key_id.clone(),
+            "bad-signature",
+        ),
+        (
+            "a genuine signature moved",
+            moved.ciphertext,
+            key_id.clone(),
+            "bad-signature",
+        ),
+    ];
+    for (what, ciphertext, key_id, word) in attempts {
+        let sealed = Sealed {
+            ciphertext,
+            annotations: HashMap::new(),
+            key_id,
+        };
+        for client in clients.iter_mut() {
+            let refused = expect_invalid_argument(decrypt(client, &sealed).await, what);
+            assert_eq!(refused.message(), word, "{what}");
+        }
+    }
+    let log = nodes[0].sceau.as_ref().unwrap().stderr_text();
+    assert!(log.contains("refused a cluster envelope"), "{log}");
+
+    // Recovery with the member files refuses them too; without, it opens
+    // the unsigned one and says it did not check it.
+    let forged_path = tmp.join("forged.bin");
+    std::fs::write(&forged_path, &unsigned.ciphertext).unwrap();
+    let recover = |with_members: bool| {
+        let mut command = Command::new(recover_bin());
+        command.args(["recover", "--identity", recovery.identity.to_str().unwrap()]);
+        command.args(["--envelope", forged_path.to_str().unwrap()]);
+        if with_members {
+            command.args(["--members", members.to_str().unwrap()]);
+        }
+        command.output().expect("running sceau-recover recover")
+    };
+    let refused = recover(true);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(refused.stdout.is_empty());
+    assert!(stderr.contains("unsigned"), "{stderr}");
+    let unchecked = recover(false);
+    let stderr = String::from_utf8_lossy(&unchecked.stderr);
+    assert!(unchecked.status.success(), "{stderr}");
+    assert_eq!(unchecked.stdout, forged_dek);
+    assert!(stderr.contains("UNVERIFIED envelope"), "{stderr}");
+    std::fs::write(&forged_path, &self_signed_ciphertext).unwrap();
+    let refused = recover(true);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("does not verify"), "{stderr}");
+
+    // The attack before signatures: a member that accepts unsigned
+    // envelopes imports the forger's object and returns its DEK.
+    nodes[1].serve_with(
+        &tmp,
+        "b-unsigned",
+        &members,
+        Some(&recovery.public),
+        &["--accept-unsigned-envelopes"],
     );
+    let mut accepting = nodes[1].client().await;
+    let sealed = Sealed {
+        ciphertext: unsigned.ciphertext,
+        annotations: HashMap::new(),
+        key_id: unsigned_key_id,
+    };
+    assert_eq!(
+        decrypt(&mut accepting, &sealed)
+            .await
+            .expect("the old check opens it"),
+        forged_dek
+    );
+}
+
+/// A bit flipped at every byte offset of a genuine envelope (three members
+/// and the recovery key), each altered envelope sent to every member: all
+/// refuse it, before their TPMs. The bit moves with the offset; every bit
+/// of every offset is flipped against software members in
+/// `sceau_format`'s `members` tests. Before signatures, each member opened
+/// the flips in the other recipients' entries; with the signature check
+/// switched off, this fails at offset 88, the second entry (tried once).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bit_flip_at_every_offset_is_refused_by_every_member() {
+    let tmp = TempDir::new("cluster-flips");
+    // The nodes serve while they live: keep them to the end.
+    let Serving {
+        nodes: _nodes,
+        mut clients,
+        ..
+    } = three_members_and_a_recovery_key(&tmp).await;
+    let dek = random_bytes(32);
+    let genuine = encrypt(&mut clients[1], &dek).await;
+    assert!(genuine.annotations.is_empty());
+    for offset in 0..genuine.ciphertext.len() {
+        let mut flipped = genuine.clone();
+        flipped.ciphertext[offset] ^= 1 << (offset % 8);
+        for client in clients.iter_mut() {
+            let result = decrypt(client, &flipped).await;
+            assert!(result.is_err(), "offset {offset} opened");
+        }
+    }
+    for client in clients.iter_mut() {
+        assert_eq!(decrypt(client, &genuine).await.unwrap(), dek);
+        assert_eq!(rpc::status(client).await.healthz, "ok");
+    }
 }
 
 async fn status_key_ids(clients: &mut [Client]) -> Vec<String> {
@@ -387,10 +613,13 @@ async fn removing_a_member_changes_the_key_id_and_old_envelopes_still_open() {
     let dek = random_bytes(32);
     let old = encrypt(&mut nodes[2].client().await, &dek).await;
 
-    // Node c leaves: a and b restart with a two-member directory.
+    // Node c leaves: a and b restart with a two-member directory, and c's
+    // file among the former members until the Secrets are rewritten.
     let two = members_dir(&tmp, "two", &[&nodes[0], &nodes[1]]);
-    nodes[0].serve(&tmp, "a2", &two, None);
-    nodes[1].serve(&tmp, "b2", &two, None);
+    let former = members_dir(&tmp, "former", &[&nodes[2]]);
+    let former_args = ["--former-members", former.to_str().unwrap()];
+    nodes[0].serve_with(&tmp, "a2", &two, None, &former_args);
+    nodes[1].serve_with(&tmp, "b2", &two, None, &former_args);
     let mut a = nodes[0].client().await;
     let mut b = nodes[1].client().await;
     let new_key_id = rpc::status(&mut a).await.key_id;
@@ -413,10 +642,25 @@ async fn removing_a_member_changes_the_key_id_and_old_envelopes_still_open() {
         decrypt(&mut c, &fresh).await,
         "new envelope at the removed node",
     );
+
+    // The Secrets are rewritten; a drops the former members. An envelope c
+    // signed (as c still can, under the old membership) is refused; so is
+    // every envelope of a membership that included c. Without the switch,
+    // both still opened above.
+    let planted = encrypt(&mut c, &random_bytes(32)).await;
+    assert_eq!(planted.key_id, old.key_id);
+    nodes[0].serve(&tmp, "a3", &two, None);
+    let mut a = nodes[0].client().await;
+    for (what, sealed) in [("planted by c", &planted), ("old", &old)] {
+        let refused = expect_invalid_argument(decrypt(&mut a, sealed).await, what);
+        assert_eq!(refused.message(), "unknown-member", "{what}");
+    }
+    assert_eq!(decrypt(&mut a, &fresh).await.unwrap(), dek);
 }
 
-/// Four members and the recovery key need 1126 bytes: the recipients move to
-/// the annotation, and the ciphertext binds them with a digest.
+/// Four members and the recovery key need more than 1 KiB: the recipients
+/// move to the annotation, and the signed ciphertext binds them with a
+/// digest.
 #[tokio::test(flavor = "multi_thread")]
 async fn tampered_envelopes_are_refused_and_change_nothing() {
     let tmp = TempDir::new("cluster-tamper");
@@ -435,7 +679,8 @@ async fn tampered_envelopes_are_refused_and_change_nothing() {
         .annotations
         .get(RECIPIENTS_ANNOTATION)
         .expect("recipients annotation");
-    assert_eq!(sealed.ciphertext.len(), 2 + 48 + 32);
+    // Version, layout, public area, digest, signer, signature.
+    assert_eq!(sealed.ciphertext.len(), 2 + 48 + 32 + 1 + 64);
     assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);
 
     // A flipped bit anywhere in the annotation: its digest no longer matches.
@@ -452,11 +697,35 @@ async fn tampered_envelopes_are_refused_and_change_nothing() {
             expect_invalid_argument(decrypt(&mut client, &forged).await, "flipped annotation");
         assert_clean_message(&status, "flipped annotation");
     }
-    // A forged digest in the ciphertext.
-    let mut forged = sealed.clone();
-    let last = forged.ciphertext.len() - 1;
-    forged.ciphertext[last] ^= 1;
-    expect_invalid_argument(decrypt(&mut client, &forged).await, "forged digest");
+    // The same flips with the digest recomputed, as anyone can: the
+    // signature covers the digest, so they are refused all the same.
+    // Before signatures, every flip in another member's entry opened here.
+    // (A flip that breaks the block's structure is refused by the parser
+    // first, one in a member's Name as an unknown member, every other one
+    // by the signature.)
+    let digest_at = sealed.ciphertext.len() - 1 - 64 - 32;
+    let mut by_signature = 0;
+    for at in (0..block.len()).step_by(97) {
+        let mut forged = sealed.clone();
+        let changed = forged.annotations.get_mut(RECIPIENTS_ANNOTATION).unwrap();
+        changed[at] ^= 0x04;
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(&changed[..]);
+        forged.ciphertext[digest_at..digest_at + 32].copy_from_slice(&digest);
+        let status = expect_invalid_argument(decrypt(&mut client, &forged).await, "recomputed");
+        assert_clean_message(&status, "recomputed digest");
+        match status.message() {
+            "bad-signature" => by_signature += 1,
+            "unknown-member" => {}
+            other => assert!(other.starts_with("malformed ciphertext"), "{status:?}"),
+        }
+    }
+    assert!(by_signature > block.len() / 97 / 2, "{by_signature}");
+    // A forged digest, signer or signature in the ciphertext.
+    for at in digest_at..sealed.ciphertext.len() {
+        let mut forged = sealed.clone();
+        forged.ciphertext[at] ^= 1;
+        expect_invalid_argument(decrypt(&mut client, &forged).await, "forged trailer");
+    }
     // An annotation key is the client's text (an outside review found it
     // echoed whole). It comes back (and goes to the log) cut and escaped.
     // Before the fix the whole key was echoed: this 3000-byte key came back
@@ -475,7 +744,7 @@ async fn tampered_envelopes_are_refused_and_change_nothing() {
         "a log line of {longest_log_line} bytes"
     );
     // Flipped bits in the shared public area: the entries' HMACs bind its Name.
-    for at in 4..sealed.ciphertext.len() - 32 {
+    for at in 0..digest_at {
         let mut forged = sealed.clone();
         forged.ciphertext[at] ^= 0x01;
         let status = expect_invalid_argument(decrypt(&mut client, &forged).await, "flipped public");
@@ -523,7 +792,9 @@ async fn copied_or_flipped_entries_fail_the_tpms_integrity_check() {
     let mut node = Node::new(&tmp, "a");
     let other = Node::new(&tmp, "b");
     let members = members_dir(&tmp, "members", &[&node, &other]);
-    node.serve(&tmp, "a", &members, None);
+    // The altered envelopes are rebuilt unsigned, so that they reach the
+    // TPM: what this test checks is the TPM's own integrity check.
+    node.serve_with(&tmp, "a", &members, None, &["--accept-unsigned-envelopes"]);
     let mut client = node.client().await;
     let own_name = node.name();
     let first = encrypt(&mut client, &random_bytes(32)).await;
@@ -535,9 +806,16 @@ async fn copied_or_flipped_entries_fail_the_tpms_integrity_check() {
             .position(|r| sceau_tpm::srk::hex(&r.name) == own_name)
             .unwrap()
     };
-    let rebuild = |e: ClusterEnvelope| Sealed {
-        ciphertext: e.encode().unwrap().ciphertext,
-        ..first.clone()
+    let rebuild = |e: ClusterEnvelope| {
+        let e = ClusterEnvelope {
+            signature: None,
+            ..e
+        };
+        Sealed {
+            key_id: sceau_format::members::unsigned_envelope_key_id(&e).to_string(),
+            ciphertext: e.encode().unwrap().ciphertext,
+            ..first.clone()
+        }
     };
 
     let mut spliced = parse(&first);
@@ -649,7 +927,6 @@ async fn without_heap_wiping_the_cluster_scan_finds_the_dek() {
 /// envelopes made was found.
 async fn cluster_memory_scan(label: &str, disabled: &str) -> Vec<crate::harness::memscan::Hit> {
     use crate::harness::memscan::find_all_in_process;
-    use crate::harness::sceau::serve_args;
     use sceau_format::recovery_key::RecoveryIdentity;
     const MARKER_DEK: &[u8; 32] = b"Qz!k9#ZpL0vX@7mN2^wR5&tY8*eU1(oI";
     const WINDOW: usize = 16;
@@ -711,7 +988,6 @@ async fn cluster_memory_scan(label: &str, disabled: &str) -> Vec<crate::harness:
 /// start and says what to fix.
 #[test]
 fn a_member_file_planted_by_another_user_is_refused_at_start() {
-    use crate::harness::sceau::serve_args;
     use std::os::unix::fs::PermissionsExt as _;
     let tmp = TempDir::new("cluster-planted");
     let node = Node::new(&tmp, "a");
@@ -727,25 +1003,69 @@ fn a_member_file_planted_by_another_user_is_refused_at_start() {
     };
     chmod(&planted_path, 0o666);
     chmod(&members, 0o777);
-    let socket = tmp.join("a.sock");
+    let log = start_refused(&tmp, &node, &members);
+    assert!(log.contains("writable by group or others"), "{log}");
+    assert!(log.contains("chmod go-w"), "{log}");
+}
+
+/// Starts `node` with `--members DIR`, expects sceau to refuse to start,
+/// and returns what it logged.
+fn start_refused(tmp: &TempDir, node: &Node, members: &Path) -> String {
+    let socket = tmp.join("refused.sock");
     let args = serve_args(
         &socket,
         Some(&node.tpm.tcti()),
         &["--members", members.to_str().unwrap()],
     );
-    let mut sceau = Sceau::spawn(&tmp, &socket, args, &[]);
+    let mut sceau = Sceau::spawn(tmp, &socket, args, &[]);
     let status = sceau.wait_exit(TOOL_TIMEOUT);
     let log = sceau.stderr_text();
     assert!(
         status.is_some_and(|s| !s.success()),
-        "sceau must refuse the planted member: {log}"
+        "sceau must refuse to start: {log}"
     );
-    assert!(log.contains("writable by group or others"), "{log}");
-    assert!(log.contains("chmod go-w"), "{log}");
+    log
+}
+
+/// A member file from before signed envelopes (the SRK alone) stops the
+/// start with a line naming the file and the command that makes a new one;
+/// so does this node's own file carrying another TPM's signing key.
+#[test]
+fn member_files_without_this_tpms_signing_key_stop_the_start() {
+    let tmp = TempDir::new("cluster-old-member-file");
+    let node = Node::new(&tmp, "a");
+    let other = Node::new(&tmp, "b");
+
+    let members = members_dir(&tmp, "old", &[&node, &other]);
+    let old_format = other
+        .member_file
+        .split("# This node's envelope signing key")
+        .next()
+        .unwrap()
+        .to_string();
+    std::fs::write(members.join("node-1.pub"), old_format).unwrap();
+    let log = start_refused(&tmp, &node, &members);
+    assert!(log.contains("node-1.pub: no envelope signing key"), "{log}");
+    assert!(log.contains("run `sceau srk-public` again"), "{log}");
+
+    let members = members_dir(&tmp, "foreign", &[&node, &other]);
+    let signing_block = |file: &str| {
+        let at = file.find("# This node's envelope signing key").unwrap();
+        file[at..].to_string()
+    };
+    let own_srk_block = node
+        .member_file
+        .split("# This node's envelope signing key")
+        .next()
+        .unwrap();
+    let spliced = format!("{own_srk_block}{}", signing_block(&other.member_file));
+    std::fs::write(members.join("node-0.pub"), spliced).unwrap();
+    let log = start_refused(&tmp, &node, &members);
+    assert!(log.contains("the file was not made on this node"), "{log}");
 }
 
 /// A single control plane gets a backup with `--recovery-key` alone. Encrypt
-/// makes version 2 envelopes for this node's SRK and the recovery key; this
+/// makes signed envelopes for this node's SRK and the recovery key; this
 /// node opens them with its TPM, and `sceau-recover recover` opens them with no
 /// TPM. Before, the flag needed --members.
 #[tokio::test(flavor = "multi_thread")]
@@ -763,7 +1083,7 @@ async fn a_single_node_with_a_recovery_key_has_a_backup() {
     let mut client = sceau.client().await;
     let dek = random_bytes(32);
     let sealed = encrypt(&mut client, &dek).await;
-    assert_eq!(sealed.ciphertext[0], 0x02, "a version 2 envelope");
+    assert_eq!(sealed.ciphertext[0], 0x03, "a signed cluster envelope");
     assert_eq!(sealed.key_id.len(), "sceau-".len() + 32, "a cluster key_id");
     assert_eq!(rpc::status(&mut client).await.key_id, sealed.key_id);
     assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);

@@ -360,6 +360,115 @@ async fn commands_per_encrypt_and_decrypt() {
     );
 }
 
+/// Cluster mode's member files for the fixture's TPM: its own (from `sceau
+/// srk-public` through the proxy) and one software member.
+fn cluster_members(rig: &ProxiedFixture) -> std::path::PathBuf {
+    use sceau_format::members::{Member, member_file};
+    use sceau_format::recovery_key::RecoveryIdentity;
+    use sceau_format::signing_key::SoftwareSigner;
+    let own = std::process::Command::new(crate::harness::sceau::BIN)
+        .args(["srk-public", "--tcti", &rig.proxy.tcti()])
+        .output()
+        .expect("sceau srk-public");
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    let other = Member {
+        srk: RecoveryIdentity::generate().public().clone(),
+        signing: SoftwareSigner::from_bytes(&[0x42; 32]).public(),
+    };
+    let dir = rig.tmp.subdir("members");
+    std::fs::write(dir.join("own.pub"), &own.stdout).unwrap();
+    let other_file = member_file(&other, &sceau_tpm::KeyId::from_srk_name(other.srk.name()));
+    std::fs::write(dir.join("other.pub"), other_file).unwrap();
+    dir
+}
+
+/// Cluster mode through the proxy: an Encrypt costs one TPM2_Sign (the
+/// wrapping is software), a Decrypt the Import, Load, Unseal and
+/// FlushContext it cost before envelopes were signed (the signature is
+/// checked in software). A Sign the TPM keeps refusing ends the Encrypt
+/// with a class word and no envelope, the retries stop, and the next
+/// Encrypt succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_mode_signs_once_per_encrypt_and_survives_a_failing_sign() {
+    let mut rig = on_discrete_profile("cluster-sign", FAST, &[]);
+    let members = cluster_members(&rig);
+    assert!(rig.sceau.terminate().success());
+    rig.proxy.reset_counts();
+    rig.restart_sceau(&[
+        "--members",
+        members.to_str().unwrap(),
+        "--request-deadline",
+        DEADLINE_ARG,
+    ]);
+    let (mut client, key_id) = rig.client().await;
+    // The start recreates two primaries: the SRK and the signing key.
+    let start = rig.proxy.counts();
+    assert_eq!(start.get("CreatePrimary"), Some(&2), "start: {start:?}");
+    let dek = random_bytes(32);
+    rig.proxy.reset_counts();
+    let sealed = rpc::encrypt(&mut client, &dek).await.expect("Encrypt");
+    let encrypt = rig.proxy.counts();
+    rig.proxy.reset_counts();
+    let opened = rpc::decrypt(&mut client, &sealed.ciphertext, &key_id).await;
+    let decrypt = rig.proxy.counts();
+    assert_eq!(opened.expect("Decrypt"), dek);
+    println!("cluster Encrypt: {encrypt:?}; cluster Decrypt: {decrypt:?}");
+    let counted = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
+        pairs.iter().map(|(c, n)| (c.to_string(), *n)).collect()
+    };
+    assert_eq!(encrypt, counted(&[("Sign", 1)]), "one cluster Encrypt");
+    assert_eq!(
+        decrypt,
+        counted(&[
+            ("FlushContext", 1),
+            ("Import", 1),
+            ("Load", 1),
+            ("Unseal", 1)
+        ]),
+        "one cluster Decrypt"
+    );
+
+    let only = Some(command_code("Sign").expect("a named command"));
+    rig.proxy.inject(Fault::Answer {
+        rc: rc::RETRY,
+        count: ENDLESS,
+        only,
+    });
+    let started = Instant::now();
+    let status = rpc::encrypt(&mut client, &random_bytes(32))
+        .await
+        .expect_err("no envelope while Sign fails");
+    let took = started.elapsed();
+    assert!(
+        BUSY.iter()
+            .any(|(code, word)| status.code() == *code && status.message() == *word),
+        "{status:?}"
+    );
+    assert_clean_message(&status, "failing Sign");
+    assert!(took <= DEADLINE + MARGIN, "the failing Sign took {took:?}");
+    println!(
+        "Sign answers {:#x} endlessly in a cluster Encrypt: {:?} {:?} in {took:?}",
+        rc::RETRY,
+        status.code(),
+        status.message()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answered = rig.proxy.injected();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rig.proxy.injected(), answered, "Sign kept being sent");
+    rig.proxy.clear_faults();
+    let again = rpc::encrypt(&mut client, &dek)
+        .await
+        .expect("Encrypt after");
+    let opened = rpc::decrypt(&mut client, &again.ciphertext, &key_id).await;
+    assert_eq!(opened.expect("Decrypt after"), dek);
+    assert!(rig.sceau.try_exit().is_none(), "sceau exited");
+}
+
 /// The proxy's own hang (every answer held, the connection kept open): the
 /// calls end at the deadline with `tpm-timeout` or `tpm-busy`, sceau stays
 /// up, and once the TPM answers again the next call succeeds. The process

@@ -10,8 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sceau_format::members::Membership;
+use sceau_format::members::{Member, Membership};
 use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::signing_key::SoftwareSigner;
 use sceau_format::storage_key::StorageKey;
 
 use crate::harness::TempDir;
@@ -76,9 +77,13 @@ fn sceau_recover_runs_where_no_tss2_library_can_be_found() {
     // A cluster envelope for one member and the recovery key, made here
     // with the same code the daemon uses.
     let identity = RecoveryIdentity::generate();
-    let member = StorageKey::from_point(
-        &p256::SecretKey::random(&mut sceau_format::random::SystemRandom).public_key(),
-    );
+    let signer = SoftwareSigner::from_bytes(&[0x31; 32]);
+    let member = Member {
+        srk: StorageKey::from_point(
+            &p256::SecretKey::random(&mut sceau_format::random::SystemRandom).public_key(),
+        ),
+        signing: signer.public(),
+    };
     let membership = Membership::from_keys(
         member.clone(),
         vec![member],
@@ -86,7 +91,9 @@ fn sceau_recover_runs_where_no_tss2_library_can_be_found() {
     )
     .unwrap();
     let dek = [0x5c_u8; 32];
-    let encoded = membership.seal(&dek).unwrap();
+    let to_sign = membership.seal(&dek).unwrap();
+    let signature = signer.sign(to_sign.digest());
+    let encoded = to_sign.finish(&signature);
     assert!(encoded.annotations.is_empty(), "two recipients fit inline");
     std::fs::write(root.join("envelope"), &encoded.ciphertext).unwrap();
     std::fs::write(root.join("identity"), identity.identity_file().as_bytes()).unwrap();

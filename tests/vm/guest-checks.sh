@@ -363,6 +363,36 @@ else
     fail "TPM contended through /dev/tpmrm0" "$contended of 5 round trips ok; contender: $rounds attestations, $failures failed"
 fi
 
+# --- signed envelopes under systemd -------------------------------------------
+# docs/ha.md's set-up on one node: the member file `sceau srk-public` writes
+# (the SRK and the envelope signing key, both recreated by this TPM), a
+# recovery key, and the drop-in that adds them to the shipped command line.
+# Every Encrypt then signs its envelope in the TPM through /dev/tpmrm0, and
+# every Decrypt checks that signature first. One member and the recovery key
+# make a 546-byte signed envelope (docs/envelope.md; 481 unsigned), so the
+# length `sceau check` prints shows which kind the service wrote.
+mkdir -p /etc/sceau/members /etc/systemd/system/sceau.service.d
+member_out=$(timeout 120 sceau srk-public --tcti device:/dev/tpmrm0 2>&1 >/etc/sceau/members/vm.pub)
+keygen_out=$(timeout 60 sceau-recover recovery-keygen --identity /run/recovery.identity --public /etc/sceau/recovery.pub 2>&1)
+shipped=$(grep '^ExecStart=' /usr/lib/systemd/system/sceau.service | cut -d= -f2-)
+printf '[Service]\nExecStart=\nExecStart=%s --members /etc/sceau/members --recovery-key /etc/sceau/recovery.pub\n' \
+    "$shipped" >/etc/systemd/system/sceau.service.d/cluster.conf
+systemctl daemon-reload
+systemctl restart sceau.service
+signed_out=$(timeout 150 sceau check --socket /run/sceau/kms.sock 2>&1)
+if grep -q 'BEGIN SCEAU ENVELOPE SIGNING KEY' /etc/sceau/members/vm.pub &&
+    echo "$signed_out" | grep -q '^round trip: ok (32-byte DEK, 546-byte ciphertext'; then
+    pass "signed envelopes: with --members and --recovery-key, $(echo "$signed_out" | grep '^round trip')"
+else
+    fail "signed envelopes" "srk-public: $(echo "$member_out" | tail -1); keygen: $(echo "$keygen_out" | tail -1); check: $(echo "$signed_out" | tail -1)"
+    journalctl -b -u sceau.service -o cat --no-pager | tail -n 8 | show
+fi
+# Back to the shipped command line; the administrator's files go by hand, as
+# purge keeps them (packaging/debian/sceau.postrm).
+rm -rf /etc/systemd/system/sceau.service.d /etc/sceau /run/recovery.identity
+systemctl daemon-reload
+systemctl restart sceau.service
+
 # A stop of both units (the documented way to stop the plugin): the socket
 # is closed and RemoveOnStop= unlinks the node, so a stopped plugin is
 # absent (ENOENT), not a dead node.

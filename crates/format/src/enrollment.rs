@@ -21,7 +21,7 @@ use super::storage_key::{StorageKey, StorageKeyError, coordinates};
 use super::wire::{Reader, WireError, Writer};
 use crate::key_id::KeyId;
 use crate::key_id::hex;
-use crate::members::{MEMBER_LABEL, member_file};
+use crate::members::{Member, PinnedKeyError, member_file, parse_member};
 
 pub const EK_LABEL: &str = "EK TPM2B_PUBLIC";
 pub const EK_CERTIFICATE_LABEL: &str = "EK CERTIFICATE";
@@ -37,6 +37,8 @@ pub enum EnrollmentError {
     Key(#[from] StorageKeyError),
     #[error("{0}")]
     Wire(#[from] WireError),
+    #[error("{0}")]
+    Member(#[from] PinnedKeyError),
     #[error("the {0} block has no pinned name line, or it does not match the key")]
     Pin(&'static str),
     #[error(
@@ -54,19 +56,21 @@ pub enum EnrollmentError {
 
 /// A member's enrollment request, parsed and checked for internal consistency.
 pub struct Request {
-    pub srk: StorageKey,
+    /// The member file's keys. Credential activation proves the SRK; the
+    /// signing key rides along as the member's own file states it.
+    pub member: Member,
     pub ek: StorageKey,
     pub certificate: Option<Vec<u8>>,
 }
 
 /// `enroll request`: the member file followed by the EK blocks.
 pub fn request_file(
-    srk: &StorageKey,
+    member: &Member,
     node_key_id: &KeyId,
     ek: &StorageKey,
     certificate: Option<&[u8]>,
 ) -> String {
-    let mut text = member_file(srk, node_key_id);
+    let mut text = member_file(member, node_key_id);
     text.push_str(&armor::encode(
         EK_LABEL,
         &["The endorsement key (TCG default ECC template) of the same TPM."],
@@ -86,7 +90,8 @@ pub fn request_file(
 
 impl Request {
     pub fn parse(text: &str) -> Result<Self, EnrollmentError> {
-        let srk = pinned_key(text, MEMBER_LABEL, "name")?;
+        let member = parse_member(text)?;
+        let srk = &member.srk;
         let ek = pinned_key(text, EK_LABEL, "ek_name")?;
         // Without this, a key made in software and imported into the TPM
         // (fixedTPM clear) answers the challenge as well as a real SRK, and
@@ -103,7 +108,7 @@ impl Request {
             Err(e) => return Err(e.into()),
         };
         Ok(Self {
-            srk,
+            member,
             ek,
             certificate,
         })
@@ -137,14 +142,14 @@ fn pinned_key(text: &str, label: &'static str, field: &str) -> Result<StorageKey
 /// `enroll challenge`: the challenge text for the member and the expected
 /// answer, which stays with the verifier.
 pub fn challenge_files(request: &Request) -> (String, Zeroizing<String>) {
-    let Challenge { blob, expected } = make_credential(&request.ek, request.srk.name());
+    let Challenge { blob, expected } = make_credential(&request.ek, request.member.srk.name());
     let mut w = Writer::default();
     w.tpm2b(&blob.duplicate).tpm2b(&blob.in_sym_seed);
     let challenge = armor::encode(
         CHALLENGE_LABEL,
         &["Answer on the member with: sceau enroll respond --challenge FILE"],
         &[
-            ("srk_name", hex(request.srk.name())),
+            ("srk_name", hex(request.member.srk.name())),
             ("ek_name", hex(request.ek.name())),
         ],
         &w.finish(),
@@ -152,7 +157,7 @@ pub fn challenge_files(request: &Request) -> (String, Zeroizing<String>) {
     let expected = Zeroizing::new(armor::encode(
         EXPECTED_LABEL,
         &["Keep with the verifier; compared by sceau-recover enroll verify."],
-        &[("srk_name", hex(request.srk.name()))],
+        &[("srk_name", hex(request.member.srk.name()))],
         expected.as_ref(),
     ));
     (challenge, expected)
@@ -199,10 +204,10 @@ pub fn verify(request: &Request, expected: &str, response: &str) -> Result<(), E
         .header("srk_name")
         .unwrap_or_default()
         .to_ascii_lowercase();
-    if pinned != hex(request.srk.name()) {
+    if pinned != hex(request.member.srk.name()) {
         return Err(EnrollmentError::WrongSrk {
             expected: pinned,
-            actual: hex(request.srk.name()),
+            actual: hex(request.member.srk.name()),
         });
     }
     if expected.bytes.len() != CREDENTIAL_LEN || !constant_time_eq(&expected.bytes, &response.bytes)
@@ -223,6 +228,16 @@ mod subtle_free {
 mod tests {
     use super::*;
     use crate::duplicate::ImportBlob;
+    use crate::signing_key::SigningKey;
+
+    /// A member whose signing key is its SRK's point: only the SRK matters
+    /// to enrollment's checks.
+    fn member_of(srk: &StorageKey) -> Member {
+        Member {
+            srk: srk.clone(),
+            signing: SigningKey::from_point(srk.point()),
+        }
+    }
 
     /// A request whose SRK and EK are one software key: enough for the
     /// parsing and comparison steps, which never touch a TPM.
@@ -230,7 +245,7 @@ mod tests {
         let secret = p256::SecretKey::random(&mut crate::random::SystemRandom);
         let key = StorageKey::from_point(&secret.public_key());
         let request = Request {
-            srk: key.clone(),
+            member: member_of(&key),
             ek: key.clone(),
             certificate: None,
         };
@@ -280,14 +295,14 @@ mod tests {
         let genuine = StorageKey::from_point(&secret.public_key());
         let imported = crate::storage_key::imported_lookalike(genuine.point());
         let id = KeyId::from_srk_name(imported.name());
-        let forged = request_file(&imported, &id, &genuine, None);
+        let forged = request_file(&member_of(&imported), &id, &genuine, None);
         assert!(matches!(
             Request::parse(&forged),
             Err(EnrollmentError::NotTpmResident("SRK"))
         ));
-        let honest = request_file(&genuine, &id, &genuine, None);
+        let honest = request_file(&member_of(&genuine), &id, &genuine, None);
         assert!(Request::parse(&honest).is_ok());
-        let fake_ek = request_file(&genuine, &id, &imported, None);
+        let fake_ek = request_file(&member_of(&genuine), &id, &imported, None);
         assert!(matches!(
             Request::parse(&fake_ek),
             Err(EnrollmentError::NotTpmResident("EK"))
@@ -307,7 +322,7 @@ mod tests {
         ]
         .concat();
         let mut request = Request {
-            srk: ek.clone(),
+            member: member_of(&ek),
             ek,
             certificate: Some(fake_der),
         };

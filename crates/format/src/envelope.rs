@@ -4,9 +4,11 @@
 //!
 //! - `0x01`, [`Envelope::Sealed`] (`sealed`): a TPM sealed-data object
 //!   under this node's SRK; it carries no annotations.
-//! - `0x02`, [`Envelope::Wrapped`] (`wrapped`): one sealed object wrapped
-//!   for every cluster member and the recovery key; its recipients travel
-//!   inline or in the `recipients.sceau.io` annotation.
+//! - `0x03` and `0x02`, [`Envelope::Wrapped`] (`wrapped`): one sealed
+//!   object wrapped for every cluster member and the recovery key, signed by
+//!   the member that made it (`0x03`) or, as sceau wrote before, unsigned
+//!   (`0x02`); its recipients travel inline or in the `recipients.sceau.io`
+//!   annotation.
 //!
 //! [`Envelope::parse`] checks the length limit and the version, then hands
 //! one [`Reader`] to that version's body parser. A new version is a new
@@ -17,14 +19,16 @@ use std::collections::HashMap;
 use crate::sealed::{self, SealedBlobs, SealedError, VERSION_SEALED};
 pub use crate::wire::MAX_CIPHERTEXT_LEN;
 use crate::wire::{Reader, WireError};
-use crate::wrapped::{self, ClusterEnvelope, ClusterEnvelopeError, VERSION_CLUSTER};
+use crate::wrapped::{
+    self, ClusterEnvelope, ClusterEnvelopeError, VERSION_CLUSTER, VERSION_SIGNED,
+};
 
 /// A parsed ciphertext, of either version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Envelope {
     /// Version 1: sealed under one node's SRK.
     Sealed(SealedBlobs),
-    /// Version 2: wrapped for every member of a cluster.
+    /// Versions 2 and 3: wrapped for every member of a cluster.
     Wrapped(ClusterEnvelope),
 }
 
@@ -65,15 +69,19 @@ impl Envelope {
                 }
                 Ok(Envelope::Sealed(sealed::parse_body(r)?))
             }
-            VERSION_CLUSTER => Ok(Envelope::Wrapped(wrapped::parse_body(r, annotations)?)),
+            VERSION_CLUSTER | VERSION_SIGNED => Ok(Envelope::Wrapped(wrapped::parse_body(
+                version,
+                ciphertext,
+                annotations,
+            )?)),
             other => Err(EnvelopeError::UnknownVersion(other)),
         }
     }
 }
 
 impl ClusterEnvelope {
-    /// [`Envelope::parse`] for callers that open version 2 only (recovery,
-    /// tests), with its errors in version 2's terms.
+    /// [`Envelope::parse`] for callers that open cluster envelopes only
+    /// (recovery, tests), with its errors in their terms.
     pub fn parse(
         ciphertext: &[u8],
         annotations: &HashMap<String, Vec<u8>>,

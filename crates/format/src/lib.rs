@@ -8,7 +8,8 @@
 //!   member and the recovery key).
 //! - TPM wire structures: `wire` (the bounded `Reader`), `public` (the one
 //!   TPMT_PUBLIC reader), `storage_key`
-//!   (an ECC P-256 storage key's TPM2B_PUBLIC and Name), `kdf` (KDFa, KDFe),
+//!   (an ECC P-256 storage key's TPM2B_PUBLIC and Name), `signing_key` (a
+//!   member's envelope signing key and its ECDSA signatures), `kdf` (KDFa, KDFe),
 //!   `duplicate` (TPM2_Import blobs made in software), `credential`
 //!   (TPM2_MakeCredential's blob).
 //! - Text files: `armor`, `members` (member files and the cluster
@@ -31,6 +32,7 @@ pub mod public;
 pub mod random;
 pub mod recovery_key;
 pub mod sealed;
+pub mod signing_key;
 pub mod storage_key;
 pub mod text;
 pub mod wire;

@@ -1,28 +1,36 @@
-//! Who can open a cluster envelope: the member SRKs (each pinned by its Name
-//! in its member file) and the optional offline recovery key; the cluster
-//! key_id is derived from them. The daemon reads the files (its
+//! Who can open a cluster envelope and who may sign one: the members (each
+//! a TPM's SRK and envelope signing key, pinned by their Names in the
+//! member file) and the optional offline recovery key; the cluster key_id is
+//! derived from all of them. The daemon reads the files (its
 //! `cluster::load`, with its ownership checks); this module parses their
-//! text and holds the result.
+//! text, holds the result, and verifies envelopes against it.
 
 use sha2::{Digest as _, Sha256};
 
 use super::armor::{self, ArmorError};
 use super::duplicate::SealedObject;
+use super::signing_key::{SignatureError, SigningKey, SigningKeyError};
 use super::storage_key::{StorageKey, StorageKeyError};
 use super::wire::NAME_LEN;
 use crate::key_id::KeyId;
 use crate::key_id::hex;
+use crate::text::printable;
 use crate::wrapped::{
-    ClusterEnvelope, ClusterEnvelopeError, Encoded, MAX_RECIPIENTS, Recipient, Role,
+    ClusterEnvelope, ClusterEnvelopeError, MAX_RECIPIENTS, Recipient, Role, ToSign,
 };
 
 /// The armor label of a member's SRK public (what `sceau srk-public` prints).
 pub const MEMBER_LABEL: &str = "TPM2B_PUBLIC";
+/// The armor label of a member's envelope signing key, the member file's
+/// second block.
+pub const SIGNING_LABEL: &str = "SCEAU ENVELOPE SIGNING KEY";
 /// The armor label of the recovery key's public half.
 pub const RECOVERY_PUBLIC_LABEL: &str = "SCEAU RECOVERY PUBLIC KEY";
 /// v3: every (role, Name) pair is hashed (v2 hashed the member Names and
-/// only the first recovery Name).
-const KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v3\0";
+/// only the first recovery Name). The key_id of unsigned envelopes.
+const UNSIGNED_KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v3\0";
+/// v4: every member's SRK and signing key Names, and the recovery Name.
+const KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v4\0";
 
 /// Why a member or recovery public file's text is not a pinned key.
 #[derive(Debug, thiserror::Error)]
@@ -33,8 +41,113 @@ pub enum PinnedKeyError {
     Key(#[from] StorageKeyError),
     #[error("no 'name:' line; pin every key by its Name")]
     Unpinned,
+    /// `pinned` comes from the file, so it is escaped and cut
+    /// ([`printable`]): the message reaches the operator's terminal.
     #[error("the pinned name {pinned} is not the key's Name {actual}")]
     PinMismatch { pinned: String, actual: String },
+    #[error(
+        "no envelope signing key: the file predates signed envelopes; on that node run \
+         `sceau srk-public` again and use what it prints"
+    )]
+    NoSigningKey,
+    #[error("{0}")]
+    SigningKey(#[from] SigningKeyError),
+    #[error("no 'signing-name:' line; pin the signing key by its Name")]
+    SigningUnpinned,
+}
+
+/// A member: the SRK envelopes are wrapped to, and the signing key that
+/// signs the envelopes its TPM makes. Both come from one TPM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub srk: StorageKey,
+    pub signing: SigningKey,
+}
+
+/// Why a cluster envelope is refused before any TPM work. Each reason has
+/// a short class word for the client ([`Refusal::class`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the envelope is unsigned (version 2)")]
+    Unsigned,
+    #[error("member {0} of the envelope's membership is not a member this node knows")]
+    UnknownMember(String),
+    #[error("the signature by member {signer} does not stand: {error}")]
+    Signature {
+        signer: String,
+        error: SignatureError,
+    },
+    #[error("key_id {request} is not the envelope's membership ({envelope})")]
+    KeyId { request: String, envelope: String },
+}
+
+impl Refusal {
+    /// Every class word, in [`Refusal::index`] order: metrics label them.
+    pub const CLASSES: [&'static str; 4] = [
+        "unsigned-envelope",
+        "unknown-member",
+        "bad-signature",
+        "key-id-mismatch",
+    ];
+
+    pub fn index(&self) -> usize {
+        match self {
+            Refusal::Unsigned => 0,
+            Refusal::UnknownMember(_) => 1,
+            Refusal::Signature { .. } => 2,
+            Refusal::KeyId { .. } => 3,
+        }
+    }
+
+    /// The word a client sees: no Names, no key material.
+    pub fn class(&self) -> &'static str {
+        Self::CLASSES[self.index()]
+    }
+}
+
+/// The members whose signatures this node accepts: today's, and the former
+/// members the operator still lists while their envelopes are rewritten.
+#[derive(Debug, Clone, Default)]
+pub struct KnownMembers(Vec<Member>);
+
+impl KnownMembers {
+    pub fn new(members: Vec<Member>) -> Self {
+        Self(members)
+    }
+
+    fn by_srk(&self, name: &[u8; NAME_LEN]) -> Option<&Member> {
+        self.0.iter().find(|m| m.srk.name() == name)
+    }
+
+    /// Checks a signed envelope and returns the key_id of its membership:
+    /// every member entry must be a known member (so the key_id can be
+    /// computed from both of its keys), and the signature must be the
+    /// signer's over every byte before it. Needs no TPM.
+    pub fn verify(&self, envelope: &ClusterEnvelope) -> Result<KeyId, Refusal> {
+        let signed = envelope.signature.as_ref().ok_or(Refusal::Unsigned)?;
+        let mut members = Vec::new();
+        let mut recovery = None;
+        for recipient in &envelope.recipients {
+            match recipient.role {
+                Role::Member => members.push(
+                    self.by_srk(&recipient.name)
+                        .ok_or_else(|| Refusal::UnknownMember(hex(&recipient.name)))?,
+                ),
+                Role::Recovery => recovery = Some(&recipient.name),
+            }
+        }
+        let signer = self
+            .by_srk(&envelope.recipients[signed.signer].name)
+            .expect("the signer is a member entry, and every member entry is known");
+        signer
+            .signing
+            .verify(&signed.digest, &signed.signature)
+            .map_err(|error| Refusal::Signature {
+                signer: hex(signer.srk.name()),
+                error,
+            })?;
+        Ok(cluster_key_id(members.into_iter(), recovery))
+    }
 }
 
 /// Why a set of keys is not a membership.
@@ -46,22 +159,36 @@ pub enum MembershipError {
     Duplicate(String),
     #[error("this node's SRK (Name {0}) is not among the members")]
     NotAMember(String),
+    #[error(
+        "the member file of this node's SRK {srk} holds signing key {listed}, but this TPM's is \
+         {own}: the file was not made on this node; run `sceau srk-public` here"
+    )]
+    ForeignSigningKey {
+        srk: String,
+        listed: String,
+        own: String,
+    },
+    #[error("member {0} is listed both as a member and as a former member")]
+    FormerAndCurrent(String),
 }
 
 #[derive(Debug)]
 pub struct Membership {
-    own_name: [u8; NAME_LEN],
-    members: Vec<StorageKey>,
+    own: Member,
+    members: Vec<Member>,
     recovery: Option<StorageKey>,
+    /// Today's members and the former ones still accepted.
+    known: KnownMembers,
     key_id: KeyId,
 }
 
 impl Membership {
     /// The membership of keys already read and checked: `own` must be among
-    /// `members`, and the recovery key must not be one of them.
+    /// `members` with both of its keys, and the recovery key must not be one
+    /// of them.
     pub fn from_keys(
-        own: StorageKey,
-        members: Vec<StorageKey>,
+        own: Member,
+        members: Vec<Member>,
         recovery: Option<StorageKey>,
     ) -> Result<Self, MembershipError> {
         if members.len() + usize::from(recovery.is_some()) > MAX_RECIPIENTS {
@@ -69,26 +196,43 @@ impl Membership {
                 count: members.len(),
             });
         }
-        if !members.iter().any(|m| m.name() == own.name()) {
-            return Err(MembershipError::NotAMember(hex(own.name())));
+        let listed = members
+            .iter()
+            .find(|m| m.srk.name() == own.srk.name())
+            .ok_or_else(|| MembershipError::NotAMember(hex(own.srk.name())))?;
+        if listed.signing != own.signing {
+            return Err(MembershipError::ForeignSigningKey {
+                srk: hex(own.srk.name()),
+                listed: hex(listed.signing.name()),
+                own: hex(own.signing.name()),
+            });
         }
         if let Some(recovery) = &recovery
-            && members.iter().any(|m| m.name() == recovery.name())
+            && members.iter().any(|m| m.srk.name() == recovery.name())
         {
             return Err(MembershipError::Duplicate(hex(recovery.name())));
         }
-        let key_id = cluster_key_id(
-            members
-                .iter()
-                .map(|m| (Role::Member, m.name()))
-                .chain(recovery.iter().map(|r| (Role::Recovery, r.name()))),
-        );
+        let key_id = cluster_key_id(members.iter(), recovery.as_ref().map(StorageKey::name));
         Ok(Self {
-            own_name: *own.name(),
+            own,
+            known: KnownMembers::new(members.clone()),
             members,
             recovery,
             key_id,
         })
+    }
+
+    /// Also accepts envelopes whose membership includes `former` members,
+    /// and their signatures: the members removed from the cluster whose
+    /// envelopes are not yet rewritten. Their SRKs receive no new DEK.
+    pub fn with_former(mut self, former: Vec<Member>) -> Result<Self, MembershipError> {
+        for member in &former {
+            if self.known.by_srk(member.srk.name()).is_some() {
+                return Err(MembershipError::FormerAndCurrent(hex(member.srk.name())));
+            }
+            self.known.0.push(member.clone());
+        }
+        Ok(self)
     }
 
     pub fn key_id(&self) -> &KeyId {
@@ -96,50 +240,113 @@ impl Membership {
     }
 
     pub fn own_name(&self) -> &[u8; NAME_LEN] {
-        &self.own_name
+        self.own.srk.name()
     }
 
-    /// Every recipient's Name and role, for the start-up log.
+    /// The members whose signatures this node accepts.
+    pub fn known(&self) -> &KnownMembers {
+        &self.known
+    }
+
+    /// Every recipient's Names and role, and the former members still
+    /// accepted, for the start-up log.
     pub fn describe(&self) -> Vec<String> {
-        let members = self
-            .members
-            .iter()
-            .map(|m| format!("member {}", hex(m.name())));
+        let member = |m: &Member| {
+            format!(
+                "SRK {} signing key {}",
+                hex(m.srk.name()),
+                hex(m.signing.name())
+            )
+        };
+        let members = self.members.iter().map(|m| format!("member {}", member(m)));
         let recovery = self
             .recovery
             .iter()
             .map(|r| format!("recovery {}", hex(r.name())));
-        members.chain(recovery).collect()
+        let former = self
+            .known
+            .0
+            .iter()
+            .skip(self.members.len())
+            .map(|m| format!("former member, still accepted: {}", member(m)));
+        members.chain(recovery).chain(former).collect()
     }
 
     /// Encrypt in cluster mode: one sealed object, wrapped for every member
-    /// and the recovery key. Needs no TPM.
-    pub fn seal(&self, dek: &[u8]) -> Result<Encoded, ClusterEnvelopeError> {
+    /// and the recovery key, up to the signature this node's TPM adds.
+    /// Needs no TPM.
+    pub fn seal(&self, dek: &[u8]) -> Result<ToSign, ClusterEnvelopeError> {
         let object = SealedObject::new(dek);
         let entry = |role, key: &StorageKey| Recipient {
             role,
             name: *key.name(),
             blob: object.wrap_for(key),
         };
-        let members = self.members.iter().map(|m| entry(Role::Member, m));
+        let members = self.members.iter().map(|m| entry(Role::Member, &m.srk));
         let recovery = self.recovery.iter().map(|r| entry(Role::Recovery, r));
         ClusterEnvelope {
             object_public: object.tpmt_public().to_vec(),
             recipients: members.chain(recovery).collect(),
+            signature: None,
         }
-        .encode()
+        .encode_for_signing(self.own_name())
+    }
+
+    /// Decrypt's checks before any TPM work: a signed envelope by a known
+    /// member, over every byte, of the membership the request's key_id
+    /// names. An unsigned one is refused as [`Refusal::Unsigned`]; the
+    /// caller decides whether the operator still allows those.
+    pub fn verify(&self, envelope: &ClusterEnvelope, key_id: &str) -> Result<(), Refusal> {
+        let envelope_key_id = self.known.verify(envelope)?;
+        if envelope_key_id.as_str() != key_id {
+            return Err(Refusal::KeyId {
+                request: printable(key_id),
+                envelope: envelope_key_id.to_string(),
+            });
+        }
+        Ok(())
     }
 }
 
-/// `sceau-` and 16 bytes of SHA-256 over every recipient's (role, Name)
-/// pair in canonical order: every member computes the same value, and any
-/// change of membership, of the recovery key or of a recipient's role
-/// changes it.
-pub fn cluster_key_id<'a>(recipients: impl Iterator<Item = (Role, &'a [u8; NAME_LEN])>) -> KeyId {
-    let mut pairs: Vec<(Role, &[u8; NAME_LEN])> = recipients.collect();
-    pairs.sort();
+/// `sceau-` and 16 bytes of SHA-256 over every member's SRK and signing key
+/// Names, sorted by SRK Name, and the recovery Name: every member computes
+/// the same value, and any change of membership, of a member's keys or of
+/// the recovery key changes it.
+pub fn cluster_key_id<'a>(
+    members: impl Iterator<Item = &'a Member>,
+    recovery: Option<&[u8; NAME_LEN]>,
+) -> KeyId {
+    let mut members: Vec<&Member> = members.collect();
+    members.sort_by_key(|m| *m.srk.name());
     let mut hash = Sha256::new();
     hash.update(KEY_ID_DOMAIN);
+    hash.update([u8::try_from(members.len()).unwrap_or(u8::MAX)]);
+    for member in members {
+        hash.update(member.srk.name());
+        hash.update(member.signing.name());
+    }
+    match recovery {
+        None => hash.update([0]),
+        Some(name) => {
+            hash.update([1]);
+            hash.update(name);
+        }
+    }
+    KeyId::from_cluster_digest(&hash.finalize())
+}
+
+/// The key_id of an unsigned (version 2) envelope: SHA-256 over every
+/// recipient's (role, Name) pair in canonical order, as sceau computed it
+/// before envelopes were signed.
+pub fn unsigned_envelope_key_id(envelope: &ClusterEnvelope) -> KeyId {
+    let mut pairs: Vec<(Role, &[u8; NAME_LEN])> = envelope
+        .recipients
+        .iter()
+        .map(|r| (r.role, &r.name))
+        .collect();
+    pairs.sort();
+    let mut hash = Sha256::new();
+    hash.update(UNSIGNED_KEY_ID_DOMAIN);
     hash.update([u8::try_from(pairs.len()).unwrap_or(u8::MAX)]);
     for (role, name) in pairs {
         hash.update([role as u8]);
@@ -148,25 +355,58 @@ pub fn cluster_key_id<'a>(recipients: impl Iterator<Item = (Role, &'a [u8; NAME_
     KeyId::from_cluster_digest(&hash.finalize())
 }
 
-/// The key_id an envelope's recipient set stands for: all of it.
-pub fn envelope_key_id(envelope: &ClusterEnvelope) -> KeyId {
-    cluster_key_id(envelope.recipients.iter().map(|r| (r.role, &r.name)))
-}
-
-/// The text `sceau srk-public` prints and `--members` reads.
-pub fn member_file(key: &StorageKey, node_key_id: &KeyId) -> String {
-    armor::encode(
+/// The text `sceau srk-public` prints and `--members` reads: the SRK
+/// block, then the signing key block, each pinned by its Name.
+pub fn member_file(member: &Member, node_key_id: &KeyId) -> String {
+    let srk = armor::encode(
         MEMBER_LABEL,
         &[
             "sceau member: this node's storage root key (SRK) public area.",
             "Before you copy it into --members, compare the name with the one the node prints.",
         ],
         &[
-            ("name", hex(key.name())),
+            ("name", hex(member.srk.name())),
             ("key_id", node_key_id.to_string()),
         ],
-        &key.to_tpm2b_public(),
-    )
+        &member.srk.to_tpm2b_public(),
+    );
+    let signing = armor::encode(
+        SIGNING_LABEL,
+        &["This node's envelope signing key, made and kept by the same TPM."],
+        &[("signing-name", hex(member.signing.name()))],
+        &member.signing.to_tpm2b_public(),
+    );
+    srk + &signing
+}
+
+/// Parses a member file: both keys, each checked against its pin.
+pub fn parse_member(text: &str) -> Result<Member, PinnedKeyError> {
+    let srk = parse_pinned(text, MEMBER_LABEL)?;
+    let armored = match armor::decode(text, SIGNING_LABEL) {
+        Err(ArmorError::MissingBegin(_)) => return Err(PinnedKeyError::NoSigningKey),
+        other => other?,
+    };
+    let signing = SigningKey::from_tpm2b_public(&armored.bytes)?;
+    let pinned = armored
+        .header("signing-name")
+        .ok_or(PinnedKeyError::SigningUnpinned)?;
+    if !pinned.eq_ignore_ascii_case(&hex(signing.name())) {
+        return Err(PinnedKeyError::PinMismatch {
+            pinned: printable(pinned),
+            actual: hex(signing.name()),
+        });
+    }
+    Ok(Member { srk, signing })
+}
+
+/// The member files among a directory's entries: the `*.pub` ones, in
+/// name order, so that every reader of a members directory (the daemon,
+/// `sceau-recover`) takes the same files in the same order.
+pub fn member_files(entries: Vec<std::path::PathBuf>) -> Vec<std::path::PathBuf> {
+    let mut paths = entries;
+    paths.retain(|p| p.extension().is_some_and(|e| e == "pub"));
+    paths.sort();
+    paths
 }
 
 /// Parses one armored key of `label` and checks it against its `name:`
@@ -177,9 +417,12 @@ pub fn parse_pinned(text: &str, label: &'static str) -> Result<StorageKey, Pinne
     let pinned = armored.header("name").ok_or(PinnedKeyError::Unpinned)?;
     if !pinned.eq_ignore_ascii_case(&hex(key.name())) {
         return Err(PinnedKeyError::PinMismatch {
-            pinned: pinned.to_string(),
+            pinned: printable(pinned),
             actual: hex(key.name()),
         });
     }
     Ok(key)
 }
+
+#[cfg(test)]
+mod tests;

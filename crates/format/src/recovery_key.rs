@@ -12,9 +12,8 @@ use zeroize::Zeroizing;
 use super::armor::{self, ArmorError};
 use super::duplicate::{ImportError, WrappingKeys, import_in_software};
 use super::storage_key::StorageKey;
-use crate::key_id::KeyId;
 use crate::key_id::hex;
-use crate::members::{RECOVERY_PUBLIC_LABEL, envelope_key_id};
+use crate::members::RECOVERY_PUBLIC_LABEL;
 use crate::wrapped::{ClusterEnvelope, ClusterEnvelopeError, Recipient, Role};
 
 pub const IDENTITY_LABEL: &str = "SCEAU RECOVERY IDENTITY";
@@ -29,8 +28,8 @@ pub enum RecoveryKeyError {
     PinMismatch,
     #[error("malformed envelope: {0}")]
     Envelope(ClusterEnvelopeError),
-    #[error("this recovery key is not a recipient of the envelope (key_id {0})")]
-    NotARecipient(KeyId),
+    #[error("this recovery key is not a recipient of the envelope (its recovery key: {0})")]
+    NotARecipient(String),
     #[error("the recovery entry does not open: {0}")]
     Import(ImportError),
 }
@@ -136,7 +135,14 @@ impl RecoveryIdentity {
             .recipients
             .iter()
             .find(|r| r.role == Role::Recovery && &r.name == self.public.name())
-            .ok_or_else(|| RecoveryKeyError::NotARecipient(envelope_key_id(envelope)))
+            .ok_or_else(|| {
+                let theirs = envelope
+                    .recipients
+                    .iter()
+                    .find(|r| r.role == Role::Recovery)
+                    .map_or_else(|| "none".to_string(), |r| hex(&r.name));
+                RecoveryKeyError::NotARecipient(theirs)
+            })
     }
 }
 

@@ -150,7 +150,7 @@ mod tests {
         let mut trailing = good.clone();
         trailing.push(0);
         let mut bad_version = good.clone();
-        bad_version[0] = 3;
+        bad_version[0] = 4;
         let mut long_public_len = good.clone();
         long_public_len[2] = 49;
         let mut short_public_len = good.clone();
@@ -161,7 +161,7 @@ mod tests {
         let cases: Vec<(Vec<u8>, EnvelopeError)> = vec![
             (vec![], EnvelopeError::Empty),
             (vec![1], body(SealedError::Truncated("public length"))),
-            (bad_version, EnvelopeError::UnknownVersion(3)),
+            (bad_version, EnvelopeError::UnknownVersion(4)),
             (
                 good[..40].to_vec(),
                 body(SealedError::Truncated("public blob")),

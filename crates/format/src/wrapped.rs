@@ -1,8 +1,12 @@
-//! Envelope version 2: one sealed-data object wrapped for several storage
-//! keys. Layout (integers big-endian; docs/envelope.md has the sizes):
+//! Cluster envelopes: one sealed-data object wrapped for several storage
+//! keys; version 3 is signed by the member TPM that made it, version 2 (the
+//! same body, unsigned) is what sceau wrote before. Layout (integers
+//! big-endian; docs/envelope.md has the sizes):
 //!
 //! ```text
-//! ciphertext  = 0x02 ‖ layout ‖ TPM2B(TPMT_PUBLIC of the sealed object) ‖ tail
+//! ciphertext  = version ‖ layout ‖ TPM2B(TPMT_PUBLIC of the sealed object)
+//!               ‖ tail [‖ u8 signer ‖ signature]      (version 3 only)
+//!   version 0x02: unsigned; 0x03: signed
 //!   layout 0x00: tail = recipients
 //!   layout 0x01: tail = SHA-256(recipients); the recipients travel in the
 //!                annotation `recipients.sceau.io`
@@ -10,24 +14,47 @@
 //!               twice, at most one recovery entry
 //! entry       = u8 role (1 member SRK, 2 recovery key) ‖ Name (34 bytes)
 //!               ‖ TPM2B(duplicate) ‖ TPM2B(in_sym_seed)
+//! signer      = the index in recipients of the member whose TPM signed
+//! signature   = ECDSA P-256 r ‖ s (low s), 64 bytes, by that member's
+//!               envelope signing key, over SHA-256(SIGNATURE_DOMAIN ‖ every
+//!               byte of the ciphertext before the signature)
 //! ```
+//!
+//! The signature covers the version, the layout, the object's public area,
+//! every recipient entry (inline, or through the digest of the annotation
+//! that holds them) and the signer's index: a member that checks it has
+//! checked every byte any member will read.
 //!
 //! Ciphertexts are parsed by `envelope::Envelope::parse`, which reads the
 //! version byte and the length limit and hands the rest to [`parse_body`];
 //! `ClusterEnvelope::parse` (in `envelope.rs`) is the same parser for callers
-//! that accept version 2 only. Parsing is pure and strict; the cryptography
-//! (each entry's HMAC binds it to the object's Name) is checked by the TPM's
-//! Import or by recovery.
+//! that accept cluster envelopes only. Parsing is pure and strict; the
+//! signature is checked against the membership (`members`), and each
+//! entry's HMAC, which binds it to the object's Name, by the TPM's Import or
+//! by recovery.
 
 use std::collections::HashMap;
 
 use sha2::{Digest as _, Sha256};
 
 use super::duplicate::ImportBlob;
+use super::signing_key::SIGNATURE_LEN;
 use super::wire::{MAX_CIPHERTEXT_LEN, NAME_LEN, Reader, WireError, Writer};
 use crate::text::printable;
 
+/// A ciphertext and the annotations that go with it.
+type EncodedParts = (Vec<u8>, HashMap<String, Vec<u8>>);
+
+/// Unsigned cluster envelopes, written before signatures; opened only
+/// while the operator allows it (`serve --accept-unsigned-envelopes`).
 pub const VERSION_CLUSTER: u8 = 0x02;
+/// Signed cluster envelopes.
+pub const VERSION_SIGNED: u8 = 0x03;
+/// What the signature's digest starts with, so that a signature over an
+/// envelope can never stand for anything else the key might sign.
+pub const SIGNATURE_DOMAIN: &[u8] = b"sceau cluster envelope signature v1\0";
+/// The signer's index and the signature, after the tail.
+const SIGNATURE_TRAILER_LEN: usize = 1 + SIGNATURE_LEN;
 /// The annotation key that holds the recipients when they do not fit the
 /// ciphertext; a DNS-style name, as the apiserver requires.
 pub const RECIPIENTS_ANNOTATION: &str = "recipients.sceau.io";
@@ -53,12 +80,49 @@ pub struct Recipient {
     pub blob: ImportBlob,
 }
 
-/// A parsed version 2 envelope.
+/// A parsed cluster envelope (version 2 or 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterEnvelope {
     /// The sealed object's TPMT_PUBLIC, shared by every recipient.
     pub object_public: Vec<u8>,
     pub recipients: Vec<Recipient>,
+    /// `None` for a version 2 envelope.
+    pub signature: Option<EnvelopeSignature>,
+}
+
+/// A version 3 envelope's signature, as parsed: not yet verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvelopeSignature {
+    /// The signer's index in `recipients`: always a member entry.
+    pub signer: usize,
+    pub signature: [u8; SIGNATURE_LEN],
+    /// The SHA-256 digest the signature must verify over.
+    pub digest: [u8; DIGEST_LEN],
+}
+
+/// A version 3 envelope before its signature: what the signer's TPM signs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToSign {
+    signed_part: Vec<u8>,
+    annotations: HashMap<String, Vec<u8>>,
+    digest: [u8; DIGEST_LEN],
+}
+
+impl ToSign {
+    /// The digest the signer's TPM signs.
+    pub fn digest(&self) -> &[u8; DIGEST_LEN] {
+        &self.digest
+    }
+
+    /// The finished envelope, with `signature` (`r ‖ s`, low s) appended.
+    pub fn finish(self, signature: &[u8; SIGNATURE_LEN]) -> Encoded {
+        let mut ciphertext = self.signed_part;
+        ciphertext.extend_from_slice(signature);
+        Encoded {
+            ciphertext,
+            annotations: self.annotations,
+        }
+    }
 }
 
 /// The KMS v2 EncryptResponse fields an envelope occupies.
@@ -72,8 +136,10 @@ pub struct Encoded {
 pub enum ClusterEnvelopeError {
     #[error("{0}")]
     Wire(#[from] WireError),
-    #[error("not a version 2 envelope")]
+    #[error("not a cluster envelope (version 2 or 3)")]
     NotVersion2,
+    #[error("the signer is entry {0}, which is not a member entry")]
+    SignerNotAMember(usize),
     #[error("unknown recipient layout {0}")]
     UnknownLayout(u8),
     #[error("unknown recipient role {0}")]
@@ -104,35 +170,81 @@ pub enum ClusterEnvelopeError {
 }
 
 impl ClusterEnvelope {
-    /// Sorts the recipients into canonical order and encodes, inline when the
-    /// ciphertext stays within 1 KiB, else with the recipients in an annotation.
-    pub fn encode(mut self) -> Result<Encoded, ClusterEnvelopeError> {
+    /// Sorts the recipients into canonical order and encodes an unsigned
+    /// version 2 envelope, inline when the ciphertext stays within 1 KiB,
+    /// else with the recipients in an annotation. sceau no longer writes
+    /// these; the tests make them as envelopes of the past and as forgeries.
+    pub fn encode(self) -> Result<Encoded, ClusterEnvelopeError> {
+        let (ciphertext, annotations) = self.encode_parts(VERSION_CLUSTER, None)?;
+        Ok(Encoded {
+            ciphertext,
+            annotations,
+        })
+    }
+
+    /// A version 3 envelope up to its signature, signed by the member whose
+    /// SRK has Name `signer`; [`ToSign::finish`] appends the signature.
+    pub fn encode_for_signing(
+        self,
+        signer: &[u8; NAME_LEN],
+    ) -> Result<ToSign, ClusterEnvelopeError> {
+        let (signed_part, annotations) = self.encode_parts(VERSION_SIGNED, Some(signer))?;
+        let digest = signature_digest(&signed_part);
+        Ok(ToSign {
+            signed_part,
+            annotations,
+            digest,
+        })
+    }
+
+    /// The ciphertext (for version 3, up to the signer's index and without
+    /// the signature, whose room is kept) and the annotations.
+    fn encode_parts(
+        mut self,
+        version: u8,
+        signer: Option<&[u8; NAME_LEN]>,
+    ) -> Result<EncodedParts, ClusterEnvelopeError> {
         self.recipients.sort_by_key(|r| (r.role, r.name));
         check_recipients(&self.recipients)?;
+        let trailer = match signer {
+            None => Vec::new(),
+            Some(name) => {
+                let index = self
+                    .recipients
+                    .iter()
+                    .position(|r| r.role == Role::Member && &r.name == name)
+                    .ok_or(ClusterEnvelopeError::SignerNotAMember(
+                        self.recipients.len(),
+                    ))?;
+                vec![u8::try_from(index).expect("checked against MAX_RECIPIENTS")]
+            }
+        };
+        let signature_room = if signer.is_some() { SIGNATURE_LEN } else { 0 };
         let block = encode_recipients(&self.recipients);
-        let inline = self.header(LAYOUT_INLINE, &block);
-        if inline.len() <= MAX_CIPHERTEXT_LEN {
-            return Ok(Encoded {
-                ciphertext: inline,
-                annotations: HashMap::new(),
-            });
+        let mut inline = self.header(version, LAYOUT_INLINE, &block);
+        if inline.len() + trailer.len() + signature_room <= MAX_CIPHERTEXT_LEN {
+            inline.extend_from_slice(&trailer);
+            return Ok((inline, HashMap::new()));
         }
         if block.len() > MAX_ANNOTATIONS_LEN - RECIPIENTS_ANNOTATION.len() {
             return Err(ClusterEnvelopeError::AnnotationTooLong);
         }
-        let ciphertext = self.header(LAYOUT_ANNOTATION, &Sha256::digest(&block));
-        if ciphertext.len() > MAX_CIPHERTEXT_LEN {
-            return Err(ClusterEnvelopeError::CiphertextTooLong(ciphertext.len()));
+        let mut ciphertext = self.header(version, LAYOUT_ANNOTATION, &Sha256::digest(&block));
+        ciphertext.extend_from_slice(&trailer);
+        if ciphertext.len() + signature_room > MAX_CIPHERTEXT_LEN {
+            return Err(ClusterEnvelopeError::CiphertextTooLong(
+                ciphertext.len() + signature_room,
+            ));
         }
-        Ok(Encoded {
+        Ok((
             ciphertext,
-            annotations: HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block)]),
-        })
+            HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block)]),
+        ))
     }
 
-    fn header(&self, layout: u8, tail: &[u8]) -> Vec<u8> {
+    fn header(&self, version: u8, layout: u8, tail: &[u8]) -> Vec<u8> {
         let mut w = Writer::default();
-        w.u8(VERSION_CLUSTER)
+        w.u8(version)
             .u8(layout)
             .tpm2b(&self.object_public)
             .raw(tail);
@@ -144,13 +256,27 @@ impl ClusterEnvelope {
     }
 }
 
-/// Everything after the version byte, which `r` has already read, and the
-/// request's annotations. Annotations other than sceau's own are refused, so
-/// nothing unbound rides along.
+/// A cluster envelope of `version` (2 or 3): `ciphertext` is all of it,
+/// version byte included, and `annotations` the request's. Annotations
+/// other than sceau's own are refused, so nothing unbound rides along.
 pub(crate) fn parse_body(
-    mut r: Reader<'_>,
+    version: u8,
+    ciphertext: &[u8],
     annotations: &HashMap<String, Vec<u8>>,
 ) -> Result<ClusterEnvelope, ClusterEnvelopeError> {
+    let (body, trailer) = match version {
+        VERSION_SIGNED => {
+            let split = ciphertext
+                .len()
+                .checked_sub(SIGNATURE_TRAILER_LEN)
+                .filter(|&split| split >= 1)
+                .ok_or(WireError::Truncated("signature"))?;
+            ciphertext.split_at(split)
+        }
+        _ => (ciphertext, &[][..]),
+    };
+    let mut r = Reader::new(body);
+    r.u8("version")?;
     let layout = r.u8("layout")?;
     let object_public = r.tpm2b("sealed object public")?.to_vec();
     let tail = r.take(r.remaining(), "recipients")?;
@@ -162,7 +288,7 @@ pub(crate) fn parse_body(
         LAYOUT_ANNOTATION => {
             let block = annotated_block(tail, annotations)?;
             // Only what `encode` writes, so an envelope has one encoding.
-            if 4 + object_public.len() + block.len() <= MAX_CIPHERTEXT_LEN {
+            if 4 + object_public.len() + block.len() + trailer.len() <= MAX_CIPHERTEXT_LEN {
                 return Err(ClusterEnvelopeError::AnnotationNotNeeded);
             }
             if block.len() > MAX_ANNOTATIONS_LEN - RECIPIENTS_ANNOTATION.len() {
@@ -172,10 +298,33 @@ pub(crate) fn parse_body(
         }
         other => return Err(ClusterEnvelopeError::UnknownLayout(other)),
     };
+    let signature = match trailer.split_first() {
+        None => None,
+        Some((&signer, signature)) => {
+            let signer = usize::from(signer);
+            if recipients.get(signer).map(|r| r.role) != Some(Role::Member) {
+                return Err(ClusterEnvelopeError::SignerNotAMember(signer));
+            }
+            let signed_part = &ciphertext[..ciphertext.len() - SIGNATURE_LEN];
+            Some(EnvelopeSignature {
+                signer,
+                signature: signature.try_into().expect("SIGNATURE_LEN bytes"),
+                digest: signature_digest(signed_part),
+            })
+        }
+    };
     Ok(ClusterEnvelope {
         object_public,
         recipients,
+        signature,
     })
+}
+
+fn signature_digest(signed_part: &[u8]) -> [u8; DIGEST_LEN] {
+    let mut hash = Sha256::new();
+    hash.update(SIGNATURE_DOMAIN);
+    hash.update(signed_part);
+    hash.finalize().into()
 }
 
 fn refuse_annotations(

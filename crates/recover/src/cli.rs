@@ -55,6 +55,16 @@ pub const ETCD_JSON: Flag = Flag::value(
     "FILE",
     "Input: `etcdctl get --prefix /registry/secrets -w json` output; as above",
 );
+pub const MEMBERS: Flag = Flag::value(
+    "--members",
+    "DIR",
+    "Verify each envelope's signature against the member files in DIR/*.pub",
+)
+.long_help(
+    "(repeatable: give the former members' directory too). An envelope that\n\
+     is unsigned or not signed by one of these members is not opened.\n\
+     Without --members, envelopes open unverified, and each is named",
+);
 pub const FORCE: Flag = Flag::switch(
     "--force",
     "Write plaintext even when standard output is a terminal",
@@ -97,9 +107,16 @@ pub const RECOVER: CommandSpec = CommandSpec {
     name: "recover",
     summary: "Open envelopes or an etcd snapshot with the recovery identity, no TPM",
     about: "Open envelopes and etcd contents with the recovery identity, without any TPM",
-    usage: "recover --identity FILE [--envelope FILE | --etcd-snapshot FILE | --etcd-json FILE] [--force]",
+    usage: "recover --identity FILE [--envelope FILE | --etcd-snapshot FILE | --etcd-json FILE] [--members DIR]... [--force]",
     steps: &[],
-    flags: &[&IDENTITY, &ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON, &FORCE],
+    flags: &[
+        &IDENTITY,
+        &ENVELOPE,
+        &ETCD_SNAPSHOT,
+        &ETCD_JSON,
+        &MEMBERS,
+        &FORCE,
+    ],
     notes: "",
 };
 pub const ENROLL: CommandSpec = CommandSpec {
@@ -199,6 +216,9 @@ pub enum RecoverInput {
 pub struct RecoverOptions {
     pub identity: PathBuf,
     pub input: RecoverInput,
+    /// Member directories whose signing keys envelopes are checked against;
+    /// empty: envelopes open unverified.
+    pub members: Vec<PathBuf>,
     /// Write plaintext even when standard output is a terminal.
     pub force: bool,
 }
@@ -255,6 +275,7 @@ fn recover(m: &Matches) -> Result<RecoverOptions, UsageError> {
     Ok(RecoverOptions {
         identity: required(m, &IDENTITY, "recover")?,
         input,
+        members: m.values(&MEMBERS).map(path).collect::<Result<_, _>>()?,
         force: m.present(&FORCE),
     })
 }
@@ -320,10 +341,13 @@ impl Command {
                     RecoverInput::EtcdSnapshot(file) => (&ETCD_SNAPSHOT, file),
                     RecoverInput::EtcdJson(file) => (&ETCD_JSON, file),
                 };
-                Args::command(RECOVER.name)
+                let mut args = Args::command(RECOVER.name)
                     .flag(&IDENTITY, path_arg(&o.identity))
-                    .flag(flag, path_arg(file))
-                    .switch(&FORCE, o.force)
+                    .flag(flag, path_arg(file));
+                for dir in &o.members {
+                    args = args.flag(&MEMBERS, path_arg(dir));
+                }
+                args.switch(&FORCE, o.force)
             }
             Self::Enroll(EnrollStep::Challenge {
                 request,
@@ -362,6 +386,7 @@ mod tests {
             Ok(Command::Recover(RecoverOptions {
                 identity: "id".into(),
                 input: RecoverInput::Envelope("-".into()),
+                members: Vec::new(),
                 force: false,
             }))
         );
@@ -401,7 +426,7 @@ mod tests {
         let examples: Vec<Command> = [
             "recovery-keygen --identity i --public p",
             "recover --identity i --force",
-            "recover --identity i --etcd-snapshot s",
+            "recover --identity i --etcd-snapshot s --members m --members f",
             "recover --identity i --etcd-json=j",
             "enroll challenge --request q --challenge-out c --expected-out e",
             "enroll verify --request q --expected e --response r --member-out m",

@@ -6,6 +6,8 @@
 //! value, decrypts it with the plaintext DEK source as the kube-apiserver
 //! does, and prints the Secret inside. `bbolt`, `json` and `protowire` are
 //! their small, strict readers of the file and wire formats involved.
+//! `verify` checks each envelope's signature against the member files
+//! before it is opened.
 
 mod bbolt;
 pub mod cli;
@@ -14,3 +16,4 @@ pub mod json;
 pub mod kubernetes;
 mod protowire;
 pub mod report;
+pub mod verify;

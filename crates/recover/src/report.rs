@@ -7,6 +7,8 @@ use std::io::Write;
 
 use super::etcd::StoredValue;
 use super::kubernetes::{KubernetesError, decrypt_data, describe_secret, parse_stored_value};
+use super::verify::{Checked, check};
+use sceau_format::members::KnownMembers;
 use sceau_format::recovery_key::RecoveryIdentity;
 
 /// What one run did, for the closing line and the exit status.
@@ -15,14 +17,20 @@ pub struct Summary {
     pub printed: usize,
     /// Values that are not KMS v2, or objects that are not Secrets.
     pub skipped: usize,
-    /// KMS v2 values this identity could not open or decrypt.
+    /// KMS v2 values this identity could not open or decrypt, or whose
+    /// envelope the member files do not vouch for.
     pub failed: usize,
+    /// Secrets opened without checking their envelope's signature (no
+    /// member files were given).
+    pub unverified: usize,
 }
 
 /// Writes each recovered Secret to `out` (one JSON manifest per line) and one
-/// line per value it could not recover to `log`, naming the etcd key.
+/// line per value it could not recover, or opened unverified, to `log`,
+/// naming the etcd key.
 pub fn recover_secrets(
     identity: &RecoveryIdentity,
+    known: Option<&KnownMembers>,
     values: &[StoredValue],
     out: &mut impl Write,
     log: &mut impl Write,
@@ -34,11 +42,18 @@ pub fn recover_secrets(
         let key = String::from_utf8_lossy(&stored.key)
             .escape_debug()
             .to_string();
-        match recover_one(identity, stored) {
-            Ok(Some(manifest)) => {
+        match recover_one(identity, known, stored) {
+            Ok(Some((manifest, checked))) => {
                 out.write_all(manifest.as_bytes())?;
                 out.write_all(b"\n")?;
                 summary.printed += 1;
+                if checked == Checked::Unverified {
+                    writeln!(
+                        log,
+                        "UNVERIFIED {key}: opened without checking its signature"
+                    )?;
+                    summary.unverified += 1;
+                }
             }
             Ok(None) => summary.skipped += 1,
             Err(Failure::NotASecret(kind)) => {
@@ -62,19 +77,27 @@ enum Failure {
 /// `Ok(None)`: not a KMS v2 value (stored in the clear or by another provider).
 fn recover_one(
     identity: &RecoveryIdentity,
+    known: Option<&KnownMembers>,
     stored: &StoredValue,
-) -> Result<Option<zeroize::Zeroizing<String>>, Failure> {
+) -> Result<Option<(zeroize::Zeroizing<String>, Checked)>, Failure> {
     let unrecoverable = |e: &dyn std::fmt::Display| Failure::Unrecoverable(e.to_string());
     let Some(object) = parse_stored_value(&stored.value).map_err(|e| unrecoverable(&e))? else {
         return Ok(None);
     };
     let annotations: HashMap<String, Vec<u8>> = object.annotations.clone().into_iter().collect();
+    let checked = check(
+        known,
+        &object.encrypted_dek_source,
+        &annotations,
+        Some(&object.key_id),
+    )
+    .map_err(|e| unrecoverable(&e))?;
     let seed = identity
         .open(&object.encrypted_dek_source, &annotations)
         .map_err(|e| unrecoverable(&e))?;
     let plaintext = decrypt_data(&object, &seed, &stored.key).map_err(|e| unrecoverable(&e))?;
     match describe_secret(&plaintext) {
-        Ok(manifest) => Ok(Some(manifest)),
+        Ok(manifest) => Ok(Some((manifest, checked))),
         Err(KubernetesError::NotASecret { api_version, kind }) => {
             Err(Failure::NotASecret(format!(
                 "a {}/{}, not a Secret",
@@ -120,6 +143,7 @@ mod tests {
                 name: *identity.public().name(),
                 blob: object.wrap_for(identity.public()),
             }],
+            signature: None,
         }
         .encode()
         .unwrap();
@@ -175,13 +199,14 @@ mod tests {
             ),
         ];
         let (mut out, mut log) = (Vec::new(), Vec::new());
-        let summary = recover_secrets(&identity, &values, &mut out, &mut log).unwrap();
+        let summary = recover_secrets(&identity, None, &values, &mut out, &mut log).unwrap();
         assert_eq!(
             summary,
             Summary {
                 printed: 0,
                 skipped: 1,
-                failed: 1
+                failed: 1,
+                unverified: 0,
             }
         );
         let log = String::from_utf8(log).unwrap();

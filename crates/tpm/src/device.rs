@@ -14,10 +14,14 @@ use super::fault::{ConnectFailure, Fault, INITIALIZE, TpmError};
 use super::observe::{Observer, TpmCommand};
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
+use super::signing::EnvelopeSigningKey;
 use super::srk::{Srk, SrkError};
 use super::tcti::{Tcti, Transport};
 use crate::secret::Dek;
+use sceau_format::members::Member;
 use sceau_format::sealed::SealedBlobs;
+use sceau_format::signing_key::{SIGNATURE_LEN, SigningKey, SigningKeyError};
+use sceau_format::storage_key::{StorageKey, StorageKeyError};
 use sceau_sys::hooks::{self, Protection};
 
 /// Everything needed to (re)open the TPM.
@@ -29,6 +33,22 @@ pub struct TpmConfig {
     pub parameter_encryption: ParameterEncryption,
     /// Told each command's time; [`Observer::none`] outside the daemon.
     pub observer: Observer,
+    /// Recreate the envelope signing key at open (cluster mode, and the
+    /// commands that print a member file).
+    pub envelope_signing_key: bool,
+}
+
+/// Why this TPM's keys do not make a cluster member.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberKeysError {
+    #[error(transparent)]
+    Tpm(#[from] TpmError),
+    #[error("cluster mode needs an ECC P-256 SRK, and this TPM gave another: {0}")]
+    Srk(#[from] StorageKeyError),
+    #[error("this TPM's envelope signing key is not what its template asks for: {0}")]
+    SigningKey(#[from] SigningKeyError),
+    #[error("the TPM was opened without its envelope signing key")]
+    NoSigningKey,
 }
 
 /// The start-up check's canary: as long as the longest DEK seed sceau
@@ -70,6 +90,7 @@ const MAX_HANDLES: u32 = 64;
 pub struct Tpm {
     ctx: Context,
     srk: Srk,
+    signing_key: Option<EnvelopeSigningKey>,
     session: Option<AuthSession>,
     parameter_encryption: ParameterEncryption,
     observer: Observer,
@@ -89,9 +110,14 @@ impl Tpm {
         let transients = started_and_transients(&mut ctx)?;
         flush_leftovers(&mut ctx, transients)?;
         let srk = Srk::recreate(&mut ctx, config.srk_handle)?;
+        let signing_key = config
+            .envelope_signing_key
+            .then(|| EnvelopeSigningKey::recreate(&mut ctx))
+            .transpose()?;
         let mut tpm = Self {
             ctx,
             srk,
+            signing_key,
             session: None,
             parameter_encryption: config.parameter_encryption,
             observer: config.observer.clone(),
@@ -109,6 +135,37 @@ impl Tpm {
 
     pub fn srk(&self) -> &Srk {
         &self.srk
+    }
+
+    /// The envelope signing key's TPM2B_PUBLIC, if the TPM was opened with
+    /// one.
+    pub fn signing_key_public(&self) -> Option<Result<Vec<u8>, TpmError>> {
+        self.signing_key
+            .as_ref()
+            .map(EnvelopeSigningKey::tpm2b_public)
+    }
+
+    /// This TPM as a cluster member: its SRK and envelope signing key, read
+    /// back through the member file's own parsers.
+    pub fn member(&self) -> Result<Member, MemberKeysError> {
+        let srk = StorageKey::from_tpm2b_public(&self.srk.tpm2b_public()?)?;
+        let signing = self
+            .signing_key_public()
+            .ok_or(MemberKeysError::NoSigningKey)??;
+        let signing = SigningKey::from_tpm2b_public(&signing)?;
+        Ok(Member { srk, signing })
+    }
+
+    /// TPM2_Sign of a cluster envelope's digest with the envelope signing
+    /// key. A TPM opened without one answers as if the key were not loaded.
+    pub fn sign_envelope(&mut self, digest: &[u8; 32]) -> Result<[u8; SIGNATURE_LEN], TpmError> {
+        let key = self.signing_key.as_ref().ok_or_else(|| {
+            TpmError::new(
+                "Sign",
+                tss_esapi::Error::WrapperError(tss_esapi::WrapperErrorKind::WrongParamSize),
+            )
+        })?;
+        key.sign(&mut self.ctx, &self.observer, digest)
     }
 
     /// The context and SRK for one-off commands outside the request path

@@ -1,6 +1,7 @@
 //! sceau's TPM layer, shared by the daemon, the SPIRE agent plugin and the
 //! test kit: the parsed TCTI (`tcti`), the open TPM (`device`), SRK and key_id
-//! (`srk`), sealed objects (`sealed`), the salted session (`session`), TSS
+//! (`srk`), the envelope signing key (`signing`), sealed objects (`sealed`),
+//! the salted session (`session`), TSS
 //! errors to class words (`fault`), the cached health verdict (`health`), EK
 //! and credential activation for enrollment (`enroll`), the TPM thread
 //! (`worker`: bounded queue, deadlines, retries, reconnect), the DEK in a
@@ -20,6 +21,7 @@ pub mod observe;
 pub mod sealed;
 pub mod secret;
 pub mod session;
+pub mod signing;
 pub mod srk;
 pub mod tcti;
 pub mod worker;

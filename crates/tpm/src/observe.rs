@@ -19,10 +19,11 @@ pub enum TpmCommand {
     FlushContext,
     ReadPublic,
     StartAuthSession,
+    Sign,
 }
 
 impl TpmCommand {
-    pub const ALL: [TpmCommand; 7] = [
+    pub const ALL: [TpmCommand; 8] = [
         TpmCommand::Create,
         TpmCommand::Load,
         TpmCommand::Unseal,
@@ -30,6 +31,7 @@ impl TpmCommand {
         TpmCommand::FlushContext,
         TpmCommand::ReadPublic,
         TpmCommand::StartAuthSession,
+        TpmCommand::Sign,
     ];
 
     /// The command's name in the TPM 2.0 specification, without `TPM2_`.
@@ -42,6 +44,7 @@ impl TpmCommand {
             TpmCommand::FlushContext => "FlushContext",
             TpmCommand::ReadPublic => "ReadPublic",
             TpmCommand::StartAuthSession => "StartAuthSession",
+            TpmCommand::Sign => "Sign",
         }
     }
 }

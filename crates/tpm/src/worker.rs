@@ -35,6 +35,7 @@ use super::sealed::{ImportableObject, LoadableObject};
 use super::srk::KeyId;
 use crate::secret::Dek;
 use sceau_format::sealed::SealedBlobs;
+use sceau_format::signing_key::SIGNATURE_LEN;
 
 /// The apiserver's default KMS call timeout is 3 s; answering within 2.5 s
 /// leaves it room to receive the answer.
@@ -81,6 +82,16 @@ impl Request for UnsealImported {
     type Reply = Dek;
     fn run(&self, tpm: &mut Tpm) -> Result<Dek, TpmError> {
         tpm.unseal_imported(&self.0)
+    }
+}
+
+/// TPM2_Sign of a cluster envelope's digest.
+struct SignEnvelope([u8; 32]);
+
+impl Request for SignEnvelope {
+    type Reply = [u8; SIGNATURE_LEN];
+    fn run(&self, tpm: &mut Tpm) -> Result<[u8; SIGNATURE_LEN], TpmError> {
+        tpm.sign_envelope(&self.0)
     }
 }
 
@@ -155,6 +166,12 @@ pub trait SealingTpm: Send + Sync + 'static {
         &self,
         object: ImportableObject,
     ) -> impl Future<Output = Result<Dek, Fault>> + Send;
+    /// Sign of a cluster envelope's digest with the envelope signing key:
+    /// `r ‖ s`, low s.
+    fn sign_envelope(
+        &self,
+        digest: [u8; 32],
+    ) -> impl Future<Output = Result<[u8; SIGNATURE_LEN], Fault>> + Send;
     /// The TPM's health, from the last answer if it is recent, else from a
     /// probe shared by every concurrent caller.
     fn health(&self) -> impl Future<Output = Result<(), Fault>> + Send;
@@ -266,6 +283,10 @@ impl SealingTpm for TpmWorker {
 
     async fn unseal_imported(&self, object: ImportableObject) -> Result<Dek, Fault> {
         self.submit(UnsealImported(object)).await
+    }
+
+    async fn sign_envelope(&self, digest: [u8; 32]) -> Result<[u8; SIGNATURE_LEN], Fault> {
+        self.submit(SignEnvelope(digest)).await
     }
 
     async fn health(&self) -> Result<(), Fault> {

@@ -4,20 +4,33 @@ use sceau_format::random::SystemRandom;
 use super::*;
 use sceau_format::duplicate::import_in_software;
 use sceau_format::key_id::KeyId;
-use sceau_format::members::{envelope_key_id, member_file};
+use sceau_format::members::member_file;
 use sceau_format::recovery_key::RecoveryIdentity;
-use sceau_format::wrapped::ClusterEnvelope;
+use sceau_format::signing_key::{SigningKey, sign_in_software};
+use sceau_format::wrapped::{ClusterEnvelope, Encoded};
 
-fn key() -> (SecretKey, StorageKey) {
+/// A member whose SRK and signing key share one software scalar: the
+/// loader only reads the public halves.
+fn key() -> (SecretKey, Member) {
     let secret = SecretKey::random(&mut SystemRandom);
-    let key = StorageKey::from_point(&secret.public_key());
-    (secret, key)
+    let member = Member {
+        srk: StorageKey::from_point(&secret.public_key()),
+        signing: SigningKey::from_point(&secret.public_key()),
+    };
+    (secret, member)
 }
 
-fn members_dir(keys: &[&StorageKey]) -> tempdir::Dir {
+/// Encrypt as the member with `secret` would: wrap, then sign.
+fn sealed(membership: &Membership, secret: &SecretKey, dek: &[u8]) -> Encoded {
+    let to_sign = membership.seal(dek).unwrap();
+    let signature = sign_in_software(secret, to_sign.digest());
+    to_sign.finish(&signature)
+}
+
+fn members_dir(keys: &[&Member]) -> tempdir::Dir {
     let dir = tempdir::Dir::new();
     for (i, k) in keys.iter().enumerate() {
-        let text = member_file(k, &KeyId::from_srk_name(k.name()));
+        let text = member_file(k, &KeyId::from_srk_name(k.srk.name()));
         std::fs::write(dir.path().join(format!("node-{i}.pub")), text).unwrap();
     }
     std::fs::write(dir.path().join("README"), "not a member file").unwrap();
@@ -51,19 +64,21 @@ mod tempdir {
 #[test]
 fn every_member_computes_the_same_key_id_and_opens_the_envelope() {
     let parties: Vec<_> = (0..3).map(|_| key()).collect();
-    let keys: Vec<&StorageKey> = parties.iter().map(|(_, k)| k).collect();
+    let keys: Vec<&Member> = parties.iter().map(|(_, k)| k).collect();
     let dir = members_dir(&keys);
     let views: Vec<Membership> = keys
         .iter()
-        .map(|k| load(dir.path(), None, &k.to_tpm2b_public()).unwrap())
+        .map(|k| load(dir.path(), None, (*k).clone()).unwrap())
         .collect();
     assert!(views.windows(2).all(|w| w[0].key_id() == w[1].key_id()));
     assert_eq!(views[0].key_id().as_str().len(), "sceau-".len() + 32);
-    let encoded = views[1].seal(&[0xAB; 32]).unwrap();
+    let encoded = sealed(&views[1], &parties[1].0, &[0xAB; 32]);
     let envelope = ClusterEnvelope::parse(&encoded.ciphertext, &encoded.annotations).unwrap();
-    assert_eq!(&envelope_key_id(&envelope), views[0].key_id());
+    for view in &views {
+        assert_eq!(view.verify(&envelope, views[0].key_id().as_str()), Ok(()));
+    }
     for (secret, key) in &parties {
-        let entry = envelope.entry_for(key.name()).unwrap();
+        let entry = envelope.entry_for(key.srk.name()).unwrap();
         let dek = import_in_software(secret, &envelope.object_public, &entry.blob).unwrap();
         assert_eq!(dek.as_slice(), &[0xAB; 32]);
     }
@@ -72,18 +87,18 @@ fn every_member_computes_the_same_key_id_and_opens_the_envelope() {
 #[test]
 fn membership_changes_change_the_key_id() {
     let parties: Vec<_> = (0..3).map(|_| key()).collect();
-    let keys: Vec<&StorageKey> = parties.iter().map(|(_, k)| k).collect();
-    let own = keys[0].to_tpm2b_public();
-    let three = load(members_dir(&keys).path(), None, &own).unwrap();
-    let two = load(members_dir(&keys[..2]).path(), None, &own).unwrap();
+    let keys: Vec<&Member> = parties.iter().map(|(_, k)| k).collect();
+    let own = keys[0].clone();
+    let three = load(members_dir(&keys).path(), None, own.clone()).unwrap();
+    let two = load(members_dir(&keys[..2]).path(), None, own.clone()).unwrap();
     assert_ne!(three.key_id(), two.key_id());
     let recovery = RecoveryIdentity::generate();
     let dir = members_dir(&keys);
     let recovery_path = dir.path().join("recovery.key");
     std::fs::write(&recovery_path, recovery.public_file()).unwrap();
-    let with_recovery = load(dir.path(), Some(&recovery_path), &own).unwrap();
+    let with_recovery = load(dir.path(), Some(&recovery_path), own).unwrap();
     assert_ne!(three.key_id(), with_recovery.key_id());
-    let encoded = with_recovery.seal(&[1; 32]).unwrap();
+    let encoded = sealed(&with_recovery, &parties[0].0, &[1; 32]);
     let dek = recovery
         .open(&encoded.ciphertext, &encoded.annotations)
         .unwrap();
@@ -96,7 +111,7 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     let (_, b) = key();
     let (_, outsider) = key();
     let dir = members_dir(&[&a, &b]);
-    let refused = load(dir.path(), None, &outsider.to_tpm2b_public());
+    let refused = load(dir.path(), None, outsider);
     assert!(
         matches!(refused, Err(LoadError::NotAMember { files: 2, .. })),
         "{refused:?}"
@@ -110,15 +125,15 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
         .collect();
     std::fs::write(&path, unpinned).unwrap();
     assert!(matches!(
-        load(dir.path(), None, &a.to_tpm2b_public()),
+        load(dir.path(), None, a.clone()),
         Err(LoadError::Pinned {
             source: PinnedKeyError::Unpinned,
             ..
         })
     ));
-    std::fs::write(&path, text.replace(&hex(b.name()), &hex(a.name()))).unwrap();
+    std::fs::write(&path, text.replace(&hex(b.srk.name()), &hex(a.srk.name()))).unwrap();
     assert!(matches!(
-        load(dir.path(), None, &a.to_tpm2b_public()),
+        load(dir.path(), None, a.clone()),
         Err(LoadError::Pinned {
             source: PinnedKeyError::PinMismatch { .. },
             ..
@@ -130,7 +145,7 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     )
     .unwrap();
     assert!(matches!(
-        load(dir.path(), None, &a.to_tpm2b_public()),
+        load(dir.path(), None, a.clone()),
         Err(LoadError::Duplicate(_))
     ));
 }
@@ -141,10 +156,13 @@ fn refuses_member_keys_that_are_not_tcg_srks() {
     let (_, own) = key();
     let (_, other) = key();
     // restricted|decrypt|userWithAuth|noDA: what an imported software key has.
-    let imported = sceau_format::storage_key::imported_lookalike(other.point());
+    let imported = Member {
+        srk: sceau_format::storage_key::imported_lookalike(other.srk.point()),
+        ..other
+    };
     let dir = members_dir(&[&own, &imported]);
     assert!(matches!(
-        load(dir.path(), None, &own.to_tpm2b_public()),
+        load(dir.path(), None, own.clone()),
         Err(LoadError::NotAnSrk {
             attributes: 0x0003_0440,
             ..
@@ -166,7 +184,7 @@ fn refuses_member_files_others_can_write_own_or_link() {
     let (_, a) = key();
     let (_, b) = key();
     let dir = members_dir(&[&a, &b]);
-    let try_load = || load(dir.path(), None, &a.to_tpm2b_public());
+    let try_load = || load(dir.path(), None, a.clone());
     let untrusted = |result: Result<Membership, LoadError>| match result {
         Err(LoadError::Untrusted(why)) => why.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
@@ -206,7 +224,7 @@ fn refuses_member_files_others_can_write_own_or_link() {
     chmod(shared.path(), 0o777);
     let below = shared.path().join("members");
     std::fs::rename(dir.path(), &below).unwrap();
-    let result = load(&below, None, &a.to_tpm2b_public());
+    let result = load(&below, None, a.clone());
     std::fs::rename(&below, dir.path()).unwrap();
     assert!(untrusted(result).contains(&shared.path().display().to_string()));
 }

@@ -12,7 +12,6 @@ use super::*;
 use crate::kms::fake::FakeTpm;
 use crate::kms::{SealingTpm, service_for};
 use sceau_format::members::Membership;
-use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::text::printable;
 use sceau_format::wrapped::RECIPIENTS_ANNOTATION;
 
@@ -20,18 +19,15 @@ type Service = KmsService;
 
 fn service(fake: FakeTpm) -> (Service, Arc<FakeTpm>) {
     let fake = Arc::new(fake);
-    (service_for(fake.clone(), None).unwrap(), fake)
+    (service_for(fake.clone(), None, false).unwrap(), fake)
 }
 
-/// Cluster mode over the same fake: this node and another member, and a
-/// recovery key, all software keys.
+/// Cluster mode over the same fake: this node (the fake's signing key) and
+/// another member, and a recovery key, all software keys.
 fn clustered(fake: FakeTpm) -> (Service, Arc<FakeTpm>, Arc<Membership>) {
-    let key = || RecoveryIdentity::generate().public().clone();
-    let own = key();
-    let membership =
-        Arc::new(Membership::from_keys(own.clone(), vec![own, key()], Some(key())).unwrap());
+    let membership = Arc::new(FakeTpm::cluster_membership());
     let fake = Arc::new(fake);
-    let service = service_for(fake.clone(), Some(membership.clone())).unwrap();
+    let service = service_for(fake.clone(), Some(membership.clone()), false).unwrap();
     (service, fake, membership)
 }
 
@@ -268,7 +264,7 @@ async fn version_1_envelopes_refuse_annotations_in_both_modes() {
     }
 }
 
-/// The service does not know its mode: the cluster key_id, version 2
+/// The service does not know its mode: the cluster key_id, signed version 3
 /// envelopes and the import path all come from the cluster `Sealer`.
 #[tokio::test]
 async fn cluster_mode_seals_for_every_member_and_imports_this_nodes_entry() {
@@ -283,18 +279,19 @@ async fn cluster_mode_seals_for_every_member_and_imports_this_nodes_entry() {
 
     let sealed = encrypt(&svc, &[6; 32]).await.unwrap();
     assert_eq!(sealed.key_id, cluster_key_id);
-    assert_eq!(sealed.ciphertext[0], 0x02);
-    assert_eq!(fake.seals(), 0, "cluster Encrypt never reaches the TPM");
+    assert_eq!(sealed.ciphertext[0], 0x03);
+    assert_eq!(
+        fake.seals(),
+        0,
+        "cluster Encrypt creates no object in the TPM"
+    );
 
     let status = decrypt(&svc, sealed.ciphertext.clone(), fake.key_id().as_str())
         .await
         .unwrap_err();
-    assert!(
-        status
-            .message()
-            .contains("does not match the envelope's recipients"),
-        "{}",
-        status.message()
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, "key-id-mismatch")
     );
     assert_eq!(fake.unseals(), 0);
 
@@ -307,6 +304,50 @@ async fn cluster_mode_seals_for_every_member_and_imports_this_nodes_entry() {
         (status.code(), status.message()),
         (Code::InvalidArgument, "envelope-not-for-this-tpm")
     );
+    assert_eq!(fake.unseals(), 1);
+}
+
+/// A TPM fault during Encrypt's signature is the fault's class word, and
+/// no envelope: an unsigned one would be refused by every member.
+#[tokio::test]
+async fn a_failed_signature_gives_no_envelope() {
+    let (svc, fake, _) = clustered(FakeTpm::default());
+    fake.inject(Some(sceau_tpm::Fault::Failure));
+    let status = encrypt(&svc, &[6; 32]).await.unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::Internal, "tpm-failure")
+    );
+}
+
+/// Unsigned envelopes open only while the operator allows them; the
+/// refusal is a class word, before the TPM.
+#[tokio::test]
+async fn unsigned_envelopes_are_refused_unless_allowed() {
+    let (svc, fake, membership) = clustered(FakeTpm::default());
+    let sealed = encrypt(&svc, &[6; 32]).await.unwrap();
+    let envelope =
+        sceau_format::wrapped::ClusterEnvelope::parse(&sealed.ciphertext, &HashMap::new()).unwrap();
+    let unsigned = sceau_format::wrapped::ClusterEnvelope {
+        signature: None,
+        ..envelope
+    };
+    let key_id = sceau_format::members::unsigned_envelope_key_id(&unsigned);
+    let ciphertext = unsigned.encode().unwrap().ciphertext;
+    let status = decrypt(&svc, ciphertext.clone(), key_id.as_str())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (Code::InvalidArgument, "unsigned-envelope")
+    );
+    assert_eq!(fake.unseals(), 0);
+    let allowing = service_for(fake.clone(), Some(membership), true).unwrap();
+    let status = decrypt(&allowing, ciphertext, key_id.as_str())
+        .await
+        .unwrap_err();
+    // Past the signature check: the fake's Import refuses the entry.
+    assert_eq!(status.message(), "envelope-not-for-this-tpm");
     assert_eq!(fake.unseals(), 1);
 }
 
@@ -323,7 +364,7 @@ async fn single_node_mode_refuses_cluster_envelopes() {
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(
         status.message(),
-        "a cluster (version 2) envelope, but this node serves without --members"
+        "a cluster envelope, but this node serves without --members"
     );
     assert_eq!(fake.unseals(), 0);
 }

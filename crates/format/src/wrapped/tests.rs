@@ -32,6 +32,7 @@ fn envelope_for(members: &[Party], recovery: Option<&Party>, dek: &[u8]) -> Clus
     ClusterEnvelope {
         object_public: object.tpmt_public().to_vec(),
         recipients,
+        signature: None,
     }
 }
 
@@ -164,11 +165,15 @@ fn splices_that_hide_a_recipient_from_the_key_id_are_refused() {
         Err(ClusterEnvelopeError::NameInTwoRoles)
     );
 
-    use crate::members::cluster_key_id;
-    let (a, r) = (members[0].key.name(), recoveries[0].key.name());
-    let as_recovery = cluster_key_id([(Role::Member, a), (Role::Recovery, r)].into_iter());
-    let as_member = cluster_key_id([(Role::Member, a), (Role::Member, r)].into_iter());
-    let alone = cluster_key_id([(Role::Member, a)].into_iter());
+    use crate::members::{Member, cluster_key_id};
+    let member = |p: &Party| Member {
+        srk: p.key.clone(),
+        signing: crate::signing_key::SigningKey::from_point(&p.secret.public_key()),
+    };
+    let (a, r) = (member(&members[0]), member(&recoveries[0]));
+    let as_recovery = cluster_key_id([&a].into_iter(), Some(r.srk.name()));
+    let as_member = cluster_key_id([&a, &r].into_iter(), None);
+    let alone = cluster_key_id([&a].into_iter(), None);
     assert_ne!(
         as_recovery, as_member,
         "a role change must change the key_id"
@@ -210,7 +215,8 @@ fn encode_refuses_a_ciphertext_parse_would_refuse() {
 fn parse_takes_the_annotation_layout_only_as_encode_writes_it() {
     let annotated = |envelope: &ClusterEnvelope| {
         let block = encode_recipients(&envelope.recipients);
-        let ciphertext = envelope.header(LAYOUT_ANNOTATION, &Sha256::digest(&block));
+        let ciphertext =
+            envelope.header(VERSION_CLUSTER, LAYOUT_ANNOTATION, &Sha256::digest(&block));
         (
             ciphertext,
             HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block)]),
@@ -256,9 +262,11 @@ fn size_table_matches_docs_envelope_md() {
             } else {
                 None
             };
+            // Signed by the first member; only the signature's size matters.
             let encoded = envelope_for(&members, recovery, &[0x5c; 32])
-                .encode()
-                .unwrap();
+                .encode_for_signing(members[0].key.name())
+                .unwrap()
+                .finish(&[0x11; SIGNATURE_LEN]);
             let (ciphertext, annotations) = sizes(&encoded);
             let row = format!(
                 "| {n} | {} | {ciphertext} | {annotations} |",

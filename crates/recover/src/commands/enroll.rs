@@ -40,15 +40,15 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
         } => {
             let parsed = Request::parse(&read(request)?)?;
             enrollment::verify(&parsed, &read(expected)?, &read(response)?)?;
-            let node_key_id = KeyId::from_srk_name(parsed.srk.name());
+            let node_key_id = KeyId::from_srk_name(parsed.member.srk.name());
             write_new(
                 member_out,
                 0o644,
-                member_file(&parsed.srk, &node_key_id).as_bytes(),
+                member_file(&parsed.member, &node_key_id).as_bytes(),
             )?;
             eprintln!(
                 "enrolled: SRK {} shares a TPM with EK {}",
-                hex(parsed.srk.name()),
+                hex(parsed.member.srk.name()),
                 hex(parsed.ek.name())
             );
         }

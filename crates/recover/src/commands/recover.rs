@@ -2,8 +2,10 @@
 //! recovery identity, without any TPM.
 
 use anyhow::{Context as _, bail};
+use sceau_format::members::KnownMembers;
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_recover::cli::{RecoverInput, RecoverOptions};
+use sceau_recover::verify::{Checked, check, read_members};
 
 /// No TPM, no sandbox; an offline operator tool.
 pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
@@ -12,6 +14,13 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
         bail!("refusing to write plaintext to a terminal; redirect the output or pass --force");
     }
     let identity = RecoveryIdentity::parse(&read_identity(&options.identity)?)?;
+    let known = read_members(&options.members)?;
+    if known.is_none() {
+        eprintln!(
+            "no --members: envelopes are opened without checking their signatures, and each \
+             is named UNVERIFIED"
+        );
+    }
     let read_input = |path: &std::path::Path| -> anyhow::Result<Vec<u8>> {
         let mut bytes = Vec::new();
         if path == std::path::Path::new("-") {
@@ -24,17 +33,20 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
     match &options.input {
         RecoverInput::Envelope(path) => {
             let input = read_input(path)?;
-            let dek = open_envelope_input(&identity, &input)?;
+            let (dek, checked) = open_envelope_input(&identity, known.as_ref(), &input)?;
             std::io::stdout().write_all(&dek)?;
+            if checked == Checked::Unverified {
+                eprintln!("UNVERIFIED envelope: opened without checking its signature");
+            }
         }
         RecoverInput::EtcdSnapshot(path) => {
             let values = sceau_recover::etcd::values_from_snapshot(&read_input(path)?)?;
-            print_secrets(&identity, &values)?;
+            print_secrets(&identity, known.as_ref(), &values)?;
         }
         RecoverInput::EtcdJson(path) => {
             let text = String::from_utf8(read_input(path)?).context("etcdctl JSON is not UTF-8")?;
             let values = sceau_recover::etcd::values_from_etcdctl_json(&text)?;
-            print_secrets(&identity, &values)?;
+            print_secrets(&identity, known.as_ref(), &values)?;
         }
     }
     Ok(())
@@ -68,34 +80,45 @@ fn read_identity(path: &std::path::Path) -> anyhow::Result<zeroize::Zeroizing<St
 }
 
 /// A raw ciphertext, or a whole stored etcd value (`k8s:enc:kms:v2:…`), which
-/// also carries the annotations that envelopes of five or more recipients need.
+/// also carries the annotations that envelopes of five or more recipients
+/// need and the key_id the apiserver stored; checked against the members
+/// first when they were given.
 fn open_envelope_input(
     identity: &RecoveryIdentity,
+    known: Option<&KnownMembers>,
     input: &[u8],
-) -> anyhow::Result<zeroize::Zeroizing<Vec<u8>>> {
+) -> anyhow::Result<(zeroize::Zeroizing<Vec<u8>>, Checked)> {
     use sceau_recover::kubernetes::parse_stored_value;
     match parse_stored_value(input)? {
         Some(object) => {
             let annotations = object.annotations.into_iter().collect();
-            Ok(identity.open(&object.encrypted_dek_source, &annotations)?)
+            let ciphertext = &object.encrypted_dek_source;
+            let checked = check(known, ciphertext, &annotations, Some(&object.key_id))?;
+            Ok((identity.open(ciphertext, &annotations)?, checked))
         }
-        None => Ok(identity.open(input, &Default::default())?),
+        None => {
+            let annotations = Default::default();
+            let checked = check(known, input, &annotations, None)?;
+            Ok((identity.open(input, &annotations)?, checked))
+        }
     }
 }
 
 fn print_secrets(
     identity: &RecoveryIdentity,
+    known: Option<&KnownMembers>,
     values: &[sceau_recover::etcd::StoredValue],
 ) -> anyhow::Result<()> {
     let summary = sceau_recover::report::recover_secrets(
         identity,
+        known,
         values,
         &mut std::io::stdout().lock(),
         &mut std::io::stderr().lock(),
     )?;
     eprintln!(
-        "{} Secrets recovered, {} values skipped, {} failed",
-        summary.printed, summary.skipped, summary.failed
+        "{} Secrets recovered ({} of them unverified), {} values skipped, {} failed",
+        summary.printed, summary.unverified, summary.skipped, summary.failed
     );
     if summary.failed > 0 {
         bail!("{} encrypted values could not be recovered", summary.failed);

@@ -19,15 +19,13 @@ use sceau_tpm::{Observer, ParameterEncryption, Tcti, Tpm, TpmConfig};
 use sha2::{Digest as _, Sha256};
 use tss_esapi::Context;
 use tss_esapi::abstraction::AsymmetricAlgorithmSelection;
-use tss_esapi::attributes::ObjectAttributesBuilder;
 use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle};
-use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
+use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::ecc::EccCurve;
 use tss_esapi::interface_types::key_bits::RsaKeyBits;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{
-    AttestInfo, CreationData, Data, EccPoint, EccScheme, HashScheme, KeyDerivationFunctionScheme,
-    PcrSelectionListBuilder, PcrSlot, Public, PublicBuilder, PublicEccParametersBuilder,
+    AttestInfo, CreationData, Data, EccPoint, HashScheme, PcrSelectionListBuilder, PcrSlot, Public,
     SignatureScheme,
 };
 use tss_esapi::traits::Marshall as _;
@@ -169,6 +167,7 @@ impl Attestation {
             srk_handle: None,
             parameter_encryption: ParameterEncryption::SaltedSession,
             observer: Observer::none(),
+            envelope_signing_key: false,
         };
         let mut tpm = Tpm::open(&config).map_err(|e| open_error(&settings.tcti, e))?;
         // Tpm::open starts the daemon's long-lived DEK session; the agent
@@ -329,36 +328,12 @@ pub fn ak_template() -> Result<Public, TpmError> {
 
 /// The AK template with `restricted` as given: `false` makes a general
 /// signing key, which the server must refuse (for the tests and the rogue
-/// test agent; the plugin always uses [`ak_template`]).
+/// test agent; the plugin always uses [`ak_template`]). The template is the
+/// TPM layer's, shared with the envelope signing key, with an empty
+/// `unique`.
 pub fn ak_template_with(restricted: bool) -> Result<Public, TpmError> {
-    let wrap = |e| TpmError::new("AK template", e);
-    let attributes = ObjectAttributesBuilder::new()
-        .with_fixed_tpm(true)
-        .with_fixed_parent(true)
-        .with_sensitive_data_origin(true)
-        .with_user_with_auth(true)
-        .with_no_da(true)
-        .with_restricted(restricted)
-        .with_sign_encrypt(true)
-        .build()
-        .map_err(wrap)?;
-    let parameters = PublicEccParametersBuilder::new()
-        .with_ecc_scheme(EccScheme::EcDsa(HashScheme::new(HashingAlgorithm::Sha256)))
-        .with_curve(EccCurve::NistP256)
-        .with_key_derivation_function_scheme(KeyDerivationFunctionScheme::Null)
-        .with_is_signing_key(true)
-        .with_is_decryption_key(false)
-        .with_restricted(restricted)
-        .build()
-        .map_err(wrap)?;
-    PublicBuilder::new()
-        .with_public_algorithm(PublicAlgorithm::Ecc)
-        .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
-        .with_object_attributes(attributes)
-        .with_ecc_parameters(parameters)
-        .with_ecc_unique_identifier(EccPoint::default())
-        .build()
-        .map_err(wrap)
+    sceau_tpm::signing::ecdsa_p256_template(restricted, EccPoint::default())
+        .map_err(|e| TpmError::new("AK template", e))
 }
 
 /// TPMS_CREATION_DATA as the TPM marshals it: the bytes whose SHA-256 is
