@@ -138,6 +138,17 @@ pub const ACCEPT_UNSIGNED_ENVELOPES: Flag = Flag::switch(
      can forge one, so use this only until the Secrets are rewritten\n\
      (docs/migration.md)",
 );
+pub const ENROLLMENT_KEY: Flag = Flag::value(
+    "--enrollment-key",
+    "FILE",
+    "Start only if every member file is endorsed by this enrollment key",
+)
+.long_help(
+    "(the --enrollment-public file of `sceau-recover enrollment-keygen`):\n\
+     each file in --members and --former-members must carry the endorsement\n\
+     `sceau-recover enroll verify --enrollment-identity` writes after proving\n\
+     its keys in one TPM. Without it, membership rests on file permissions",
+);
 pub const RECOVERY_KEY: Flag = Flag::value(
     "--recovery-key",
     "FILE",
@@ -185,6 +196,7 @@ pub const SERVE: CommandSpec = CommandSpec {
         &MEMBERS,
         &RECOVERY_KEY,
         &FORMER_MEMBERS,
+        &ENROLLMENT_KEY,
         &ACCEPT_UNSIGNED_ENVELOPES,
         &METRICS_ALLOW_UID,
         &TSS_LOG_REVEALS_SECRETS,
@@ -329,6 +341,8 @@ pub struct ServeOptions {
     pub recovery_key: Option<PathBuf>,
     /// Cluster mode: removed members whose envelopes still open.
     pub former_members: Option<PathBuf>,
+    /// Cluster mode: the enrollment key every member file must be endorsed by.
+    pub enrollment_key: Option<PathBuf>,
     /// Cluster mode: open unsigned (version 2) envelopes.
     pub accept_unsigned_envelopes: bool,
     /// Uids besides root's that may scrape a unix metrics socket; empty:
@@ -437,6 +451,7 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
         members: m.last(&MEMBERS, path)?,
         recovery_key: m.last(&RECOVERY_KEY, path)?,
         former_members: m.last(&FORMER_MEMBERS, path)?,
+        enrollment_key: m.last(&ENROLLMENT_KEY, path)?,
         accept_unsigned_envelopes: m.present(&ACCEPT_UNSIGNED_ENVELOPES),
         metrics_allowed_uids: m
             .values(&METRICS_ALLOW_UID)
@@ -640,6 +655,7 @@ impl Command {
                     .optional(&MEMBERS, o.members.as_deref().map(path_arg))
                     .optional(&RECOVERY_KEY, o.recovery_key.as_deref().map(path_arg))
                     .optional(&FORMER_MEMBERS, o.former_members.as_deref().map(path_arg))
+                    .optional(&ENROLLMENT_KEY, o.enrollment_key.as_deref().map(path_arg))
                     .switch(&ACCEPT_UNSIGNED_ENVELOPES, o.accept_unsigned_envelopes);
                 for uid in &o.metrics_allowed_uids {
                     args = args.flag(&METRICS_ALLOW_UID, uid.to_string());
@@ -812,7 +828,7 @@ mod tests {
     fn every_flag_is_in_the_help_and_the_inverse() {
         let serve_all = Command::Serve(serve(
             "serve --socket-group g --srk-handle 0x81000001 --allow-uid 7 --members m \
-             --recovery-key r --former-members f --accept-unsigned-envelopes \
+             --recovery-key r --former-members f --enrollment-key k --accept-unsigned-envelopes \
              --metrics-allow-uid 998 --tss-log-reveals-secrets",
             None,
         ));

@@ -369,9 +369,13 @@ fn pin(dir: &Path) -> std::io::Result<()> {
                 member_text(member),
             )?;
         }
-        let membership =
-            sceau::cluster::load::load(&members_dir, Some(&recovery_path), members[0].clone())
-                .expect("the membership loads");
+        let membership = sceau::cluster::load::load(
+            &members_dir,
+            Some(&recovery_path),
+            members[0].clone(),
+            None,
+        )
+        .expect("the membership loads");
         let to_sign = membership.seal(PINNED_DEK).expect("seals");
         let signature = pinned::signer(0).sign(to_sign.digest());
         Ok(to_sign.finish(&signature))
@@ -405,8 +409,12 @@ fn pin(dir: &Path) -> std::io::Result<()> {
         ("enroll.challenge".into(), challenge.into_bytes()),
         ("enroll.expected".into(), expected.as_bytes().to_vec()),
     ];
+    // Endorsed, as `sceau-recover enroll verify --enrollment-identity`
+    // writes them, by the pinned enrollment key and for the pinned EK.
+    let enrollment = pinned::enrollment_identity();
     for (i, member) in members.iter().enumerate() {
-        files.push((format!("member-{i}.pub"), member_text(member).into_bytes()));
+        let endorsed = member_text(member) + &enrollment.endorse(member, ek.srk.name());
+        files.push((format!("member-{i}.pub"), endorsed.into_bytes()));
     }
     for (name, bytes) in files {
         std::fs::write(dir.join(name), bytes)?;

@@ -26,8 +26,10 @@
 //!   same keys and certificate; `check_certificate` agrees with a search for
 //!   the EK's point;
 //! - `parse_challenge` and `verify` accept exactly the inputs predicted from
-//!   the armored blocks (pinned SRK name, framing, a 32-byte answer that
-//!   matches);
+//!   the armored blocks (pinned SRK and signing key names, framing of the
+//!   two credentials, a 64-byte answer that matches);
+//! - an endorsement (the member file's third block) verifies against the
+//!   pinned enrollment key only for the pinned member files, unaltered;
 //! - an identity's name line matches its key, and its identity and public
 //!   files read back to the same key;
 //! - error messages, which `sceau` prints to a terminal, have no control
@@ -39,9 +41,9 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use sceau_format::armor::{self, ArmorError};
-use sceau_format::credential::CREDENTIAL_LEN;
+use sceau_format::endorsement::EnrollmentPublic;
 use sceau_format::enrollment::{
-    CHALLENGE_LABEL, EK_CERTIFICATE_LABEL, EK_LABEL, EXPECTED_LABEL, EnrollmentError,
+    ANSWER_LEN, CHALLENGE_LABEL, EK_CERTIFICATE_LABEL, EK_LABEL, EXPECTED_LABEL, EnrollmentError,
     RESPONSE_LABEL, Request, parse_challenge, request_file, verify,
 };
 use sceau_format::key_id::KeyId;
@@ -59,6 +61,8 @@ use sceau_fuzz::pinned;
 struct Fixture {
     request: Request,
     srk_name: String,
+    signing_name: String,
+    enrollment: EnrollmentPublic,
 }
 
 fn fixture() -> &'static Fixture {
@@ -67,6 +71,8 @@ fn fixture() -> &'static Fixture {
         let request = pinned::request();
         Fixture {
             srk_name: hex(request.member.srk.name()),
+            signing_name: hex(request.member.signing.name()),
+            enrollment: pinned::enrollment_identity().public().clone(),
             request,
         }
     })
@@ -181,6 +187,18 @@ fn member(text: &str) {
     let id = KeyId::from_srk_name(member.srk.name());
     let again = member_file(&member, &id);
     assert_eq!(parse_member(&again).as_ref().ok(), Some(&member));
+    match fixture().enrollment.verify(text, &member) {
+        Ok(ek_name) => {
+            assert_eq!(ek_name, *pinned::ek().name());
+            assert!(
+                pinned::MEMBER_FILES
+                    .iter()
+                    .any(|file| parse_member(file).ok().as_ref() == Some(&member)),
+                "an endorsement verified for keys never endorsed"
+            );
+        }
+        Err(error) => assert_no_control(&error.to_string()),
+    }
 }
 
 fn request(text: &str) {
@@ -233,27 +251,32 @@ fn request(text: &str) {
 
 fn challenge(text: &str) {
     let f = fixture();
-    let own = f.request.member.srk.name();
-    let result = parse_challenge(text, own);
+    let result = parse_challenge(text, &f.request.member);
     let predicted = armor::decode(text, CHALLENGE_LABEL)
         .ok()
         .and_then(|armored| {
-            let pinned = armored.header("srk_name")?.to_ascii_lowercase();
-            (pinned == f.srk_name).then_some(())?;
+            let pinned = |field| armored.header(field).map(str::to_ascii_lowercase);
+            (pinned("srk_name")? == f.srk_name).then_some(())?;
+            (pinned("signing_name")? == f.signing_name).then_some(())?;
             let mut r = Reader::new(&armored.bytes);
-            let blob = r.tpm2b("credentialBlob").ok()?.to_vec();
-            let secret = r.tpm2b("secret").ok()?.to_vec();
+            let mut fields = Vec::new();
+            for field in ["credentialBlob", "secret", "credentialBlob", "secret"] {
+                fields.push(r.tpm2b(field).ok()?.to_vec());
+            }
             r.finish("challenge").ok()?;
-            Some((blob, secret))
+            Some(fields)
         });
     match result {
-        Ok(blob) => {
-            assert_eq!(
-                Some((blob.duplicate.clone(), blob.in_sym_seed.clone())),
-                predicted
-            );
+        Ok(blobs) => {
+            let fields = [&blobs.srk, &blobs.signing]
+                .into_iter()
+                .flat_map(|blob| [blob.duplicate.clone(), blob.in_sym_seed.clone()])
+                .collect::<Vec<_>>();
             let mut w = Writer::default();
-            w.tpm2b(&blob.duplicate).tpm2b(&blob.in_sym_seed);
+            for field in &fields {
+                w.tpm2b(field);
+            }
+            assert_eq!(Some(fields), predicted);
             let armored = armor::decode(text, CHALLENGE_LABEL).expect("parsed once");
             assert_eq!(w.finish(), *armored.bytes);
         }
@@ -270,10 +293,16 @@ fn verify_answer(expected: &str, response: &str) {
     let predicted = (|| {
         let expected = armor::decode(expected, EXPECTED_LABEL).ok()?;
         let response = armor::decode(response, RESPONSE_LABEL).ok()?;
-        let pinned = expected.header("srk_name").unwrap_or_default();
+        let pinned = |field| {
+            expected
+                .header(field)
+                .unwrap_or_default()
+                .to_ascii_lowercase()
+        };
         Some(
-            pinned.to_ascii_lowercase() == f.srk_name
-                && expected.bytes.len() == CREDENTIAL_LEN
+            pinned("srk_name") == f.srk_name
+                && pinned("signing_name") == f.signing_name
+                && expected.bytes.len() == ANSWER_LEN
                 && expected.bytes == response.bytes,
         )
     })()

@@ -333,7 +333,7 @@ pub enum KeyFileMode {
     RawKey,
     /// `enrollment::Request::parse`.
     Request,
-    /// `enrollment::parse_challenge`, for the pinned member 0's SRK.
+    /// `enrollment::parse_challenge`, for the pinned member 0.
     Challenge,
     /// `enrollment::verify` of the pinned request: expected answer, NUL,
     /// response.

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 
 use sceau_format::armor;
 use sceau_format::duplicate::ImportBlob;
+use sceau_format::endorsement::EnrollmentIdentity;
 use sceau_format::enrollment::{EXPECTED_LABEL, Request, response_file};
 use sceau_format::members::{KnownMembers, MEMBER_LABEL, parse_member};
 use sceau_format::recovery_key::RecoveryIdentity;
@@ -75,6 +76,12 @@ pub fn member(index: usize) -> StorageKey {
 pub fn signer(index: usize) -> SoftwareSigner {
     let seed = 0x10 + u8::try_from(index).expect("four members");
     SoftwareSigner::from_bytes(&[seed; 32])
+}
+
+/// The enrollment key that endorsed the pinned member files: fixed, so
+/// that the pinned material can be made anew under the same key.
+pub fn enrollment_identity() -> EnrollmentIdentity {
+    EnrollmentIdentity::from_bytes(&[0x21; 32])
 }
 
 /// The four pinned members, as a cluster member knows them.
@@ -193,7 +200,18 @@ mod tests {
         assert_eq!(request.member.srk, member(0));
         assert_eq!(request.ek, ek());
         assert!(request.check_certificate().unwrap().is_some());
-        parse_challenge(CHALLENGE, member(0).name()).unwrap();
+        parse_challenge(CHALLENGE, &request.member).unwrap();
         verify(&request, EXPECTED, &response()).unwrap();
+    }
+
+    /// Every pinned member file is endorsed by the pinned enrollment key,
+    /// for the pinned EK.
+    #[test]
+    fn pinned_member_files_are_endorsed() {
+        let key = enrollment_identity().public().clone();
+        for file in MEMBER_FILES {
+            let member = parse_member(file).unwrap();
+            assert_eq!(key.verify(file, &member), Ok(*ek().name()));
+        }
     }
 }

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use sceau_format::endorsement::{EndorsementError, EnrollmentPublic};
 use sceau_format::key_id::hex;
 use sceau_format::members::{
     Member, Membership, MembershipError, PinnedKeyError, RECOVERY_PUBLIC_LABEL, member_files,
@@ -20,14 +21,17 @@ use super::trusted_files::{self, TrustError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{0}")]
+    #[error(transparent)]
     Untrusted(#[from] TrustError),
-    #[error("cannot read {path}: {source}")]
+    // The messages below name the file only: the cause is the error's
+    // source, which the log line prints after it (anyhow's `{:#}`); naming
+    // it in the message too printed it twice.
+    #[error("cannot read {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Pinned {
         path: PathBuf,
         source: PinnedKeyError,
@@ -53,18 +57,25 @@ pub enum LoadError {
         files: usize,
         dir: PathBuf,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Membership(#[from] MembershipError),
+    #[error("{path}")]
+    NotEndorsed {
+        path: PathBuf,
+        source: EndorsementError,
+    },
 }
 
 /// Reads every `*.pub` file of `dir`, and the recovery key if given, and
-/// checks that `own` (this TPM's keys) is one of them.
+/// checks that `own` (this TPM's keys) is one of them, and with
+/// `enrollment` that the enrollment key endorsed every file.
 pub fn load(
     dir: &Path,
     recovery_file: Option<&Path>,
     own: Member,
+    enrollment: Option<&EnrollmentPublic>,
 ) -> Result<Membership, LoadError> {
-    let members = read_members(dir)?;
+    let members = read_members(dir, enrollment)?;
     let files = members.len();
     let recovery = recovery_file
         .map(|path| read_pinned(path, RECOVERY_PUBLIC_LABEL))
@@ -81,8 +92,22 @@ pub fn load(
 
 /// The former members of `--former-members DIR`: members removed from the
 /// cluster whose envelopes still open until the operator drops the flag.
-pub fn former(membership: Membership, dir: &Path) -> Result<Membership, LoadError> {
-    Ok(membership.with_former(read_members(dir)?)?)
+pub fn former(
+    membership: Membership,
+    dir: &Path,
+    enrollment: Option<&EnrollmentPublic>,
+) -> Result<Membership, LoadError> {
+    Ok(membership.with_former(read_members(dir, enrollment)?)?)
+}
+
+/// The public half of the enrollment key (`serve --enrollment-key`), after
+/// [`trusted_files`]' checks: whoever can replace it admits members.
+pub fn enrollment_key(path: &Path) -> Result<EnrollmentPublic, LoadError> {
+    let text = trusted_files::read_trusted(path)?;
+    EnrollmentPublic::parse(&text).map_err(|source| LoadError::NotEndorsed {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// A single node with a backup (`serve --recovery-key` without
@@ -97,7 +122,10 @@ pub fn alone_with_recovery(recovery_file: &Path, own: Member) -> Result<Membersh
     )?)
 }
 
-fn read_members(dir: &Path) -> Result<Vec<Member>, LoadError> {
+fn read_members(
+    dir: &Path,
+    enrollment: Option<&EnrollmentPublic>,
+) -> Result<Vec<Member>, LoadError> {
     trusted_files::check_directory(dir)?;
     let read_error = |source| LoadError::Read {
         path: dir.to_path_buf(),
@@ -119,7 +147,7 @@ fn read_members(dir: &Path) -> Result<Vec<Member>, LoadError> {
     let mut seen = HashMap::new();
     let mut members = Vec::new();
     for path in paths {
-        let member = read_member(&path)?;
+        let member = read_member(&path, enrollment)?;
         if !member.srk.is_srk() {
             return Err(LoadError::NotAnSrk {
                 attributes: member.srk.attributes(),
@@ -135,13 +163,21 @@ fn read_members(dir: &Path) -> Result<Vec<Member>, LoadError> {
 }
 
 /// Reads one member file, after [`trusted_files`]' checks: both keys, each
-/// checked against its pin.
-fn read_member(path: &Path) -> Result<Member, LoadError> {
+/// checked against its pin, and with `enrollment`, the endorsement of both.
+fn read_member(path: &Path, enrollment: Option<&EnrollmentPublic>) -> Result<Member, LoadError> {
     let text = trusted_files::read_trusted(path)?;
-    parse_member(&text).map_err(|source| LoadError::Pinned {
+    let member = parse_member(&text).map_err(|source| LoadError::Pinned {
         path: path.to_path_buf(),
         source,
-    })
+    })?;
+    if let Some(key) = enrollment {
+        key.verify(&text, &member)
+            .map_err(|source| LoadError::NotEndorsed {
+                path: path.to_path_buf(),
+                source,
+            })?;
+    }
+    Ok(member)
 }
 
 /// Reads one armored key, after [`trusted_files`]' checks, and checks it

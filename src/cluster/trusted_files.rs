@@ -28,7 +28,8 @@ const STICKY: u32 = 0o1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrustError {
-    #[error("cannot read {path}: {source}")]
+    // The cause is the source, printed after the message.
+    #[error("cannot read {path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

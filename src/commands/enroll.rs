@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use sceau::cli::EnrollStep;
 use sceau_format::enrollment;
 use sceau_format::storage_key::StorageKey;
+use zeroize::Zeroizing;
 
 use super::{open_tpm_for_tool, own_member};
 
@@ -28,19 +29,32 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
         }
         EnrollStep::Respond { tpm, challenge } => {
             let mut tpm = open_tpm_for_tool(tpm)?;
+            let member = own_member(&tpm)?;
+            let blobs = enrollment::parse_challenge(&read(challenge)?, &member)?;
+            let signing_handle = tpm
+                .signing_key_handle()
+                .context("the TPM was opened without its envelope signing key")?;
             let (ctx, srk) = tpm.context_and_srk();
-            let blob = enrollment::parse_challenge(&read(challenge)?, srk.name.value())?;
             let srk_handle = srk.handle;
             let ek = sceau_tpm::enroll::endorsement_key(ctx)?;
-            let credential = sceau_tpm::enroll::activate_credential(
-                ctx,
-                srk_handle,
-                &ek,
-                &blob.duplicate,
-                &blob.in_sym_seed,
-            )
-            .context("TPM2_ActivateCredential refused the challenge")?;
-            print!("{}", enrollment::response_file(&credential));
+            let mut answer = Zeroizing::new(Vec::with_capacity(enrollment::ANSWER_LEN));
+            for (key, handle, blob) in [
+                ("SRK", srk_handle, &blobs.srk),
+                ("signing key", signing_handle, &blobs.signing),
+            ] {
+                let credential = sceau_tpm::enroll::activate_credential(
+                    ctx,
+                    handle,
+                    &ek,
+                    &blob.duplicate,
+                    &blob.in_sym_seed,
+                )
+                .with_context(|| {
+                    format!("TPM2_ActivateCredential refused the challenge for the {key}")
+                })?;
+                answer.extend_from_slice(&credential);
+            }
+            print!("{}", enrollment::response_file(&answer));
         }
     }
     Ok(())

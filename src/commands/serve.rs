@@ -184,6 +184,23 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
 /// filesystem, and logs every member's Name so operators can audit it.
 /// `--recovery-key` alone makes a cluster of this node and the recovery key.
 fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<Arc<Membership>>> {
+    if options.members.is_none() && options.enrollment_key.is_some() {
+        anyhow::bail!("--enrollment-key checks member files: give --members DIR too");
+    }
+    let enrollment = match (&options.members, &options.enrollment_key) {
+        (_, Some(path)) => Some(
+            sceau::cluster::load::enrollment_key(path)
+                .with_context(|| format!("loading the enrollment key {}", path.display()))?,
+        ),
+        (Some(_), None) => {
+            log::warn!(
+                "no --enrollment-key: membership rests on the member files' permissions; a \
+                 file someone with root wrote admits their key (docs/ha.md, enrollment)"
+            );
+            None
+        }
+        (None, None) => None,
+    };
     let membership = match (&options.members, &options.recovery_key) {
         (None, None) => {
             log::warn!(
@@ -192,10 +209,13 @@ fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<A
             );
             return Ok(None);
         }
-        (Some(dir), recovery) => {
-            sceau::cluster::load::load(dir, recovery.as_deref(), super::own_member(tpm)?)
-                .with_context(|| format!("loading the members in {}", dir.display()))?
-        }
+        (Some(dir), recovery) => sceau::cluster::load::load(
+            dir,
+            recovery.as_deref(),
+            super::own_member(tpm)?,
+            enrollment.as_ref(),
+        )
+        .with_context(|| format!("loading the members in {}", dir.display()))?,
         (None, Some(recovery)) => {
             { sceau::cluster::load::alone_with_recovery(recovery, super::own_member(tpm)?) }
                 .with_context(|| format!("loading the recovery key {}", recovery.display()))?
@@ -203,7 +223,7 @@ fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<A
     };
     let membership = match &options.former_members {
         None => membership,
-        Some(dir) => sceau::cluster::load::former(membership, dir)
+        Some(dir) => sceau::cluster::load::former(membership, dir, enrollment.as_ref())
             .with_context(|| format!("loading the former members in {}", dir.display()))?,
     };
     if options.accept_unsigned_envelopes {

@@ -29,7 +29,7 @@ pub enum WrapError {
     Busy,
     #[error("the wrapping thread has stopped")]
     Stopped,
-    #[error("{0}")]
+    #[error(transparent)]
     Envelope(#[from] ClusterEnvelopeError),
 }
 

@@ -106,22 +106,25 @@ fn a_member_proves_its_srk_and_ek_share_a_tpm() {
     );
 }
 
+/// Two swtpm instances, each with its `sceau enroll request`.
+fn two_tpms_and_their_requests(tmp: &TempDir) -> [(Swtpm, String); 2] {
+    ["a", "b"].map(|label| {
+        let tpm = Swtpm::start(&tmp.subdir(&format!("tpm-{label}")));
+        let request = ok(
+            sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
+            &format!("request {label}"),
+        );
+        (tpm, request)
+    })
+}
+
 /// A request that pairs one TPM's SRK with another TPM's EK cannot be
 /// answered: not by the SRK's TPM (ActivateCredential fails its integrity
 /// check) and not by the EK's TPM (its SRK has another Name).
 #[test]
 fn an_srk_paired_with_a_foreign_ek_is_not_enrolled() {
     let tmp = TempDir::new("enroll-forged");
-    let tpm_a = Swtpm::start(&tmp.subdir("tpm-a"));
-    let tpm_b = Swtpm::start(&tmp.subdir("tpm-b"));
-    let request_a = ok(
-        sceau(&["enroll", "request", "--tcti", &tpm_a.tcti()]),
-        "request a",
-    );
-    let request_b = ok(
-        sceau(&["enroll", "request", "--tcti", &tpm_b.tcti()]),
-        "request b",
-    );
+    let [(tpm_a, request_a), (tpm_b, request_b)] = two_tpms_and_their_requests(&tmp);
     let srk_a = &request_a[..request_a.find("# The endorsement key").unwrap()];
     let ek_b = &request_b[request_b.find("# The endorsement key").unwrap()..];
     let forged = format!("{srk_a}{ek_b}");
@@ -137,6 +140,64 @@ fn an_srk_paired_with_a_foreign_ek_is_not_enrolled() {
         );
         assert!(!tmp.join(&format!("{label}.pub")).exists());
     }
+}
+
+/// A request whose signing key is another TPM's (its block spliced in with
+/// its pin line) is not enrolled: neither TPM holds both keys the challenge
+/// names, and `respond` refuses it by the pin lines before the TPM. With
+/// the pins edited to the answering TPM's own keys, the TPM itself refuses:
+/// the credential for the signing key is bound to the other TPM's Name, and
+/// ActivateCredential fails its integrity check. Before the challenge
+/// covered the signing key, this request was enrolled and the foreign key
+/// copied into the member file (tried once).
+#[test]
+fn a_signing_key_from_another_tpm_is_not_enrolled() {
+    let tmp = TempDir::new("enroll-signing");
+    let [(tpm_a, request_a), (tpm_b, request_b)] = two_tpms_and_their_requests(&tmp);
+    let signing = |r: &str| r.find("# This node's envelope signing key").unwrap();
+    let ek = |r: &str| r.find("# The endorsement key").unwrap();
+    let forged = format!(
+        "{}{}{}",
+        &request_a[..signing(&request_a)],
+        &request_b[signing(&request_b)..ek(&request_b)],
+        &request_a[ek(&request_a)..]
+    );
+    for (label, tpm) in [("at-a", &tpm_a), ("at-b", &tpm_b)] {
+        let (answer, verified) = enroll_with(&tmp, label, &forged, tpm);
+        assert!(!answer.status.success(), "{label}: answered");
+        assert!(!verified.status.success(), "{label}: verified");
+        assert!(!tmp.join(&format!("{label}.pub")).exists());
+    }
+    let pin = |r: &str| {
+        r.lines()
+            .find_map(|l| l.strip_prefix("signing-name: "))
+            .unwrap()
+            .to_string()
+    };
+    let challenge = std::fs::read_to_string(tmp.join("at-a.challenge")).unwrap();
+    let edited = tmp.join("edited.challenge");
+    std::fs::write(
+        &edited,
+        challenge.replace(
+            &format!("signing_name: {}", pin(&request_b)),
+            &format!("signing_name: {}", pin(&request_a)),
+        ),
+    )
+    .unwrap();
+    let answer = sceau(&[
+        "enroll",
+        "respond",
+        "--challenge",
+        path(&edited),
+        "--tcti",
+        &tpm_a.tcti(),
+    ]);
+    let stderr = String::from_utf8_lossy(&answer.stderr);
+    assert!(!answer.status.success());
+    assert!(
+        stderr.contains("refused the challenge for the signing key"),
+        "{stderr}"
+    );
 }
 
 /// A TCG EK certificate at NV index 0x01c0000a (issued here by swtpm's own

@@ -484,12 +484,15 @@ The four steps:
       --challenge-out node.challenge --expected-out node.expected             (verifier, offline)
   sceau enroll respond --challenge node.challenge [--tcti TCTI] > node.response (on the member)
   sceau-recover enroll verify --request node.request --expected node.expected \\
-      --response node.response --member-out members/node.pub                  (verifier)
+      --response node.response --member-out members/node.pub \\
+      [--enrollment-identity enrollment.identity]                             (verifier)
 
-The request carries the SRK public, the EK public (TCG default ECC template) and the EK
+The request carries the SRK and signing key publics, the EK public (TCG default ECC template) and the EK
 certificate when the TPM has one; `challenge` checks that the certificate names the EK and
 prints its SHA-256 fingerprint for you to check against the manufacturer's CA. Only a TPM
-holding both keys can answer the challenge; `verify` then writes the member file.
+holding the EK, the SRK and the envelope signing key can answer the challenge; `verify`
+then writes the member file, endorsed by the enrollment key if one is given (what
+`sceau serve --enrollment-key` requires).
 ";
 
 fn column_width(flags: &[&Flag]) -> usize {

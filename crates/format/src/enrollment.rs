@@ -1,14 +1,17 @@
-//! The files of `sceau enroll`, which proves that a member's SRK lives in the
-//! same TPM as its endorsement key (EK), by credential activation:
+//! The files of `sceau enroll`, which proves that a member's SRK and its
+//! envelope signing key live in the same TPM as its endorsement key (EK), by
+//! credential activation:
 //!
-//! 1. `enroll request` (member): SRK public (a member file), EK public, EK
-//!    certificate if the TPM has one.
+//! 1. `enroll request` (member): the member file (SRK and signing key
+//!    publics), EK public, EK certificate if the TPM has one.
 //! 2. `enroll challenge` (verifier, offline): checks the certificate names the
-//!    EK, makes a credential for the EK bound to the SRK's Name
-//!    (`credential::make_credential`), keeps the expected answer.
-//! 3. `enroll respond` (member): TPM2_ActivateCredential answers it; a TPM
-//!    can only do so if it holds the EK and a loaded key with the SRK's Name.
-//! 4. `enroll verify` (verifier): compares, then writes the member file.
+//!    EK, makes two credentials for the EK, one bound to the SRK's Name and
+//!    one to the signing key's (`credential::make_credential`), keeps the
+//!    expected answers.
+//! 3. `enroll respond` (member): TPM2_ActivateCredential answers each; a TPM
+//!    can only do so if it holds the EK and loaded keys with both Names.
+//! 4. `enroll verify` (verifier): compares, then writes the member file,
+//!    endorsed by the enrollment key when one is given (`endorsement`).
 
 use sha2::{Digest as _, Sha256};
 use subtle_free::constant_time_eq;
@@ -31,13 +34,15 @@ pub const RESPONSE_LABEL: &str = "SCEAU ENROLLMENT RESPONSE";
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnrollmentError {
-    #[error("{0}")]
+    // Transparent: the tools print each error's chain of sources, and a
+    // "{0}" message with the same error as its source printed it twice.
+    #[error(transparent)]
     Armor(#[from] ArmorError),
-    #[error("{0}")]
+    #[error(transparent)]
     Key(#[from] StorageKeyError),
-    #[error("{0}")]
+    #[error(transparent)]
     Wire(#[from] WireError),
-    #[error("{0}")]
+    #[error(transparent)]
     Member(#[from] PinnedKeyError),
     #[error("the {0} block has no pinned name line, or it does not match the key")]
     Pin(&'static str),
@@ -50,14 +55,20 @@ pub enum EnrollmentError {
     /// `expected` comes from the file: quoted and escaped (`{:?}`).
     #[error("the challenge was made for SRK {expected:?}, but this TPM's SRK is {actual}")]
     WrongSrk { expected: String, actual: String },
-    #[error("the answer does not match: this SRK and EK are not proven to share a TPM")]
+    /// `expected` comes from the file: quoted and escaped (`{:?}`).
+    #[error(
+        "the challenge was made for signing key {expected:?}, but this TPM's signing key is {actual}"
+    )]
+    WrongSigningKey { expected: String, actual: String },
+    #[error(
+        "the answer does not match: this SRK, signing key and EK are not proven to share a TPM"
+    )]
     WrongAnswer,
 }
 
 /// A member's enrollment request, parsed and checked for internal consistency.
 pub struct Request {
-    /// The member file's keys. Credential activation proves the SRK; the
-    /// signing key rides along as the member's own file states it.
+    /// The member file's keys, both proven by credential activation.
     pub member: Member,
     pub ek: StorageKey,
     pub certificate: Option<Vec<u8>>,
@@ -139,52 +150,95 @@ fn pinned_key(text: &str, label: &'static str, field: &str) -> Result<StorageKey
     }
 }
 
+/// The length of an answer: the SRK's credential, then the signing key's.
+pub const ANSWER_LEN: usize = 2 * CREDENTIAL_LEN;
+
 /// `enroll challenge`: the challenge text for the member and the expected
 /// answer, which stays with the verifier.
 pub fn challenge_files(request: &Request) -> (String, Zeroizing<String>) {
-    let Challenge { blob, expected } = make_credential(&request.ek, request.member.srk.name());
+    let member = &request.member;
+    let srk = make_credential(&request.ek, member.srk.name());
+    let signing = make_credential(&request.ek, member.signing.name());
     let mut w = Writer::default();
-    w.tpm2b(&blob.duplicate).tpm2b(&blob.in_sym_seed);
+    for Challenge { blob, .. } in [&srk, &signing] {
+        w.tpm2b(&blob.duplicate).tpm2b(&blob.in_sym_seed);
+    }
+    let pins = [
+        ("srk_name", hex(member.srk.name())),
+        ("signing_name", hex(member.signing.name())),
+    ];
     let challenge = armor::encode(
         CHALLENGE_LABEL,
         &["Answer on the member with: sceau enroll respond --challenge FILE"],
         &[
-            ("srk_name", hex(request.member.srk.name())),
+            pins[0].clone(),
+            pins[1].clone(),
             ("ek_name", hex(request.ek.name())),
         ],
         &w.finish(),
     );
+    let answer = Zeroizing::new([&srk.expected[..], &signing.expected[..]].concat());
     let expected = Zeroizing::new(armor::encode(
         EXPECTED_LABEL,
         &["Keep with the verifier; compared by sceau-recover enroll verify."],
-        &[("srk_name", hex(request.member.srk.name()))],
-        expected.as_ref(),
+        &pins,
+        &answer,
     ));
     (challenge, expected)
 }
 
-/// The challenge as TPM2_ActivateCredential takes it, after checking it was
-/// made for this TPM's SRK.
-pub fn parse_challenge(text: &str, own_srk_name: &[u8]) -> Result<ImportBlob, EnrollmentError> {
+/// The two credentials of a challenge, as TPM2_ActivateCredential takes
+/// them: one for the SRK, one for the envelope signing key.
+#[derive(Debug)]
+pub struct ChallengeBlobs {
+    pub srk: ImportBlob,
+    pub signing: ImportBlob,
+}
+
+/// The challenge's credentials, after checking it was made for this TPM's
+/// SRK and signing key.
+pub fn parse_challenge(text: &str, own: &Member) -> Result<ChallengeBlobs, EnrollmentError> {
     let armored = armor::decode(text, CHALLENGE_LABEL)?;
-    let expected = armored
-        .header("srk_name")
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if expected != hex(own_srk_name) {
+    check_pins(&armored, own)?;
+    let mut r = Reader::new(&armored.bytes);
+    let mut blob = || -> Result<ImportBlob, EnrollmentError> {
+        Ok(ImportBlob {
+            duplicate: r.tpm2b("credentialBlob")?.to_vec(),
+            in_sym_seed: r.tpm2b("secret")?.to_vec(),
+        })
+    };
+    let blobs = ChallengeBlobs {
+        srk: blob()?,
+        signing: blob()?,
+    };
+    r.finish("challenge")?;
+    Ok(blobs)
+}
+
+/// A challenge or expected answer names the keys it was made for; both must
+/// be `own`'s.
+fn check_pins(armored: &armor::Armored, own: &Member) -> Result<(), EnrollmentError> {
+    let pinned = |field| {
+        armored
+            .header(field)
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+    };
+    let srk = pinned("srk_name");
+    if srk != hex(own.srk.name()) {
         return Err(EnrollmentError::WrongSrk {
-            expected,
-            actual: hex(own_srk_name),
+            expected: srk,
+            actual: hex(own.srk.name()),
         });
     }
-    let mut r = Reader::new(&armored.bytes);
-    let duplicate = r.tpm2b("credentialBlob")?.to_vec();
-    let in_sym_seed = r.tpm2b("secret")?.to_vec();
-    r.finish("challenge")?;
-    Ok(ImportBlob {
-        duplicate,
-        in_sym_seed,
-    })
+    let signing = pinned("signing_name");
+    if signing != hex(own.signing.name()) {
+        return Err(EnrollmentError::WrongSigningKey {
+            expected: signing,
+            actual: hex(own.signing.name()),
+        });
+    }
+    Ok(())
 }
 
 pub fn response_file(credential: &[u8]) -> String {
@@ -200,18 +254,8 @@ pub fn response_file(credential: &[u8]) -> String {
 pub fn verify(request: &Request, expected: &str, response: &str) -> Result<(), EnrollmentError> {
     let expected = armor::decode(expected, EXPECTED_LABEL)?;
     let response = armor::decode(response, RESPONSE_LABEL)?;
-    let pinned = expected
-        .header("srk_name")
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if pinned != hex(request.member.srk.name()) {
-        return Err(EnrollmentError::WrongSrk {
-            expected: pinned,
-            actual: hex(request.member.srk.name()),
-        });
-    }
-    if expected.bytes.len() != CREDENTIAL_LEN || !constant_time_eq(&expected.bytes, &response.bytes)
-    {
+    check_pins(&expected, &request.member)?;
+    if expected.bytes.len() != ANSWER_LEN || !constant_time_eq(&expected.bytes, &response.bytes) {
         return Err(EnrollmentError::WrongAnswer);
     }
     Ok(())
@@ -227,11 +271,10 @@ mod subtle_free {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::duplicate::ImportBlob;
     use crate::signing_key::SigningKey;
 
-    /// A member whose signing key is its SRK's point: only the SRK matters
-    /// to enrollment's checks.
+    /// A member whose signing key is its SRK's point: the two Names still
+    /// differ (the templates do), which is all enrollment's checks see.
     fn member_of(srk: &StorageKey) -> Member {
         Member {
             srk: srk.clone(),
@@ -252,16 +295,70 @@ mod tests {
         (key, request)
     }
 
+    /// A challenge names both keys it was made for, and the TPM gets it
+    /// only when both are this TPM's.
     #[test]
-    fn a_challenge_for_another_srk_is_refused_before_the_tpm() {
-        let (key, request) = software_request();
+    fn a_challenge_for_another_srk_or_signing_key_is_refused_before_the_tpm() {
+        let (_, request) = software_request();
         let (challenge, _) = challenge_files(&request);
-        let parsed: ImportBlob = parse_challenge(&challenge, key.name()).unwrap();
-        assert_eq!(parsed.in_sym_seed.len(), 68);
+        let parsed = parse_challenge(&challenge, &request.member).unwrap();
+        for blob in [&parsed.srk, &parsed.signing] {
+            assert_eq!(blob.in_sym_seed.len(), 68);
+        }
+        assert_ne!(parsed.srk.duplicate, parsed.signing.duplicate);
+        let (_, other) = software_request();
+        let mut foreign_srk = request.member.clone();
+        foreign_srk.srk = other.member.srk.clone();
         assert!(matches!(
-            parse_challenge(&challenge, &[0u8; 34]),
+            parse_challenge(&challenge, &foreign_srk),
             Err(EnrollmentError::WrongSrk { .. })
         ));
+        let mut foreign_signing = request.member.clone();
+        foreign_signing.signing = other.member.signing.clone();
+        assert!(matches!(
+            parse_challenge(&challenge, &foreign_signing),
+            Err(EnrollmentError::WrongSigningKey { .. })
+        ));
+    }
+
+    /// Found while checking a refused enrollment by hand: `verify` with an
+    /// empty response printed "no '-----BEGIN …' line" twice.
+    #[test]
+    fn errors_name_their_cause_once() {
+        let (_, request) = software_request();
+        let (challenge, expected) = challenge_files(&request);
+        let errors = [
+            verify(&request, &expected, "").unwrap_err(),
+            parse_challenge(&challenge[..challenge.len() / 2], &request.member).unwrap_err(),
+            Request::parse("no armor").err().unwrap(),
+        ];
+        for error in errors {
+            let printed = crate::as_printed(&error);
+            assert_eq!(printed, error.to_string(), "{printed}");
+        }
+    }
+
+    /// The answer is both credentials: the SRK's alone, or either one
+    /// twice, does not verify.
+    #[test]
+    fn the_answer_needs_both_credentials() {
+        let (_, request) = software_request();
+        let (_, expected) = challenge_files(&request);
+        let answer = armor::decode(&expected, EXPECTED_LABEL).unwrap().bytes;
+        assert_eq!(answer.len(), ANSWER_LEN);
+        assert!(verify(&request, &expected, &response_file(&answer)).is_ok());
+        let (srk, signing) = answer.split_at(CREDENTIAL_LEN);
+        for wrong in [
+            srk.to_vec(),
+            [srk, srk].concat(),
+            [signing, signing].concat(),
+            [signing, srk].concat(),
+        ] {
+            assert!(matches!(
+                verify(&request, &expected, &response_file(&wrong)),
+                Err(EnrollmentError::WrongAnswer)
+            ));
+        }
     }
 
     /// Found by the `key_files` fuzz target (audit/fuzzing.md, «The challenge's
@@ -273,8 +370,9 @@ mod tests {
         let (challenge, expected) = challenge_files(&request);
         let pin = format!("srk_name: {}", hex(key.name()));
         let hostile = "srk_name: \x1b]0;x\x07";
-        let error = parse_challenge(&challenge.replace(&pin, hostile), key.name()).unwrap_err();
-        let response = response_file(&[0; CREDENTIAL_LEN]);
+        let error =
+            parse_challenge(&challenge.replace(&pin, hostile), &request.member).unwrap_err();
+        let response = response_file(&[0; ANSWER_LEN]);
         let error2 = verify(&request, &expected.replace(&pin, hostile), &response).unwrap_err();
         for error in [error, error2] {
             let message = error.to_string();

@@ -14,7 +14,9 @@
 //!   (TPM2_MakeCredential's blob).
 //! - Text files: `armor`, `members` (member files and the cluster
 //!   membership), `recovery_key` (the recovery identity and its public
-//!   half), `enrollment` (request, challenge and response files).
+//!   half), `enrollment` (request, challenge and response files),
+//!   `endorsement` (the offline enrollment key and the endorsement it
+//!   writes into a member file).
 //! - `key_id` and `text` (what may be echoed of client input).
 //!
 //! The daemon, the offline tool `sceau-recover`, the fuzz targets and the
@@ -23,6 +25,7 @@
 pub mod armor;
 pub mod credential;
 pub mod duplicate;
+pub mod endorsement;
 pub mod enrollment;
 pub mod envelope;
 pub mod kdf;

@@ -35,9 +35,11 @@ const KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v4\0";
 /// Why a member or recovery public file's text is not a pinned key.
 #[derive(Debug, thiserror::Error)]
 pub enum PinnedKeyError {
-    #[error("{0}")]
+    // Transparent: the tools print each error's chain of sources, and a
+    // "{0}" message with the same error as its source printed it twice.
+    #[error(transparent)]
     Armor(#[from] ArmorError),
-    #[error("{0}")]
+    #[error(transparent)]
     Key(#[from] StorageKeyError),
     #[error("no 'name:' line; pin every key by its Name")]
     Unpinned,
@@ -50,7 +52,7 @@ pub enum PinnedKeyError {
          `sceau srk-public` again and use what it prints"
     )]
     NoSigningKey,
-    #[error("{0}")]
+    #[error(transparent)]
     SigningKey(#[from] SigningKeyError),
     #[error("no 'signing-name:' line; pin the signing key by its Name")]
     SigningUnpinned,

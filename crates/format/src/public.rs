@@ -13,7 +13,7 @@ pub const ALG_ECDAA: u16 = 0x001A;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PublicAreaError {
-    #[error("{0}")]
+    #[error(transparent)]
     Wire(#[from] WireError),
     #[error("unsupported {0}")]
     Unsupported(&'static str),

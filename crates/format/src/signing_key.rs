@@ -125,14 +125,36 @@ impl SigningKey {
 
     /// Checks `signature` (`r ‖ s`, low s) over the SHA-256 `digest`.
     pub fn verify(&self, digest: &[u8; 32], signature: &[u8]) -> Result<(), SignatureError> {
-        let parsed = Signature::from_slice(signature).map_err(|_| SignatureError::Malformed)?;
-        if parsed.normalize_s().is_some() {
-            return Err(SignatureError::HighS);
-        }
-        VerifyingKey::from(&self.point)
-            .verify_prehash(digest, &parsed)
-            .map_err(|_| SignatureError::Invalid)
+        verify_prehash(&self.point, digest, signature)
     }
+}
+
+/// Checks an ECDSA P-256 `signature` (`r ‖ s`, low s) by `point` over the
+/// SHA-256 `digest`: the one verifier of envelope signatures and of member
+/// file endorsements.
+pub fn verify_prehash(
+    point: &PublicKey,
+    digest: &[u8; 32],
+    signature: &[u8],
+) -> Result<(), SignatureError> {
+    let parsed = Signature::from_slice(signature).map_err(|_| SignatureError::Malformed)?;
+    if parsed.normalize_s().is_some() {
+        return Err(SignatureError::HighS);
+    }
+    VerifyingKey::from(point)
+        .verify_prehash(digest, &parsed)
+        .map_err(|_| SignatureError::Invalid)
+}
+
+/// Signs the SHA-256 `digest` in software (RFC 6979 nonces), in the one
+/// encoding sceau accepts: the enrollment key's endorsements, and the
+/// tests' stand-ins for a TPM.
+pub fn sign_prehash(secret: &p256::SecretKey, digest: &[u8; 32]) -> [u8; SIGNATURE_LEN] {
+    use p256::ecdsa::signature::hazmat::PrehashSigner as _;
+    let key = p256::ecdsa::SigningKey::from(secret);
+    let signature: Signature = key.sign_prehash(digest).expect("a 32-byte digest");
+    canonical_signature(&signature.r().to_bytes(), &signature.s().to_bytes())
+        .expect("p256 makes valid signatures")
 }
 
 /// The one encoding sceau writes: `r ‖ s` with s in the lower half. A TPM
@@ -198,11 +220,7 @@ impl SoftwareSigner {
 /// forgers.
 #[cfg(any(test, feature = "test-support"))]
 pub fn sign_in_software(secret: &p256::SecretKey, digest: &[u8; 32]) -> [u8; SIGNATURE_LEN] {
-    use p256::ecdsa::signature::hazmat::PrehashSigner as _;
-    let key = p256::ecdsa::SigningKey::from(secret);
-    let signature: Signature = key.sign_prehash(digest).expect("a 32-byte digest");
-    canonical_signature(&signature.r().to_bytes(), &signature.s().to_bytes())
-        .expect("p256 makes valid signatures")
+    sign_prehash(secret, digest)
 }
 
 #[cfg(test)]

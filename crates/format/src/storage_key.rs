@@ -23,7 +23,7 @@ const DECRYPT: u32 = 1 << 17;
 const SIGN: u32 = 1 << 18;
 /// The parent's symmetric key size: KDFa derives the AES-128 wrapping key.
 pub const PARENT_SYM_BITS: u16 = 128;
-const COORDINATE_LEN: usize = 32;
+pub const COORDINATE_LEN: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageKeyError {

@@ -134,7 +134,7 @@ pub struct Encoded {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterEnvelopeError {
-    #[error("{0}")]
+    #[error(transparent)]
     Wire(#[from] WireError),
     #[error("not a cluster envelope (version 2 or 3)")]
     NotVersion2,

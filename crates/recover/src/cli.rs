@@ -88,6 +88,23 @@ pub const RESPONSE: Flag = Flag::value(
 );
 pub const MEMBER_OUT: Flag =
     Flag::value("--member-out", "FILE", "verify: where the member file goes");
+pub const ENROLLMENT_IDENTITY: Flag = Flag::value(
+    "--enrollment-identity",
+    "FILE",
+    "The enrollment key's private half (mode 0600)",
+)
+.long_help(
+    "enrollment-keygen: created with mode 0600; an existing file is refused.\n\
+     enroll verify: endorses the member file it writes, so that `sceau serve\n\
+     --enrollment-key` admits it. Whoever holds it admits members: keep it\n\
+     on the verifier's offline machine",
+);
+pub const ENROLLMENT_PUBLIC: Flag = Flag::value(
+    "--enrollment-public",
+    "FILE",
+    "The enrollment key's public half, for `sceau serve --enrollment-key`",
+)
+.long_help("If either file exists, nothing is written");
 
 /// The inputs of `recover`, of which at most one is given.
 const INPUTS: [&Flag; 3] = [&ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON];
@@ -101,6 +118,15 @@ pub const RECOVERY_KEYGEN: CommandSpec = CommandSpec {
     usage: "recovery-keygen --identity FILE --public FILE",
     steps: &[],
     flags: &[&IDENTITY, &PUBLIC],
+    notes: "",
+};
+pub const ENROLLMENT_KEYGEN: CommandSpec = CommandSpec {
+    name: "enrollment-keygen",
+    summary: "Create the enrollment key pair that endorses member files (run offline)",
+    about: "Create the enrollment key pair (P-256) whose endorsement `sceau serve --enrollment-key` requires of every member file",
+    usage: "enrollment-keygen --enrollment-identity FILE --enrollment-public FILE",
+    steps: &[],
+    flags: &[&ENROLLMENT_IDENTITY, &ENROLLMENT_PUBLIC],
     notes: "",
 };
 pub const RECOVER: CommandSpec = CommandSpec {
@@ -132,6 +158,7 @@ pub const ENROLL: CommandSpec = CommandSpec {
         &EXPECTED,
         &RESPONSE,
         &MEMBER_OUT,
+        &ENROLLMENT_IDENTITY,
     ],
     notes: sceau_cli::ENROLL_STEPS,
 };
@@ -140,7 +167,7 @@ pub const PROGRAM: Program = Program {
     name: "sceau-recover",
     version: env!("CARGO_PKG_VERSION"),
     about: "sceau-recover: sceau's offline tools; they need no TPM and no tpm2-tss",
-    commands: &[&RECOVERY_KEYGEN, &RECOVER, &ENROLL],
+    commands: &[&RECOVERY_KEYGEN, &RECOVER, &ENROLL, &ENROLLMENT_KEYGEN],
     notes: "",
     options_in_main_help: &[],
     options: &[&sceau_cli::GENERATE],
@@ -156,7 +183,8 @@ recovery-keygen makes the offline recovery key, whose public half `sceau serve
 --recovery-key` wraps every DEK for. recover opens envelopes, an etcd snapshot
 or etcdctl's JSON output with its private half when the TPM is lost. enroll
 challenge and enroll verify are the verifier's side of enrolling a cluster
-member.
+member; enrollment-keygen makes the key with which enroll verify endorses
+the member files it writes.
 ",
         files: &[],
         see_also: &["sceau(8)", "etcdctl(1)"],
@@ -168,6 +196,7 @@ pub enum Command {
     RecoveryKeygen(RecoveryKeygenOptions),
     Recover(RecoverOptions),
     Enroll(EnrollStep),
+    EnrollmentKeygen(EnrollmentKeygenOptions),
     Help(String),
     Version,
     /// `--generate KIND`: the man page or a completion script.
@@ -183,13 +212,23 @@ pub enum EnrollStep {
         challenge_out: PathBuf,
         expected_out: PathBuf,
     },
-    /// Compare, then write the member file.
+    /// Compare, then write the member file, endorsed when an enrollment
+    /// identity is given.
     Verify {
         request: PathBuf,
         expected: PathBuf,
         response: PathBuf,
         member_out: PathBuf,
+        enrollment_identity: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnrollmentKeygenOptions {
+    /// The private half (created 0600, never overwritten).
+    pub identity: PathBuf,
+    /// The public half, for `serve --enrollment-key`.
+    pub public: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,6 +274,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         "recovery-keygen" => recovery_keygen(&matches).map(Command::RecoveryKeygen),
         "recover" => recover(&matches).map(Command::Recover),
         "enroll" => enroll(&matches, step).map(Command::Enroll),
+        "enrollment-keygen" => enrollment_keygen(&matches).map(Command::EnrollmentKeygen),
         other => unreachable!("{other} is in PROGRAM but has no parser"),
     };
     command.map_err(|error| error.in_command(spec.name))
@@ -258,6 +298,13 @@ fn recovery_keygen(m: &Matches) -> Result<RecoveryKeygenOptions, UsageError> {
             "recovery-keygen needs --identity FILE and --public FILE".into(),
         ))),
     }
+}
+
+fn enrollment_keygen(m: &Matches) -> Result<EnrollmentKeygenOptions, UsageError> {
+    Ok(EnrollmentKeygenOptions {
+        identity: required(m, &ENROLLMENT_IDENTITY, "enrollment-keygen")?,
+        public: required(m, &ENROLLMENT_PUBLIC, "enrollment-keygen")?,
+    })
 }
 
 fn recover(m: &Matches) -> Result<RecoverOptions, UsageError> {
@@ -299,9 +346,16 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
                     expected: required(m, &EXPECTED, &format!("enroll {what}"))?,
                     response: required(m, &RESPONSE, &format!("enroll {what}"))?,
                     member_out: required(m, &MEMBER_OUT, &format!("enroll {what}"))?,
+                    enrollment_identity: m.last(&ENROLLMENT_IDENTITY, path)?,
                 })
             })(),
-            &[&REQUEST, &EXPECTED, &RESPONSE, &MEMBER_OUT],
+            &[
+                &REQUEST,
+                &EXPECTED,
+                &RESPONSE,
+                &MEMBER_OUT,
+                &ENROLLMENT_IDENTITY,
+            ],
         ),
         Some(step) => return Err(PROGRAM.unknown_command(&format!("enroll {step}"))),
         None => {
@@ -362,11 +416,19 @@ impl Command {
                 expected,
                 response,
                 member_out,
+                enrollment_identity,
             }) => Args::command("enroll verify")
                 .flag(&REQUEST, path_arg(request))
                 .flag(&EXPECTED, path_arg(expected))
                 .flag(&RESPONSE, path_arg(response))
-                .flag(&MEMBER_OUT, path_arg(member_out)),
+                .flag(&MEMBER_OUT, path_arg(member_out))
+                .optional(
+                    &ENROLLMENT_IDENTITY,
+                    enrollment_identity.as_deref().map(path_arg),
+                ),
+            Self::EnrollmentKeygen(o) => Args::command(ENROLLMENT_KEYGEN.name)
+                .flag(&ENROLLMENT_IDENTITY, path_arg(&o.identity))
+                .flag(&ENROLLMENT_PUBLIC, path_arg(&o.public)),
             Self::Help(_) | Self::Version | Self::Generate(_) => return None,
         };
         Some(args.0)
@@ -401,6 +463,8 @@ mod tests {
             "recover --identity",
             "recover --force=yes --identity id",
             "recovery-keygen --identity id",
+            "enrollment-keygen --enrollment-identity k",
+            "enroll challenge --request r --challenge-out c --expected-out e --enrollment-identity k",
             "enroll challenge --request r --challenge-out c",
             "enroll verify --request r --expected e --response s --member-out m --expected-out x",
             "enroll frobnicate",
@@ -430,6 +494,8 @@ mod tests {
             "recover --identity i --etcd-json=j",
             "enroll challenge --request q --challenge-out c --expected-out e",
             "enroll verify --request q --expected e --response r --member-out m",
+            "enroll verify --request q --expected e --response r --member-out m --enrollment-identity k",
+            "enrollment-keygen --enrollment-identity k --enrollment-public p",
         ]
         .iter()
         .map(|line| parse(&args(line)).unwrap())

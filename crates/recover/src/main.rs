@@ -45,6 +45,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::RecoveryKeygen(options) => commands::recovery_keygen::run(&options)?,
         Command::Recover(options) => commands::recover::run(&options)?,
         Command::Enroll(step) => commands::enroll::run(&step)?,
+        Command::EnrollmentKeygen(options) => commands::enrollment_keygen::run(&options)?,
     }
     Ok(())
 }

@@ -13,12 +13,13 @@ use sceau_format::wrapped::{ClusterEnvelope, ClusterEnvelopeError};
 /// Why the member files cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum MembersError {
-    #[error("reading {path}: {source}")]
+    // The causes are the sources, which the tool prints after the message.
+    #[error("reading {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Member {
         path: PathBuf,
         source: PinnedKeyError,

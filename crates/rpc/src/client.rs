@@ -152,7 +152,7 @@ impl tonic::codegen::Body for ResponseBody {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("{0}")]
+    #[error(transparent)]
     Socket(#[from] std::io::Error),
     #[error("HTTP/2 handshake: {0}")]
     Handshake(#[from] h2::Error),

@@ -168,6 +168,13 @@ impl Tpm {
         key.sign(&mut self.ctx, &self.observer, digest)
     }
 
+    /// The envelope signing key's handle, if the TPM was opened with one:
+    /// for `sceau enroll respond`, which activates a credential bound to
+    /// its Name.
+    pub fn signing_key_handle(&self) -> Option<KeyHandle> {
+        self.signing_key.as_ref().map(EnvelopeSigningKey::handle)
+    }
+
     /// The context and SRK for one-off commands outside the request path
     /// (`sceau enroll respond`); the serving daemon never calls this.
     pub fn context_and_srk(&mut self) -> (&mut Context, &Srk) {

@@ -68,17 +68,25 @@ pub fn endorsement_key_for(
     })
 }
 
-/// TPM2_ActivateCredential: the SRK (password session) is the object the
-/// credential names, the EK (policy session satisfying its PolicySecret on
-/// the endorsement hierarchy) decrypts the seed. Returns the credential.
+/// TPM2_ActivateCredential: `object` (the SRK or the envelope signing key,
+/// password session) is the object the credential names, the EK (policy
+/// session satisfying its PolicySecret on the endorsement hierarchy)
+/// decrypts the seed. Returns the credential.
 pub fn activate_credential(
     ctx: &mut Context,
-    srk: KeyHandle,
+    object: KeyHandle,
     ek: &EndorsementKey,
     credential_blob: &[u8],
     secret: &[u8],
 ) -> Result<Zeroizing<Vec<u8>>, TpmError> {
-    activate_credential_for(ctx, srk, AuthSession::Password, ek, credential_blob, secret)
+    activate_credential_for(
+        ctx,
+        object,
+        AuthSession::Password,
+        ek,
+        credential_blob,
+        secret,
+    )
 }
 
 /// TPM2_ActivateCredential for any loaded `object` with an empty authValue,

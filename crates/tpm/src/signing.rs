@@ -56,6 +56,10 @@ impl EnvelopeSigningKey {
         })
     }
 
+    pub fn handle(&self) -> KeyHandle {
+        self.handle
+    }
+
     /// The public area as a marshalled TPM2B_PUBLIC, the member file's
     /// second block.
     pub fn tpm2b_public(&self) -> Result<Vec<u8>, TpmError> {

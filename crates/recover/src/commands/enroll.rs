@@ -2,11 +2,12 @@
 //! enrollment; the member's side is `sceau enroll request|respond`.
 
 use anyhow::Context as _;
+use sceau_format::endorsement::EnrollmentIdentity;
 use sceau_format::key_id::{KeyId, hex};
 use sceau_format::members::member_file;
 use sceau_recover::cli::EnrollStep;
 
-use super::write_new;
+use super::{read_private, write_new};
 
 pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
     use sceau_format::enrollment::{self, Request};
@@ -37,19 +38,42 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
             expected,
             response,
             member_out,
+            enrollment_identity,
         } => {
+            // Read before any check, so that a wrong path fails first.
+            let identity = enrollment_identity
+                .as_deref()
+                .map(|path| {
+                    EnrollmentIdentity::parse(&read_private(path, "enrollment")?)
+                        .with_context(|| format!("reading {}", path.display()))
+                })
+                .transpose()?;
             let parsed = Request::parse(&read(request)?)?;
             enrollment::verify(&parsed, &read(expected)?, &read(response)?)?;
             let node_key_id = KeyId::from_srk_name(parsed.member.srk.name());
-            write_new(
-                member_out,
-                0o644,
-                member_file(&parsed.member, &node_key_id).as_bytes(),
-            )?;
+            let mut text = member_file(&parsed.member, &node_key_id);
+            match &identity {
+                Some(identity) => {
+                    text.push_str(&identity.endorse(&parsed.member, parsed.ek.name()))
+                }
+                None => eprintln!(
+                    "warning: the member file is not endorsed (no --enrollment-identity): a node \
+                     started with `sceau serve --enrollment-key` refuses it"
+                ),
+            }
+            write_new(member_out, 0o644, text.as_bytes())?;
             eprintln!(
-                "enrolled: SRK {} shares a TPM with EK {}",
+                "enrolled: SRK {} and signing key {} share a TPM with EK {}{}",
                 hex(parsed.member.srk.name()),
-                hex(parsed.ek.name())
+                hex(parsed.member.signing.name()),
+                hex(parsed.ek.name()),
+                match &identity {
+                    Some(identity) => format!(
+                        "; endorsed by enrollment key {}",
+                        hex(identity.public().name())
+                    ),
+                    None => String::new(),
+                }
             );
         }
     }

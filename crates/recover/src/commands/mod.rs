@@ -2,6 +2,7 @@
 //! dispatches here. `anyhow` is used from here up only.
 
 pub mod enroll;
+pub mod enrollment_keygen;
 pub mod recover;
 pub mod recovery_keygen;
 
@@ -18,4 +19,77 @@ pub(crate) fn write_new(path: &std::path::Path, mode: u32, bytes: &[u8]) -> anyh
         .open(path)
         .and_then(|mut file| file.write_all(bytes))
         .with_context(|| format!("creating {}", path.display()))
+}
+
+/// Writes a new key pair: `identity` (mode 0600), then `public`. Never
+/// overwrites a file, and never leaves one half without the other: an
+/// identity whose public file was not written would be a private key nobody
+/// knows to keep. `flags` name the two paths in errors.
+pub(crate) fn write_key_pair(
+    flags: [&str; 2],
+    identity: (&std::path::Path, &[u8]),
+    public: (&std::path::Path, &[u8]),
+) -> anyhow::Result<()> {
+    if identity.0 == public.0 {
+        anyhow::bail!(
+            "{} and {} name the same file; give two different paths",
+            flags[0],
+            flags[1]
+        );
+    }
+    // Checked before anything is written; O_EXCL below still settles a race.
+    for path in [identity.0, public.0] {
+        if path.symlink_metadata().is_ok() {
+            anyhow::bail!(
+                "{} already exists; a key is never overwritten: move it away or choose another path",
+                path.display()
+            );
+        }
+    }
+    write_new(identity.0, 0o600, identity.1)?;
+    if let Err(error) = write_new(public.0, 0o644, public.1) {
+        // The identity was created by this run (O_EXCL), so it is ours to
+        // remove; a failure to do so is reported with the first error.
+        return Err(match std::fs::remove_file(identity.0) {
+            Ok(()) => error.context(format!(
+                "no key written ({} removed again)",
+                identity.0.display()
+            )),
+            Err(removal) => error.context(format!(
+                "{} was written but could not be removed ({removal}): delete it by hand",
+                identity.0.display()
+            )),
+        });
+    }
+    Ok(())
+}
+
+/// Reads a private key file (`what`: "recovery", "enrollment"), refusing
+/// one that group or others can access: a loose mode is how a copy of it
+/// leaks. The mode is taken from the opened file, not the path, so it is the
+/// mode of the bytes read.
+pub(crate) fn read_private(
+    path: &std::path::Path,
+    what: &str,
+) -> anyhow::Result<zeroize::Zeroizing<String>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mode = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        anyhow::bail!(
+            "{path} holds the {what} private key but has mode {mode:04o} (group or others have access): run `chmod 600 {path}` and check who may have copied it",
+            path = path.display(),
+            mode = mode & 0o7777,
+        );
+    }
+    let mut text = zeroize::Zeroizing::new(String::new());
+    file.read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(text)
 }

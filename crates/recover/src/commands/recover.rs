@@ -7,13 +7,15 @@ use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_recover::cli::{RecoverInput, RecoverOptions};
 use sceau_recover::verify::{Checked, check, read_members};
 
+use super::read_private;
+
 /// No TPM, no sandbox; an offline operator tool.
 pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
     use std::io::{IsTerminal as _, Read as _, Write as _};
     if std::io::stdout().is_terminal() && !options.force {
         bail!("refusing to write plaintext to a terminal; redirect the output or pass --force");
     }
-    let identity = RecoveryIdentity::parse(&read_identity(&options.identity)?)?;
+    let identity = RecoveryIdentity::parse(&read_private(&options.identity, "recovery")?)?;
     let known = read_members(&options.members)?;
     if known.is_none() {
         eprintln!(
@@ -50,33 +52,6 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Reads the recovery identity, refusing a file that group or others can
-/// access: it holds the key that opens every envelope, and a loose mode is
-/// how a copy of it leaks. The mode is taken from the opened file, not the
-/// path, so it is the mode of the bytes read.
-fn read_identity(path: &std::path::Path) -> anyhow::Result<zeroize::Zeroizing<String>> {
-    use std::io::Read as _;
-    use std::os::unix::fs::PermissionsExt as _;
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let mode = file
-        .metadata()
-        .with_context(|| format!("reading {}", path.display()))?
-        .permissions()
-        .mode();
-    if mode & 0o077 != 0 {
-        bail!(
-            "{path} holds the recovery private key but has mode {mode:04o} (group or others have access): run `chmod 600 {path}` and check who may have copied it",
-            path = path.display(),
-            mode = mode & 0o7777,
-        );
-    }
-    let mut text = zeroize::Zeroizing::new(String::new());
-    file.read_to_string(&mut text)
-        .with_context(|| format!("reading {}", path.display()))?;
-    Ok(text)
 }
 
 /// A raw ciphertext, or a whole stored etcd value (`k8s:enc:kms:v2:…`), which

@@ -16,7 +16,7 @@ pub const ECC_NIST_P256: u16 = 0x0003;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StructureError {
-    #[error("{0}")]
+    #[error(transparent)]
     Wire(#[from] WireError),
     #[error("unsupported {0}")]
     Unsupported(&'static str),
