@@ -1,5 +1,5 @@
 //! The envelope parser (`Envelope::parse`, `crates/format/src/envelope.rs`,
-//! both versions) and the blob checks behind version 1
+//! versions 1, 2 and 3) and the blob checks behind version 1
 //! (`LoadableObject::from_blobs`, which unmarshals the public blob with
 //! tpm2-tss), fed arbitrary bytes as a Decrypt request's ciphertext with no
 //! annotations.
@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use libfuzzer_sys::fuzz_target;
 use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
 use sceau_format::sealed::{SealedBlobs, VERSION_SEALED};
-use sceau_format::wrapped::{ClusterEnvelope, Encoded, VERSION_CLUSTER};
+use sceau_format::wrapped::{ClusterEnvelope, Encoded, VERSION_CLUSTER, VERSION_SIGNED};
 use sceau_tpm::sealed::{LoadableObject, blobs_from_created};
 
 fuzz_target!(|data: &[u8]| {
@@ -32,9 +32,23 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// A version 2 envelope with its recipients inline: it too has one encoding.
+/// A cluster envelope (version 2, or 3 with its signer and signature) with
+/// its recipients inline: it too has one encoding.
 fn check_wrapped(data: &[u8], envelope: ClusterEnvelope) {
-    let encoded = envelope.encode().expect("an accepted envelope encodes");
+    let unsigned = ClusterEnvelope {
+        signature: None,
+        ..envelope.clone()
+    };
+    let encoded = match &envelope.signature {
+        None => unsigned.encode().expect("an accepted envelope encodes"),
+        Some(signed) => {
+            let signer = envelope.recipients[signed.signer].name;
+            unsigned
+                .encode_for_signing(&signer)
+                .expect("an accepted envelope encodes")
+                .finish(&signed.signature)
+        }
+    };
     assert_eq!(
         encoded,
         Encoded {
@@ -68,7 +82,7 @@ fn check_rejected(data: &[u8], error: &EnvelopeError) {
         EnvelopeError::TooLong(len) => assert!(len == data.len() && len > MAX_CIPHERTEXT_LEN),
         EnvelopeError::UnknownVersion(version) => {
             assert_eq!(data.first(), Some(&version));
-            assert!(version != VERSION_SEALED && version != VERSION_CLUSTER);
+            assert!(![VERSION_SEALED, VERSION_CLUSTER, VERSION_SIGNED].contains(&version));
             assert!(data.len() <= MAX_CIPHERTEXT_LEN);
         }
         EnvelopeError::AnnotationsOnSealed => panic!("refused annotations it was not given"),
@@ -77,7 +91,10 @@ fn check_rejected(data: &[u8], error: &EnvelopeError) {
             assert!(data.len() <= MAX_CIPHERTEXT_LEN);
         }
         EnvelopeError::Wrapped(_) => {
-            assert_eq!(data.first(), Some(&VERSION_CLUSTER));
+            assert!(matches!(
+                data.first(),
+                Some(&VERSION_CLUSTER | &VERSION_SIGNED)
+            ));
             assert!(data.len() <= MAX_CIPHERTEXT_LEN);
         }
     }
