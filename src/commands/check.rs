@@ -83,7 +83,7 @@ struct CheckReport {
 #[derive(Debug, thiserror::Error)]
 enum CheckError {
     #[error("cannot connect: {0}")]
-    Connect(#[from] ConnectError),
+    Connect(ConnectError),
     #[error("{call} failed: {status}")]
     Call {
         call: &'static str,
@@ -94,6 +94,10 @@ enum CheckError {
     #[error("Decrypt returned different bytes than were encrypted")]
     Mismatch,
 }
+
+sceau_format::inner_errors!(CheckError {
+    Connect(ConnectError),
+});
 
 /// Status, then Encrypt and Decrypt of a fresh random 32-byte DEK.
 async fn check(path: &Path) -> Result<CheckReport, CheckError> {

@@ -41,9 +41,9 @@ pub const DIGEST_LEN: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {
     #[error("malformed import blob: {0}")]
-    Wire(#[from] WireError),
+    Wire(WireError),
     #[error("malformed ephemeral key: {0}")]
-    Point(#[from] StorageKeyError),
+    Point(StorageKeyError),
     #[error("integrity check failed: the entry was not made for this key and object")]
     Integrity,
     #[error("the sealed object's public area does not match its sensitive area")]
@@ -51,6 +51,11 @@ pub enum ImportError {
     #[error("not a sceau sealed-data object: {0}")]
     NotSealedObject(&'static str),
 }
+
+crate::inner_errors!(ImportError {
+    Wire(WireError),
+    Point(StorageKeyError),
+});
 
 /// One recipient's share: the two TPM2_Import inputs besides the public area
 /// (for a credential: TPM2_ActivateCredential's credentialBlob and secret).

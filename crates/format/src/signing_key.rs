@@ -32,10 +32,12 @@ pub const SIGNATURE_LEN: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SigningKeyError {
+    // The cause is in the message, not a source: the tools print the chain
+    // of sources, and it would be printed twice (`inner_errors!`).
     #[error("malformed TPM2B_PUBLIC: {0}")]
-    Wire(#[from] WireError),
+    Wire(WireError),
     #[error("malformed TPM2B_PUBLIC: {0}")]
-    Public(#[from] PublicAreaError),
+    Public(PublicAreaError),
     #[error("not an envelope signing key: not an ECC key")]
     NotEcc,
     #[error(
@@ -46,8 +48,14 @@ pub enum SigningKeyError {
     #[error("not an envelope signing key: it has an authPolicy")]
     Policy,
     #[error("not an envelope signing key: {0}")]
-    Point(#[from] StorageKeyError),
+    Point(StorageKeyError),
 }
+
+crate::inner_errors!(SigningKeyError {
+    Wire(WireError),
+    Public(PublicAreaError),
+    Point(StorageKeyError),
+});
 
 /// Why a signature does not stand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -283,5 +291,21 @@ mod tests {
         assert!(SigningKey::from_tpm2b_public(&schnorr).is_err());
         let srk = crate::storage_key::StorageKey::from_point(&secret().public_key());
         assert!(SigningKey::from_tpm2b_public(&srk.to_tpm2b_public()).is_err());
+    }
+
+    /// A malformed public area's cause is printed once: it was printed
+    /// twice when the error was both in the message and the source.
+    #[test]
+    fn errors_name_their_cause_once() {
+        use crate::storage_key::StorageKey;
+        for bytes in [&[][..], &[0, 4, 0, 0x23, 0, 0x0b][..]] {
+            let signing = SigningKey::from_tpm2b_public(bytes).unwrap_err();
+            let storage = StorageKey::from_tpm2b_public(bytes).unwrap_err();
+            let errors: [&dyn std::error::Error; 2] = [&signing, &storage];
+            for error in errors {
+                let printed = crate::as_printed(error);
+                assert_eq!(printed, error.to_string(), "{printed}");
+            }
+        }
     }
 }

@@ -27,10 +27,12 @@ pub const COORDINATE_LEN: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageKeyError {
+    // The cause is in the message, not a source: the tools print the chain
+    // of sources, and it would be printed twice (`inner_errors!`).
     #[error("malformed TPM2B_PUBLIC: {0}")]
-    Wire(#[from] WireError),
+    Wire(WireError),
     #[error("malformed TPM2B_PUBLIC: {0}")]
-    Public(#[from] PublicAreaError),
+    Public(PublicAreaError),
     #[error("not a storage key: not an ECC key")]
     NotEcc,
     #[error("not a storage key: attributes {0:#010x} lack restricted+decrypt or have sign")]
@@ -38,6 +40,11 @@ pub enum StorageKeyError {
     #[error("the ECC point is not on the P-256 curve")]
     BadPoint,
 }
+
+crate::inner_errors!(StorageKeyError {
+    Wire(WireError),
+    Public(PublicAreaError),
+});
 
 /// A parsed, validated storage key public and its TPM Name.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -170,16 +170,28 @@ pub enum ClusterEnvelopeError {
 }
 
 impl ClusterEnvelope {
-    /// Sorts the recipients into canonical order and encodes an unsigned
-    /// version 2 envelope, inline when the ciphertext stays within 1 KiB,
-    /// else with the recipients in an annotation. sceau no longer writes
-    /// these; the tests make them as envelopes of the past and as forgeries.
-    pub fn encode(self) -> Result<Encoded, ClusterEnvelopeError> {
-        let (ciphertext, annotations) = self.encode_parts(VERSION_CLUSTER, None)?;
-        Ok(Encoded {
-            ciphertext,
-            annotations,
-        })
+    /// Sorts the recipients into canonical order and encodes the envelope
+    /// as it stands: with a signature (as `parse` read one), the version 3
+    /// envelope of that signer and signature; without, an unsigned version 2
+    /// one, which sceau no longer writes (the tests make them as envelopes
+    /// of the past and as forgeries). Inline when the ciphertext stays
+    /// within 1 KiB, else with the recipients in an annotation.
+    pub fn encode(mut self) -> Result<Encoded, ClusterEnvelopeError> {
+        let Some(signed) = self.signature.take() else {
+            let (ciphertext, annotations) = self.encode_parts(VERSION_CLUSTER, None)?;
+            return Ok(Encoded {
+                ciphertext,
+                annotations,
+            });
+        };
+        let signer = self
+            .recipients
+            .get(signed.signer)
+            .ok_or(ClusterEnvelopeError::SignerNotAMember(
+                self.recipients.len(),
+            ))?
+            .name;
+        Ok(self.encode_for_signing(&signer)?.finish(&signed.signature))
     }
 
     /// A version 3 envelope up to its signature, signed by the member whose

@@ -332,3 +332,20 @@ fn a_pin_that_does_not_match_is_escaped_in_the_error() {
         assert!(!message.chars().any(char::is_control), "{message:?}");
     }
 }
+
+/// A parsed signed envelope encodes back to exactly what was signed, inline
+/// and annotated: `encode` keeps its signer and signature.
+#[test]
+fn a_signed_envelope_encodes_back_to_itself() {
+    let all = nodes(5);
+    for count in [2, 5] {
+        let encoded = encrypt(&all[0], &all[..count], Some(&recovery_key()), &[7; 32]);
+        let Ok(Envelope::Wrapped(envelope)) =
+            Envelope::parse(&encoded.ciphertext, &encoded.annotations)
+        else {
+            panic!("a signed cluster envelope parses");
+        };
+        assert!(envelope.signature.is_some());
+        assert_eq!(envelope.encode().unwrap(), encoded);
+    }
+}
