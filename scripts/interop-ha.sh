@@ -10,6 +10,21 @@
 # every sceau also wraps for an offline recovery key from
 # `sceau-recover recovery-keygen`. Then:
 #
+#   0. the upgrade of docs/ha.md ("Upgrading a cluster to signed envelopes"),
+#      as an operator runs it: the cluster starts on the previous release
+#      (the last sceau before signed envelopes, built once from this clone's
+#      history into the interop cache), which writes two Secrets as version 2
+#      envelopes; this sceau refuses the old member files with a line naming
+#      `sceau srk-public`; with the new member files and
+#      --accept-unsigned-envelopes, each node in turn is upgraded and its
+#      kube-apiserver restarted, and the old Secrets read back through it; the
+#      three agree on the new key_id; `sceau-recover recover --members` names
+#      both unsigned envelopes; one Secret is rewritten (GET, PUT) and the
+#      recovery then names only the other; the flag is dropped, node by node:
+#      the rewritten Secret still reads everywhere, the one left unsigned is
+#      refused (HTTP 500, and sceau's log line of the refusal names the
+#      flag) and is then deleted in etcd, as an operator who kept it would
+#      restore it instead;
 #   1. the three sceau report one key_id, the one each logged for its
 #      membership; the Secret written through a is stored in etcd under
 #      k8s:enc:kms:v2:sceau:, names that key_id and holds no plaintext;
@@ -34,20 +49,69 @@ source scripts/lib-apiserver.sh
 
 node_names=(a b c)
 nodes=("${!node_names[@]}")
+
+# The release a cluster upgrades to signed envelopes from: the last sceau that
+# wrote version 2 envelopes and member files with the SRK alone.
+previous_release=b78d3efb4e8600fcf023ff441e48b84d204332c1
+# build_previous_sceau: that release's sceau, built once into the interop
+# cache (keyed by its commit) from this clone's history; sets previous_sceau,
+# or leaves it empty if the clone lacks that commit (a shallow clone).
+build_previous_sceau() {
+    local cache=${SCEAU_INTEROP_CACHE:-$HOME/.cache/sceau-interop} src t1=$SECONDS
+    previous_sceau="$cache/sceau-${previous_release:0:12}/sceau"
+    [ -x "$previous_sceau" ] && return 0
+    if ! git cat-file -e "$previous_release^{commit}" 2>/dev/null; then
+        echo "SKIP upgrade-from-unsigned-envelopes: commit $previous_release is not in this clone (shallow?); clone with history to run it"
+        previous_sceau=""
+        return 0
+    fi
+    echo "== building the previous release's sceau ($previous_release) into $cache"
+    src=$(mktemp -d "$tmp/previous-release.XXXXXX")
+    git archive "$previous_release" | tar -x -C "$src"
+    # A target directory of its own: the two releases' workspace crates have
+    # the same names and paths, and cargo tells them apart by file times, which
+    # an archive's extraction sets to the commit's.
+    cargo build --locked --quiet --manifest-path "$src/Cargo.toml" --target-dir "$src/target" --bin sceau
+    mkdir -p "${previous_sceau%/*}"
+    cp "$src/target/debug/sceau" "$previous_sceau.partial"
+    mv "$previous_sceau.partial" "$previous_sceau"
+    rm -rf "$src"
+    echo "   built in $((SECONDS - t1)) s"
+}
+
 start_rig sceau-ha
+build_previous_sceau
 start_etcd
 start_swtpms
 
-# ---------------------------------------------------------------- cluster mode
 members="$tmp/members"
 mkdir "$members"
+target/debug/sceau-recover recovery-keygen --identity "$tmp/recovery.identity" --public "$tmp/recovery.pub" 2>"$tmp/recovery-keygen.log"
+# The rig's swtpm serves one client at a time, so every member file is
+# written before a sceau holds its TPM; on a node, `sceau srk-public` runs
+# beside the serving daemon.
 for i in "${nodes[@]}"; do
     target/debug/sceau srk-public --tcti "$(tcti "$i")" >"$members/${node_names[i]}.pub"
 done
-target/debug/sceau-recover recovery-keygen --identity "$tmp/recovery.identity" --public "$tmp/recovery.pub" 2>"$tmp/recovery-keygen.log"
-echo "== members: $(cd "$members" && echo *.pub); $(cat "$tmp/recovery-keygen.log")"
 sceau_serve_args=(--members "$members" --recovery-key "$tmp/recovery.pub")
-start_sceaus
+
+# read_through_all NAME SECRET VALUE_B64: SECRET reads back through every node,
+# each of which has made at least 1 successful Decrypt since it started.
+read_through_all() {
+    local i
+    for i in "${nodes[@]}"; do
+        check_read "$i" "$1-through-${node_names[i]}" "$2" "$3" 1
+    done
+}
+# recover_json NAME: `sceau-recover recover --members` over an etcdctl JSON
+# export of the Secrets as they are now; leaves its stdout, stderr and exit
+# status in $tmp/NAME.out, $tmp/NAME.err and recover_status.
+recover_json() {
+    "$bin/etcdctl" --endpoints "$etcd_url" get --prefix /registry/secrets -w json >"$tmp/$1.json"
+    recover_status=0
+    target/debug/sceau-recover recover --identity "$tmp/recovery.identity" --members "$members" \
+        --etcd-json "$tmp/$1.json" >"$tmp/$1.out" 2>"$tmp/$1.err" || recover_status=$?
+}
 
 # check_key_ids NAME: every sceau answers `sceau check` with one key_id, the
 # one it logged as "cluster mode: key_id ..." (the latest start's line);
@@ -70,11 +134,142 @@ check_key_ids() {
         fail "$1" "${report%;}"
     fi
 }
+# ---------------------------------------------------------------- upgrade
+if [ -n "$previous_sceau" ]; then
+    echo "== the previous release: $("$previous_sceau" --version 2>&1 | head -n 1)"
+    members_v2="$tmp/members-v2"
+    mkdir "$members_v2"
+    for i in "${nodes[@]}"; do
+        "$previous_sceau" srk-public --tcti "$(tcti "$i")" >"$members_v2/${node_names[i]}.pub"
+    done
+    # This sceau refuses a member file without a signing key, naming it and
+    # the command that writes a new one.
+    refusal=$(timeout 30 target/debug/sceau serve --socket "$tmp/refused.sock" --tcti "$(tcti 0)" \
+        --members "$members_v2" --recovery-key "$tmp/recovery.pub" 2>&1) && refused_status=0 || refused_status=$?
+    if [ "$refused_status" -ne 0 ] && [ "$refused_status" -ne 124 ] &&
+        grep -qF "$members_v2/a.pub" <<<"$refusal" && grep -qF "sceau srk-public" <<<"$refusal"; then
+        pass "old-member-file-refused (exit $refused_status: $(grep -aF srk-public <<<"$refusal" | head -n 1 | head -c 240))"
+    else
+        fail old-member-file-refused "exit $refused_status: $(head -c 300 <<<"$refusal")"
+    fi
+
+    sceau_bin=$previous_sceau
+    sceau_serve_args=(--members "$members_v2" --recovery-key "$tmp/recovery.pub")
+    start_sceaus
+    old_key_id=$(key_id 0)
+    start_apiservers
+    create_namespace 0
+    secret_old=sceau-ha-unsigned-rewritten
+    plaintext_old="sceau-plaintext-old-$(openssl rand -hex 12)"
+    value_old=$(printf %s "$plaintext_old" | base64 -w0)
+    secret_stale=sceau-ha-unsigned-left
+    value_stale=$(printf %s "sceau-plaintext-stale-$(openssl rand -hex 12)" | base64 -w0)
+    create_secret 0 create-secret-on-previous-release "$secret_old" "$value_old"
+    create_secret 0 create-second-secret-on-previous-release "$secret_stale" "$value_stale"
+    check_etcd_raw etcd-raw-previous-release "$secret_stale" "$(base64 -d <<<"$value_stale")"
+    check_read 1 read-previous-release-secret-through-b "$secret_old" "$value_old" 1
+
+    echo "== upgrading node by node, with --accept-unsigned-envelopes"
+    sceau_bin=target/debug/sceau
+    sceau_serve_args=(--members "$members" --recovery-key "$tmp/recovery.pub" --accept-unsigned-envelopes)
+    for n in "${nodes[@]}"; do
+        name=${node_names[n]}
+        stop "${sceau_pids[n]}" 10
+        if ! start_sceau "$n" || ! restart_apiserver "$n"; then
+            fail "upgrade-$name" "sceau or kube-apiserver $name did not come back"
+            continue
+        fi
+        # Its kube-apiserver restarted with an empty DEK cache: the read is a
+        # Decrypt of a version 2 envelope by the new sceau.
+        check_read "$n" "read-unsigned-after-upgrading-$name" "$secret_old" "$value_old" 1
+    done
+    check_key_ids key-id-same-after-upgrade
+    if [ -n "$cluster_key_id" ] && [ "key_id=$cluster_key_id" != "$old_key_id" ]; then
+        pass "key-id-changed-by-upgrade (${old_key_id#key_id=} -> $cluster_key_id: the signing keys are named)"
+    else
+        fail key-id-changed-by-upgrade "before ${old_key_id:-none}, after ${cluster_key_id:-no agreement}"
+    fi
+
+    recover_json recover-before-rewrite
+    if [ "$recover_status" -ne 0 ] && grep -q "FAILED /registry/secrets/$ns/$secret_old: .*unsigned" "$tmp/recover-before-rewrite.err" &&
+        grep -q "FAILED /registry/secrets/$ns/$secret_stale: .*unsigned" "$tmp/recover-before-rewrite.err"; then
+        pass "recover-names-unsigned (exit $recover_status; $(grep -c FAILED "$tmp/recover-before-rewrite.err") FAILED, e.g. $(grep -m1 FAILED "$tmp/recover-before-rewrite.err" | head -c 200))"
+    else
+        fail recover-names-unsigned "exit $recover_status: $(head -c 400 "$tmp/recover-before-rewrite.err" | tr '\n' ' ')"
+    fi
+
+    # rewrite_secret NAME SECRET: GET, then PUT the same object through a. The
+    # stored value names the old key_id, so it reads as stale and the
+    # unchanged object is written again, through the new key_id's DEK seed.
+    rewrite_secret() {
+        local got put
+        got=$(apicurl 0 GET "/api/v1/namespaces/$ns/secrets/$2")
+        put=$(apicurl 0 PUT "/api/v1/namespaces/$ns/secrets/$2" "$(sed '$d' <<<"$got")")
+        if [ "$(tail -n 1 <<<"$put")" = 200 ]; then
+            pass "$1 (GET $(tail -n 1 <<<"$got"), PUT 200 through a)"
+        else
+            fail "$1" "GET $(tail -n 1 <<<"$got"), PUT $(tail -n 1 <<<"$put"): $(sed '$d' <<<"$put" | head -c 300)"
+        fi
+    }
+    # A forgotten Secret is what the check after the rewrite is for.
+    rewrite_secret rewrite-first-secret "$secret_old"
+    recover_json recover-after-partial-rewrite
+    if [ "$recover_status" -ne 0 ] && grep -q "FAILED /registry/secrets/$ns/$secret_stale" "$tmp/recover-after-partial-rewrite.err" &&
+        ! grep -q "/registry/secrets/$ns/$secret_old" "$tmp/recover-after-partial-rewrite.err"; then
+        pass "recover-names-the-forgotten-secret (exit $recover_status; $(grep -m1 FAILED "$tmp/recover-after-partial-rewrite.err" | head -c 160))"
+    else
+        fail recover-names-the-forgotten-secret "exit $recover_status: $(head -c 400 "$tmp/recover-after-partial-rewrite.err" | tr '\n' ' ')"
+    fi
+    rewrite_secret rewrite-second-secret "$secret_stale"
+    recover_json recover-after-rewrite
+    if [ "$recover_status" -eq 0 ] && ! grep -qE "FAILED|UNVERIFIED" "$tmp/recover-after-rewrite.err" &&
+        grep -qaF -e "$plaintext_old" -e "$value_old" "$tmp/recover-after-rewrite.out" &&
+        grep -qaF -e "$value_stale" "$tmp/recover-after-rewrite.out"; then
+        pass "recover-after-rewrite (exit 0, both Secrets open verified: $(tail -n 1 "$tmp/recover-after-rewrite.err"))"
+    else
+        fail recover-after-rewrite "exit $recover_status: $(head -c 400 "$tmp/recover-after-rewrite.err" | tr '\n' ' ')"
+    fi
+
+    echo "== dropping --accept-unsigned-envelopes, node by node"
+    sceau_serve_args=(--members "$members" --recovery-key "$tmp/recovery.pub")
+    for n in "${nodes[@]}"; do
+        if ! restart_sceau "$n" || ! restart_apiserver "$n"; then
+            fail "drop-accept-unsigned-${node_names[n]}" "sceau or kube-apiserver ${node_names[n]} did not come back"
+        fi
+    done
+    read_through_all read-rewritten-without-accept-unsigned "$secret_old" "$value_old"
+    read_through_all read-second-rewritten-without-accept-unsigned "$secret_stale" "$value_stale"
+
+    # The version 2 value saved before the rewrite, put back in etcd (a
+    # restored backup, or a forger's write: through etcd's own JSON gateway,
+    # which carries bytes in base64) is refused now.
+    key="/registry/secrets/$ns/$secret_stale"
+    curl -s --max-time 10 -o /dev/null "$etcd_url/v3/kv/put" \
+        -d "{\"key\":\"$(printf %s "$key" | base64 -w0)\",\"value\":\"$(base64 -w0 <"$tmp/raw-$secret_stale")\"}"
+    got=$(apicurl 1 GET "/api/v1/namespaces/$ns/secrets/$secret_stale")
+    refused_log=$(grep -a "refused a cluster envelope: the envelope is unsigned" "$(node_file 1 sceau log)" | tail -n 1 || true)
+    if [ "$(tail -n 1 <<<"$got")" = 500 ] && grep -qF -- --accept-unsigned-envelopes <<<"$refused_log"; then
+        pass "unsigned-refused-without-accept-unsigned (HTTP 500 through b; sceau b: ${refused_log:0:200})"
+    else
+        fail unsigned-refused-without-accept-unsigned "HTTP $(tail -n 1 <<<"$got"), sceau b logged: ${refused_log:-nothing}"
+    fi
+    # A kube-apiserver that restarts while one Secret cannot be decrypted
+    # never becomes ready (its watch cache cannot list Secrets): gone before
+    # the checks below restart them.
+    "$bin/etcdctl" --endpoints "$etcd_url" del "$key" >/dev/null
+else
+    start_sceaus
+    start_apiservers
+    create_namespace 0
+fi
+
+# ---------------------------------------------------------------- cluster mode
+echo "== members: $(cd "$members" && echo *.pub); $(cat "$tmp/recovery-keygen.log")"
+
 check_key_ids key-id-same-on-all-members
 first_key_id=$(key_id 0)
 first_key_id=${first_key_id#key_id=} # a's, should the others disagree
 
-start_apiservers
 for i in "${nodes[@]}"; do
     check_readyz "$i" "readyz-kms-providers-${node_names[i]}"
 done
@@ -83,7 +278,6 @@ done
 secret_a=sceau-ha-through-a
 plaintext_a="sceau-plaintext-a-$(openssl rand -hex 12)"
 value_a=$(printf %s "$plaintext_a" | base64 -w0)
-create_namespace 0
 create_secret 0 create-secret-through-a "$secret_a" "$value_a"
 check_etcd_raw etcd-raw-a "$secret_a" "$plaintext_a"
 if [ -n "$first_key_id" ] && grep -qaF "$first_key_id" "$tmp/raw-$secret_a"; then
@@ -177,7 +371,7 @@ check_recover() {
         fail "$1" "sceau-recover recover $2 exited non-zero: $(head -c 300 "$err" | tr '\n' ' ')"
         return
     fi
-    for secret in "$secret_a:$plaintext_a" "$secret_c:$plaintext_c"; do
+    for secret in "$secret_a:$plaintext_a" "$secret_c:$plaintext_c" ${secret_old:+"$secret_old:$plaintext_old"}; do
         plaintext=${secret#*:}
         secret=${secret%%:*}
         value=$(printf %s "$plaintext" | base64 -w0)

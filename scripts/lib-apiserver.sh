@@ -21,6 +21,7 @@ swtpm_pids=()
 tpm_ports=()
 sceau_pids=()
 sceau_serve_args=() # extra `sceau serve` arguments for every node (cluster mode)
+sceau_bin=target/debug/sceau # the sceau start_sceau serves with (an upgrade test runs an older one first)
 api_ports=()
 apiserver_pids=()
 apiserver_starts=()
@@ -203,7 +204,7 @@ start_sceau() { # start_sceau I: serves node I's swtpm on its socket; waits unti
     local i=$1 socket log
     socket=$(node_file "$i" kms sock)
     log=$(node_file "$i" sceau log)
-    target/debug/sceau serve --socket "$socket" --tcti "$(tcti "$i")" "${sceau_serve_args[@]}" >>"$log" 2>&1 &
+    "$sceau_bin" serve --socket "$socket" --tcti "$(tcti "$i")" "${sceau_serve_args[@]}" >>"$log" 2>&1 &
     sceau_pids[i]=$!
     for _ in $(seq 200); do
         [ -S "$socket" ] && kill -0 "${sceau_pids[i]}" 2>/dev/null &&
