@@ -168,6 +168,7 @@ fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmCo
         parameter_encryption,
         observer: Observer::none(),
         envelope_signing_key: false,
+        boot_policy: None,
     }
 }
 
@@ -490,6 +491,7 @@ fn modelled_hardware(tmp: &TempDir) {
             parameter_encryption: ParameterEncryption::SaltedSession,
             observer: Observer::none(),
             envelope_signing_key: false,
+            boot_policy: None,
         };
         let opened = Instant::now();
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");

@@ -13,6 +13,7 @@ use sceau_cli::{
 pub use sceau_cli::{Generate, UsageError, utf8_args};
 
 use crate::sandbox::Enforcement;
+use sceau_format::pcr_policy::PcrSelection;
 use sceau_tpm::Tcti;
 
 pub const DEFAULT_SOCKET: &str = "/run/sceau/kms.sock";
@@ -174,6 +175,33 @@ pub const CHALLENGE: Flag = Flag::value(
     "FILE",
     "respond: the file `sceau-recover enroll challenge` wrote",
 );
+pub const POLICY_KEY: Flag = Flag::value(
+    "--policy-key",
+    "FILE",
+    "Seal every DEK to this PCR policy signing key (PEM, P-256 or RSA-2048)",
+)
+.long_help(
+    "Boot-state binding (docs/boot-binding.md): a DEK then opens only in a\n\
+     boot state the key signed (--policy), never with a password session.\n\
+     The format of systemd's tpm2-pcr-public-key.pem; needs --policy",
+);
+pub const POLICY: Flag = Flag::value(
+    "--policy",
+    "FILE|DIR",
+    "Signed PCR policies (a file, or a directory of *.json); repeatable",
+)
+.long_help(
+    "What `sceau-recover policy sign` or `systemd-measure sign` wrote. A DEK\n\
+     opens through the one whose PCRs match the TPM's; keep the old and the\n\
+     new during an update. Read at start: restart sceau to load new ones",
+);
+pub const PCRS: Flag = Flag::value(
+    "--pcrs",
+    "LIST",
+    "The PCRs to print, of the sha256 bank, e.g. 7 or 7,11",
+)
+.default("0-23")
+.long_help("(0-23: all of them)");
 
 // Every command of `sceau`, once.
 
@@ -198,6 +226,8 @@ pub const SERVE: CommandSpec = CommandSpec {
         &FORMER_MEMBERS,
         &ENROLLMENT_KEY,
         &ACCEPT_UNSIGNED_ENVELOPES,
+        &POLICY_KEY,
+        &POLICY,
         &METRICS_ALLOW_UID,
         &TSS_LOG_REVEALS_SECRETS,
     ],
@@ -236,6 +266,19 @@ Copy the output into the --members directory of every control-plane node as
 <node>.pub, after comparing its name: line with the one printed on the node.
 ",
 };
+pub const PCRS_COMMAND: CommandSpec = CommandSpec {
+    name: "pcrs",
+    summary: "Print this TPM's PCR values (sha256) for `sceau-recover policy sign`",
+    about: "Print this TPM's PCR values of the sha256 bank, as tpm2_pcrread does, for signing a boot state",
+    usage: "pcrs [--tcti TCTI] [--pcrs LIST]",
+    steps: &[],
+    flags: &[&TCTI, &PCRS],
+    notes: "\
+Reads only: no key is created. A PCR that reads all zeros or all ones was never
+extended this boot, and any booted OS can extend it to any value: it is named on
+standard error, and `sceau-recover policy sign` refuses to sign it.
+",
+};
 pub const ENROLL: CommandSpec = CommandSpec {
     name: "enroll",
     summary: "Prove a member's SRK is in a real TPM (credential activation against its EK)",
@@ -250,7 +293,14 @@ pub const PROGRAM: Program = Program {
     name: "sceau",
     version: env!("CARGO_PKG_VERSION"),
     about: "sceau: a Kubernetes KMS v2 plugin that seals every DEK with this machine's TPM 2.0",
-    commands: &[&SERVE, &CHECK, &SELFTEST, &SRK_PUBLIC, &ENROLL],
+    commands: &[
+        &SERVE,
+        &CHECK,
+        &SELFTEST,
+        &SRK_PUBLIC,
+        &PCRS_COMMAND,
+        &ENROLL,
+    ],
     notes: "\
 The offline tools (recovery-keygen, recover, and the verifier's side of enroll) are in
 `sceau-recover`, which needs no TPM.
@@ -312,10 +362,12 @@ which journald records with the line's priority.
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    Serve(ServeOptions),
+    /// Boxed: serve's options are most of the enum's size.
+    Serve(Box<ServeOptions>),
     Check(CheckOptions),
     SelfTest(SelfTestOptions),
     SrkPublic(SrkPublicOptions),
+    Pcrs(PcrsOptions),
     Enroll(EnrollStep),
     Help(String),
     Version,
@@ -345,6 +397,10 @@ pub struct ServeOptions {
     pub enrollment_key: Option<PathBuf>,
     /// Cluster mode: open unsigned (version 2) envelopes.
     pub accept_unsigned_envelopes: bool,
+    /// Boot-state binding: the key DEKs are sealed to, and the signed PCR
+    /// policies (files or directories) they open through.
+    pub policy_key: Option<PathBuf>,
+    pub policies: Vec<PathBuf>,
     /// Uids besides root's that may scrape a unix metrics socket; empty:
     /// whoever the socket file lets connect.
     pub metrics_allowed_uids: Vec<u32>,
@@ -363,6 +419,12 @@ pub enum EnrollStep {
         tpm: SrkPublicOptions,
         challenge: PathBuf,
     },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PcrsOptions {
+    pub tcti: Tcti,
+    pub pcrs: PcrSelection,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -404,10 +466,11 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
         Parsed::Run(command, step, matches) => (command, step, matches),
     };
     let command = match spec.name {
-        "serve" => serve(&matches, env_tcti).map(Command::Serve),
+        "serve" => serve(&matches, env_tcti).map(|o| Command::Serve(Box::new(o))),
         "check" => check(&matches).map(Command::Check),
         "selftest" => selftest(&matches, env_tcti).map(Command::SelfTest),
         "srk-public" => srk_public(&matches, env_tcti).map(Command::SrkPublic),
+        "pcrs" => pcrs(&matches, env_tcti).map(Command::Pcrs),
         "enroll" => enroll(&matches, step, env_tcti).map(Command::Enroll),
         other => unreachable!("{other} is in PROGRAM but has no parser"),
     };
@@ -453,11 +516,23 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
         former_members: m.last(&FORMER_MEMBERS, path)?,
         enrollment_key: m.last(&ENROLLMENT_KEY, path)?,
         accept_unsigned_envelopes: m.present(&ACCEPT_UNSIGNED_ENVELOPES),
+        policy_key: m.last(&POLICY_KEY, path)?,
+        policies: m.values(&POLICY).map(path).collect::<Result<_, _>>()?,
         metrics_allowed_uids: m
             .values(&METRICS_ALLOW_UID)
             .map(parse_uid)
             .collect::<Result<_, _>>()?,
         tss_log_reveals_secrets: m.present(&TSS_LOG_REVEALS_SECRETS),
+    })
+    .and_then(|options| {
+        if options.policy_key.is_some() == options.policies.is_empty() {
+            return Err(m.error(Problem::Required(
+                "--policy-key and --policy go together: the key DEKs are sealed to, and the \
+                 signed policies they open through"
+                    .into(),
+            )));
+        }
+        Ok(options)
     })
 }
 
@@ -547,6 +622,21 @@ fn parse_mode(value: &str) -> Result<u32, UsageError> {
             "expected octal permission bits such as 0660",
         )),
     }
+}
+
+fn pcrs(m: &Matches, env_tcti: Option<&str>) -> Result<PcrsOptions, UsageError> {
+    Ok(PcrsOptions {
+        tcti: tcti(m, env_tcti)?,
+        pcrs: m.or_default(&PCRS, None, parse_pcrs)?,
+    })
+}
+
+fn parse_pcrs(value: &str) -> Result<PcrSelection, UsageError> {
+    let parsed = match value {
+        "0-23" => PcrSelection::from_indices(0..24),
+        list => PcrSelection::parse(list),
+    };
+    parsed.map_err(|e| invalid(&PCRS, value, e.to_string()))
 }
 
 fn parse_handle(value: &str) -> Result<u32, UsageError> {
@@ -656,7 +746,11 @@ impl Command {
                     .optional(&RECOVERY_KEY, o.recovery_key.as_deref().map(path_arg))
                     .optional(&FORMER_MEMBERS, o.former_members.as_deref().map(path_arg))
                     .optional(&ENROLLMENT_KEY, o.enrollment_key.as_deref().map(path_arg))
-                    .switch(&ACCEPT_UNSIGNED_ENVELOPES, o.accept_unsigned_envelopes);
+                    .switch(&ACCEPT_UNSIGNED_ENVELOPES, o.accept_unsigned_envelopes)
+                    .optional(&POLICY_KEY, o.policy_key.as_deref().map(path_arg));
+                for policy in &o.policies {
+                    args = args.flag(&POLICY, path_arg(policy));
+                }
                 for uid in &o.metrics_allowed_uids {
                     args = args.flag(&METRICS_ALLOW_UID, uid.to_string());
                 }
@@ -669,6 +763,9 @@ impl Command {
                 .flag(&LANDLOCK, mode_name(&LANDLOCK_MODES, o.landlock))
                 .flag(&SECCOMP, mode_name(&SECCOMP_MODES, o.seccomp)),
             Self::SrkPublic(o) => tpm(Args::command(SRK_PUBLIC.name), o),
+            Self::Pcrs(o) => Args::command(PCRS_COMMAND.name)
+                .flag(&TCTI, o.tcti.to_string())
+                .flag(&PCRS, o.pcrs.to_string()),
             Self::Enroll(EnrollStep::Request(o)) => tpm(Args::command("enroll request"), o),
             Self::Enroll(EnrollStep::Respond { tpm: o, challenge }) => {
                 tpm(Args::command("enroll respond"), o).flag(&CHALLENGE, path_arg(challenge))
@@ -688,7 +785,7 @@ mod tests {
 
     fn serve(line: &str, env: Option<&str>) -> ServeOptions {
         match parse(&args(line), env).unwrap() {
-            Command::Serve(options) => options,
+            Command::Serve(options) => *options,
             other => panic!("{other:?}"),
         }
     }
@@ -826,12 +923,13 @@ mod tests {
     /// in the inverse, and `sceau help CMD` is `sceau CMD --help`.
     #[test]
     fn every_flag_is_in_the_help_and_the_inverse() {
-        let serve_all = Command::Serve(serve(
+        let serve_all = Command::Serve(Box::new(serve(
             "serve --socket-group g --srk-handle 0x81000001 --allow-uid 7 --members m \
              --recovery-key r --former-members f --enrollment-key k --accept-unsigned-envelopes \
+             --policy-key pk --policy p1 --policy d2 \
              --metrics-allow-uid 998 --tss-log-reveals-secrets",
             None,
-        ));
+        )));
         let respond = parse(
             &args("enroll respond --challenge c --srk-handle 0x81000002"),
             None,
@@ -841,6 +939,7 @@ mod tests {
             parse(&args("check"), None).unwrap(),
             parse(&args("selftest --sandbox"), None).unwrap(),
             parse(&args("srk-public --srk-handle 0x81000001"), None).unwrap(),
+            parse(&args("pcrs --pcrs 7,11"), None).unwrap(),
             respond.unwrap(),
         ];
         let inverses: Vec<Vec<String>> = examples.iter().filter_map(Command::to_args).collect();

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod activation;
+pub mod boot_policy;
 pub mod build_info;
 pub mod cli;
 pub mod cluster;

@@ -56,10 +56,11 @@ fn main() -> ExitCode {
             print!("{}", cli::PROGRAM.generate(kind));
             Ok(())
         }
-        Command::Serve(options) => commands::serve::run(options),
+        Command::Serve(options) => commands::serve::run(*options),
         Command::Check(options) => commands::check::run(&options),
         Command::SelfTest(options) => commands::selftest::run(&options),
         Command::SrkPublic(options) => commands::srk_public::run(&options),
+        Command::Pcrs(options) => commands::pcrs::run(&options),
         Command::Enroll(step) => commands::enroll::run(&step),
     };
     match result {

@@ -95,7 +95,7 @@ fn tpm_sized_envelope() -> SealedBlobs {
     let public = PublicBuilder::new()
         .with_public_algorithm(PublicAlgorithm::KeyedHash)
         .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
-        .with_object_attributes(sealed_attributes().expect("builds"))
+        .with_object_attributes(sealed_attributes(false).expect("builds"))
         .with_keyed_hash_parameters(PublicKeyedHashParameters::new(KeyedHashScheme::Null))
         .with_keyed_hash_unique_identifier(Digest::try_from(vec![0x5C; 32]).expect("fits"))
         .build()

@@ -296,6 +296,7 @@ fn fault_outcome(fault: Fault) -> (Code, String) {
         Fault::Timeout => Code::DeadlineExceeded,
         Fault::Unreachable | Fault::Busy | Fault::Lockout => Code::Unavailable,
         Fault::Failure => Code::Internal,
+        Fault::PolicyMismatch => Code::FailedPrecondition,
     };
     (code, fault.to_string())
 }

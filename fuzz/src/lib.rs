@@ -30,10 +30,10 @@ const CALLS: [Call; 4] = [
 ];
 
 /// Every fault a real TPM worker can report.
-pub const FAULTS: [Fault; 6] = Fault::ALL;
+pub const FAULTS: [Fault; Fault::ALL.len()] = Fault::ALL;
 
 /// The first byte of a `kms_request` input: bits 0..2 pick the call, bits
-/// 2..8 the injected fault (1..=6 index [`FAULTS`]; anything else is none,
+/// 2..8 the injected fault (1..=7 index [`FAULTS`]; anything else is none,
 /// so most inputs see a healthy TPM). The rest is the protobuf request.
 pub fn decode_header(byte: u8) -> (Call, Option<Fault>) {
     let call = CALLS[usize::from(byte & 0b11)];

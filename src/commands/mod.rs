@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod enroll;
+pub mod pcrs;
 pub mod selftest;
 pub mod serve;
 pub mod srk_public;
@@ -66,6 +67,7 @@ fn open_tpm_for_tool(options: &SrkPublicOptions) -> anyhow::Result<Tpm> {
         observer: Observer::none(),
         // The member file carries it; enrollment sends the member file.
         envelope_signing_key: true,
+        boot_policy: None,
     };
     open_tpm_explained(&config)
 }

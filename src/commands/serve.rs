@@ -71,6 +71,21 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         socket::preflight(&socket_options)?;
     }
     clock.step("passed sockets, notify socket, socket checks");
+    //    Boot-state binding: the policy key and the signed policies, read
+    //    while the filesystem is open (the TPM checks the signatures).
+    let boot_policy = match &options.policy_key {
+        Some(key) => {
+            if options.members.is_some() || options.recovery_key.is_some() {
+                bail!(
+                    "--policy-key with --members or --recovery-key: cluster and recovery \
+                     envelopes are not bound to a boot policy yet; use it on a single node \
+                     (docs/boot-binding.md)"
+                );
+            }
+            Some(sceau::boot_policy::load(key, &options.policies)?)
+        }
+        None => None,
+    };
     // 3. The TPM: flush leftovers, recreate the SRK, start the salted
     //    session, extending systemd's start timeout meanwhile.
     let config = TpmConfig {
@@ -80,6 +95,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         observer: Observer::new(metrics::TpmMetrics),
         // Cluster mode signs every envelope it makes.
         envelope_signing_key: options.members.is_some() || options.recovery_key.is_some(),
+        boot_policy,
     };
     notify::status("opening the TPM");
     let mut tpm = notify::extending_start_timeout(|| open_tpm(&config))?;

@@ -91,7 +91,7 @@ impl FakeTpm {
         let mut content = TAG.to_vec();
         content.extend(dek.iter().map(|b| b ^ MASK));
         let private = Private::try_from(content).expect("tag and DEK fit a TPM2B_PRIVATE");
-        let template = sealed_template().expect("the sealed-data template builds");
+        let template = sealed_template(None).expect("the sealed-data template builds");
         blobs_from_created(template, &private).expect("the template marshals")
     }
 

@@ -28,6 +28,8 @@ pub fn fault_status(fault: Fault) -> Status {
         Fault::Timeout => Code::DeadlineExceeded,
         Fault::Unreachable | Fault::Busy | Fault::Lockout => Code::Unavailable,
         Fault::Failure => Code::Internal,
+        // Not the request's fault, nor the TPM's: the machine's boot state.
+        Fault::PolicyMismatch => Code::FailedPrecondition,
     };
     Status::new(code, fault.to_string())
 }

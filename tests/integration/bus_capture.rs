@@ -87,6 +87,7 @@ mod clear_bus_control {
             parameter_encryption: ParameterEncryption::Off,
             observer: Observer::none(),
             envelope_signing_key: false,
+            boot_policy: None,
         };
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
         let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK)).unwrap();

@@ -20,6 +20,7 @@ mod harness {
     }
 }
 
+mod boot_binding;
 mod bus_capture;
 mod cli;
 mod cluster;

@@ -17,6 +17,11 @@
 //!   half), `enrollment` (request, challenge and response files),
 //!   `endorsement` (the offline enrollment key and the endorsement it
 //!   writes into a member file).
+//! - Boot-state binding: `pcr_policy` (PCR lists and values, PolicyPCR
+//!   digests, signed policy files in systemd's format) and `policy_key`
+//!   (the key that signs them, in OpenSSL's PEM files; its TPM Name and the
+//!   authPolicy that commits to it), over `der` (the little DER those files
+//!   need) and `json` (a strict reader, also `sceau-recover`'s).
 //! - `key_id` and `text` (what may be echoed of client input).
 //!
 //! The daemon, the offline tool `sceau-recover`, the fuzz targets and the
@@ -24,13 +29,17 @@
 
 pub mod armor;
 pub mod credential;
+pub mod der;
 pub mod duplicate;
 pub mod endorsement;
 pub mod enrollment;
 pub mod envelope;
+pub mod json;
 pub mod kdf;
 pub mod key_id;
 pub mod members;
+pub mod pcr_policy;
+pub mod policy_key;
 pub mod public;
 pub mod random;
 pub mod recovery_key;

@@ -107,6 +107,50 @@ pub const ENROLLMENT_PUBLIC: Flag = Flag::value(
 .long_help("If either file exists, nothing is written");
 
 /// The inputs of `recover`, of which at most one is given.
+pub const POLICY_PRIVATE: Flag = Flag::value(
+    "--policy-private",
+    "FILE",
+    "The PCR policy signing key's private half (PKCS#8 PEM, mode 0600)",
+)
+.long_help(
+    "keygen: created with mode 0600; an existing file is refused. Written\n\
+     unencrypted: keep it on the offline machine. Whoever holds it decides\n\
+     in which boot states the nodes' DEKs open. sign: refused if group or\n\
+     others can access it; a P-256 key from `openssl genpkey` works too",
+);
+pub const POLICY_KEY: Flag = Flag::value(
+    "--policy-key",
+    "FILE",
+    "The policy signing key's public half (PEM), for `sceau serve --policy-key`",
+)
+.long_help(
+    "keygen: written (never overwritten). show: the signature and the\n\
+     key fingerprint are checked against it (P-256 in software; RSA keys,\n\
+     such as systemd-measure's, by the node's TPM at load)",
+);
+pub const PCRS: Flag = Flag::value(
+    "--pcrs",
+    "LIST",
+    "The PCRs the policy binds to, of the sha256 bank, e.g. 7 or 7,11",
+);
+pub const VALUES: Flag = Flag::value(
+    "--values",
+    "FILE",
+    "Their expected values: what `sceau pcrs` or `tpm2_pcrread` printed",
+)
+.long_help("on the node, in the boot state to sign (or values you computed for the next one)");
+pub const POLICY_OUT: Flag = Flag::value(
+    "--policy-out",
+    "FILE",
+    "The signed policy to write (systemd's JSON), for `sceau serve --policy`",
+)
+.long_help("Never overwritten");
+pub const POLICY: Flag = Flag::value(
+    "--policy",
+    "FILE",
+    "A signed policy file (sceau's or `systemd-measure sign`'s)",
+);
+
 const INPUTS: [&Flag; 3] = [&ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON];
 
 // Every command of `sceau-recover`, once.
@@ -163,11 +207,43 @@ pub const ENROLL: CommandSpec = CommandSpec {
     notes: sceau_cli::ENROLL_STEPS,
 };
 
+pub const POLICY_COMMAND: CommandSpec = CommandSpec {
+    name: "policy",
+    summary: "Sign the boot states in which DEKs open: keygen, sign, show (run offline)",
+    about: "Make the PCR policy signing key, sign PCR values with it, and show a signed policy",
+    usage: "policy keygen|sign|show [OPTIONS]",
+    steps: &["keygen", "sign", "show"],
+    flags: &[
+        &POLICY_PRIVATE,
+        &POLICY_KEY,
+        &PCRS,
+        &VALUES,
+        &POLICY_OUT,
+        &POLICY,
+    ],
+    notes: "\
+The steps:
+  sceau-recover policy keygen --policy-private policy.key --policy-key policy.pub  (offline)
+  sceau pcrs --pcrs 7 > node.pcrs                                                  (on the node)
+  sceau-recover policy sign --policy-private policy.key --pcrs 7 \\
+      --values node.pcrs --policy-out node.policy                                  (offline)
+  sceau-recover policy show --policy node.policy [--policy-key policy.pub]
+
+docs/boot-binding.md says which PCRs to choose and how to sign before an update.
+",
+};
+
 pub const PROGRAM: Program = Program {
     name: "sceau-recover",
     version: env!("CARGO_PKG_VERSION"),
     about: "sceau-recover: sceau's offline tools; they need no TPM and no tpm2-tss",
-    commands: &[&RECOVERY_KEYGEN, &RECOVER, &ENROLL, &ENROLLMENT_KEYGEN],
+    commands: &[
+        &RECOVERY_KEYGEN,
+        &RECOVER,
+        &ENROLL,
+        &ENROLLMENT_KEYGEN,
+        &POLICY_COMMAND,
+    ],
     notes: "",
     options_in_main_help: &[],
     options: &[&sceau_cli::GENERATE],
@@ -184,7 +260,9 @@ recovery-keygen makes the offline recovery key, whose public half `sceau serve
 or etcdctl's JSON output with its private half when the TPM is lost. enroll
 challenge and enroll verify are the verifier's side of enrolling a cluster
 member; enrollment-keygen makes the key with which enroll verify endorses
-the member files it writes.
+the member files it writes. policy keygen, sign and show make and use the
+key that signs the boot states in which `sceau serve --policy-key` lets DEKs
+open.
 ",
         files: &[],
         see_also: &["sceau(8)", "etcdctl(1)"],
@@ -197,6 +275,7 @@ pub enum Command {
     Recover(RecoverOptions),
     Enroll(EnrollStep),
     EnrollmentKeygen(EnrollmentKeygenOptions),
+    Policy(PolicyStep),
     Help(String),
     Version,
     /// `--generate KIND`: the man page or a completion script.
@@ -220,6 +299,25 @@ pub enum EnrollStep {
         response: PathBuf,
         member_out: PathBuf,
         enrollment_identity: Option<PathBuf>,
+    },
+}
+
+/// The offline steps of boot-state binding (docs/boot-binding.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyStep {
+    /// A new P-256 policy signing key: private (0600) and public (PEM).
+    Keygen { private: PathBuf, public: PathBuf },
+    /// Sign the PolicyPCR digest of `pcrs` at `values`.
+    Sign {
+        private: PathBuf,
+        pcrs: String,
+        values: PathBuf,
+        out: PathBuf,
+    },
+    /// Print what a signed policy file holds; check it against `key`.
+    Show {
+        policy: PathBuf,
+        key: Option<PathBuf>,
     },
 }
 
@@ -275,6 +373,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         "recover" => recover(&matches).map(Command::Recover),
         "enroll" => enroll(&matches, step).map(Command::Enroll),
         "enrollment-keygen" => enrollment_keygen(&matches).map(Command::EnrollmentKeygen),
+        "policy" => policy(&matches, step).map(Command::Policy),
         other => unreachable!("{other} is in PROGRAM but has no parser"),
     };
     command.map_err(|error| error.in_command(spec.name))
@@ -365,18 +464,76 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
         }
     };
     let step = parsed?;
-    // A flag of the other step, named in table order so the error is stable.
-    match ENROLL
+    refuse_other_steps_flags(m, &ENROLL, takes)?;
+    Ok(step)
+}
+
+fn policy(m: &Matches, step: Option<&str>) -> Result<PolicyStep, UsageError> {
+    let (parsed, takes): (Result<PolicyStep, UsageError>, &[&Flag]) = match step {
+        Some(what @ "keygen") => (
+            (|| {
+                Ok(PolicyStep::Keygen {
+                    private: required(m, &POLICY_PRIVATE, &format!("policy {what}"))?,
+                    public: required(m, &POLICY_KEY, &format!("policy {what}"))?,
+                })
+            })(),
+            &[&POLICY_PRIVATE, &POLICY_KEY],
+        ),
+        Some(what @ "sign") => (
+            (|| {
+                let pcrs = m.last(&PCRS, |v| Ok(v.to_string()))?.ok_or_else(|| {
+                    m.error(Problem::Required(format!(
+                        "policy {what} needs --pcrs LIST"
+                    )))
+                })?;
+                Ok(PolicyStep::Sign {
+                    private: required(m, &POLICY_PRIVATE, &format!("policy {what}"))?,
+                    pcrs,
+                    values: required(m, &VALUES, &format!("policy {what}"))?,
+                    out: required(m, &POLICY_OUT, &format!("policy {what}"))?,
+                })
+            })(),
+            &[&POLICY_PRIVATE, &PCRS, &VALUES, &POLICY_OUT],
+        ),
+        Some(what @ "show") => (
+            (|| {
+                Ok(PolicyStep::Show {
+                    policy: required(m, &POLICY, &format!("policy {what}"))?,
+                    key: m.last(&POLICY_KEY, path)?,
+                })
+            })(),
+            &[&POLICY, &POLICY_KEY],
+        ),
+        Some(step) => return Err(PROGRAM.unknown_command(&format!("policy {step}"))),
+        None => {
+            return Err(m.error(Problem::Required(
+                "policy needs its step first: `sceau-recover policy keygen|sign|show …`".into(),
+            )));
+        }
+    };
+    let step = parsed?;
+    refuse_other_steps_flags(m, &POLICY_COMMAND, takes)?;
+    Ok(step)
+}
+
+/// A flag of another step of `command` is an error, named in table order so
+/// the error is stable.
+fn refuse_other_steps_flags(
+    m: &Matches,
+    command: &CommandSpec,
+    takes: &[&Flag],
+) -> Result<(), UsageError> {
+    match command
         .flags
         .iter()
         .find(|flag| m.present(flag) && !takes.iter().any(|t| t.name == flag.name))
     {
         Some(extra) => Err(m.error(Problem::UnknownOption {
             program: PROGRAM.name,
-            command: ENROLL.name,
+            command: command.name,
             option: extra.name.into(),
         })),
-        None => Ok(step),
+        None => Ok(()),
     }
 }
 
@@ -429,6 +586,22 @@ impl Command {
             Self::EnrollmentKeygen(o) => Args::command(ENROLLMENT_KEYGEN.name)
                 .flag(&ENROLLMENT_IDENTITY, path_arg(&o.identity))
                 .flag(&ENROLLMENT_PUBLIC, path_arg(&o.public)),
+            Self::Policy(PolicyStep::Keygen { private, public }) => Args::command("policy keygen")
+                .flag(&POLICY_PRIVATE, path_arg(private))
+                .flag(&POLICY_KEY, path_arg(public)),
+            Self::Policy(PolicyStep::Sign {
+                private,
+                pcrs,
+                values,
+                out,
+            }) => Args::command("policy sign")
+                .flag(&POLICY_PRIVATE, path_arg(private))
+                .flag(&PCRS, pcrs.clone())
+                .flag(&VALUES, path_arg(values))
+                .flag(&POLICY_OUT, path_arg(out)),
+            Self::Policy(PolicyStep::Show { policy, key }) => Args::command("policy show")
+                .flag(&POLICY, path_arg(policy))
+                .optional(&POLICY_KEY, key.as_deref().map(path_arg)),
             Self::Help(_) | Self::Version | Self::Generate(_) => return None,
         };
         Some(args.0)
@@ -469,6 +642,10 @@ mod tests {
             "enroll verify --request r --expected e --response s --member-out m --expected-out x",
             "enroll frobnicate",
             "enroll --request r challenge",
+            "policy keygen --policy-private k",
+            "policy sign --policy-private k --values v --policy-out o",
+            "policy show --policy p --pcrs 7",
+            "policy frobnicate",
             "frobnicate",
         ] {
             let error = parse(&args(line)).unwrap_err();
@@ -496,6 +673,10 @@ mod tests {
             "enroll verify --request q --expected e --response r --member-out m",
             "enroll verify --request q --expected e --response r --member-out m --enrollment-identity k",
             "enrollment-keygen --enrollment-identity k --enrollment-public p",
+            "policy keygen --policy-private k --policy-key p",
+            "policy sign --policy-private k --pcrs 7,11 --values v --policy-out o",
+            "policy show --policy o",
+            "policy show --policy o --policy-key p",
         ]
         .iter()
         .map(|line| parse(&args(line)).unwrap())

@@ -12,7 +12,9 @@
 mod bbolt;
 pub mod cli;
 pub mod etcd;
-pub mod json;
+// The JSON reader lives with the other formats; sceau's daemon reads signed
+// PCR policies with it too.
+pub use sceau_format::json;
 pub mod kubernetes;
 mod protowire;
 pub mod report;

@@ -4,7 +4,10 @@
 //!
 //! - `recover`: opens envelopes and etcd contents with the recovery identity;
 //! - `recovery-keygen`: makes that identity and its public half;
-//! - `enroll challenge|verify`: the verifier's side of enrollment.
+//! - `enroll challenge|verify`: the verifier's side of enrollment;
+//! - `enrollment-keygen`: the key that endorses member files;
+//! - `policy keygen|sign|show`: the key that signs boot states, and its
+//!   signatures.
 //!
 //! This file parses and dispatches; each command is a module of `commands/`.
 //! A usage error (a bare `sceau-recover` included) exits 2 with the error
@@ -46,6 +49,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Recover(options) => commands::recover::run(&options)?,
         Command::Enroll(step) => commands::enroll::run(&step)?,
         Command::EnrollmentKeygen(options) => commands::enrollment_keygen::run(&options)?,
+        Command::Policy(step) => commands::policy::run(&step)?,
     }
     Ok(())
 }

@@ -138,7 +138,7 @@ impl Tpm2Tools {
         self.read("unsealed.bin")
     }
 
-    fn write(&self, file: &str, data: &[u8]) {
+    pub fn write(&self, file: &str, data: &[u8]) {
         std::fs::write(self.path(file), data).unwrap_or_else(|e| panic!("write {file}: {e}"));
     }
 

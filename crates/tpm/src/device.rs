@@ -10,6 +10,7 @@ use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{CapabilityData, SensitiveData, SymmetricDefinitionObject};
 
+use super::boot_policy::{BootPolicies, BootPolicyConfig};
 use super::fault::{ConnectFailure, Fault, INITIALIZE, TpmError};
 use super::observe::{Observer, TpmCommand};
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
@@ -36,6 +37,8 @@ pub struct TpmConfig {
     /// Recreate the envelope signing key at open (cluster mode, and the
     /// commands that print a member file).
     pub envelope_signing_key: bool,
+    /// Seal to this boot policy key, and open through these signed policies.
+    pub boot_policy: Option<BootPolicyConfig>,
 }
 
 /// Why this TPM's keys do not make a cluster member.
@@ -91,6 +94,7 @@ pub struct Tpm {
     ctx: Context,
     srk: Srk,
     signing_key: Option<EnvelopeSigningKey>,
+    boot: Option<BootPolicies>,
     session: Option<AuthSession>,
     parameter_encryption: ParameterEncryption,
     observer: Observer,
@@ -114,10 +118,16 @@ impl Tpm {
             .envelope_signing_key
             .then(|| EnvelopeSigningKey::recreate(&mut ctx))
             .transpose()?;
+        let boot = config
+            .boot_policy
+            .as_ref()
+            .map(|c| BootPolicies::load(&mut ctx, c))
+            .transpose()?;
         let mut tpm = Self {
             ctx,
             srk,
             signing_key,
+            boot,
             session: None,
             parameter_encryption: config.parameter_encryption,
             observer: config.observer.clone(),
@@ -181,9 +191,11 @@ impl Tpm {
         (&mut self.ctx, &self.srk)
     }
 
-    /// TPM2_Create of a sealed-data object holding `dek`, under the SRK.
+    /// TPM2_Create of a sealed-data object holding `dek`, under the SRK,
+    /// bound to the boot policy key when there is one.
     pub fn seal(&mut self, dek: &Dek) -> Result<SealedBlobs, TpmError> {
-        let template = sealed_template().map_err(|e| TpmError::new("sealed template", e))?;
+        let policy = self.boot.as_ref().map(BootPolicies::authorized_policy);
+        let template = sealed_template(policy).map_err(|e| TpmError::new("sealed template", e))?;
         let data = SensitiveData::try_from(dek.expose().to_vec())
             .map_err(|e| TpmError::new("sealed data", e))?;
         let session = self.dek_session()?;
@@ -205,8 +217,23 @@ impl Tpm {
     }
 
     /// Load, Unseal and FlushContext. The loaded object is flushed on every
-    /// path, because a TPM without a resource manager holds only three.
+    /// path, because a TPM without a resource manager holds only three. An
+    /// object bound to the boot policy key is unsealed in the policy
+    /// session, which PolicyPCR and PolicyAuthorize satisfy first.
     pub fn unseal(&mut self, object: &LoadableObject) -> Result<Dek, TpmError> {
+        let policy_bound = match (&object.auth_policy, &self.boot) {
+            (None, _) => false,
+            (Some(policy), Some(boot)) if policy == boot.authorized_policy() => true,
+            // Checked before Load, so that the TPM does no work for it.
+            (Some(_), _) => {
+                return Err(TpmError::refused(
+                    "the envelope is sealed to a boot policy key this sceau was not given \
+                     (--policy-key)"
+                        .into(),
+                    Fault::EnvelopeRejected,
+                ));
+            }
+        };
         let parent = self.srk.handle;
         let loaded = self
             .observer
@@ -217,7 +244,11 @@ impl Tpm {
                     })
             })
             .map_err(TpmError::loading_client_blob)?;
-        let unsealed = self.unseal_loaded(loaded.into());
+        let unsealed = if policy_bound {
+            self.unseal_under_policy(loaded.into())
+        } else {
+            self.unseal_loaded(loaded.into())
+        };
         if let Err(e) = self.observer.timed(TpmCommand::FlushContext, || {
             self.ctx.flush_context(loaded.into())
         }) {
@@ -254,6 +285,7 @@ impl Tpm {
         self.unseal(&LoadableObject {
             public: object.public.clone(),
             private,
+            auth_policy: None,
         })
     }
 
@@ -338,8 +370,37 @@ impl Tpm {
         Ok(Dek::copy_from(data.value()))
     }
 
-    /// A cheap liveness check: ReadPublic of the SRK.
+    /// Unseal in the policy session, once PolicyPCR and PolicyAuthorize have
+    /// satisfied it. Any failure leaves the session flushed.
+    fn unseal_under_policy(&mut self, loaded: ObjectHandle) -> Result<Dek, TpmError> {
+        let boot = self.boot.as_mut().expect("checked by the caller");
+        let session = boot.authorize(&mut self.ctx, self.srk.handle, &self.observer)?;
+        let data = self
+            .observer
+            .timed(TpmCommand::Unseal, || {
+                self.ctx
+                    .execute_with_session(Some(session), |c| c.unseal(loaded))
+            })
+            .map_err(|e| TpmError::new("Unseal", e));
+        if data.is_err() {
+            boot.discard_session(&mut self.ctx);
+        }
+        Ok(Dek::copy_from(data?.value()))
+    }
+
+    /// A cheap liveness check: ReadPublic of the SRK. With boot policies, a
+    /// PCR_Read instead, which also picks the policy the PCRs match now:
+    /// Status reports `policy-mismatch` while none does.
     pub fn probe(&mut self) -> Result<(), TpmError> {
+        if let Some(boot) = self.boot.as_mut() {
+            return match boot.reevaluate(&mut self.ctx, &self.observer)? {
+                true => Ok(()),
+                false => Err(TpmError::refused(
+                    "boot policy: no signed policy matches the PCRs".into(),
+                    Fault::PolicyMismatch,
+                )),
+            };
+        }
         let srk = self.srk.handle;
         self.observer
             .timed(TpmCommand::ReadPublic, || {
@@ -392,8 +453,10 @@ enum ScrubOutcome {
 /// check's canary) under the SRK with the SRK's handle as the "session",
 /// which ESAPI refuses once it has marshalled the command.
 fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle, data: &[u8]) -> ScrubOutcome {
-    let (Ok(template), Ok(sensitive)) = (sealed_template(), SensitiveData::try_from(data.to_vec()))
-    else {
+    let (Ok(template), Ok(sensitive)) = (
+        sealed_template(None),
+        SensitiveData::try_from(data.to_vec()),
+    ) else {
         return ScrubOutcome::RefusedOtherwise(tss_esapi::Error::WrapperError(
             tss_esapi::WrapperErrorKind::InvalidParam,
         ));
@@ -425,6 +488,12 @@ fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle, data: &[u8]) -> Scr
 /// normally send Startup): sceau then sends Startup(CLEAR) and asks again.
 /// One GetCapability serves both purposes, one round trip less at every
 /// start than a separate probe.
+/// Sends Startup(CLEAR) to a TPM nothing has started (a simulator without
+/// firmware in front of it), for a command that creates nothing.
+pub(crate) fn ensure_started(ctx: &mut Context) -> Result<(), TpmError> {
+    started_and_transients(ctx).map(drop)
+}
+
 fn started_and_transients(ctx: &mut Context) -> Result<Vec<TpmHandle>, TpmError> {
     match list_handles(ctx, FIRST_TRANSIENT_HANDLE) {
         Err(e) if e.response_code() == Some(0x100) => {

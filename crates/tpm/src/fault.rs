@@ -35,17 +35,22 @@ pub enum Fault {
     /// another TPM, or altered.
     #[error("envelope-not-for-this-tpm")]
     EnvelopeRejected,
+    /// The DEK is sealed to the boot policy key, and no signed policy matches
+    /// the PCRs: the machine is not in a boot state its operator signed.
+    #[error("policy-mismatch")]
+    PolicyMismatch,
 }
 
 impl Fault {
     /// Every class, for tests and fuzzers that must cover them all.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::Unreachable,
         Fault::Busy,
         Fault::Timeout,
         Fault::Lockout,
         Fault::Failure,
         Fault::EnvelopeRejected,
+        Fault::PolicyMismatch,
     ];
 }
 
@@ -114,14 +119,34 @@ pub enum ConnectFailure {
 }
 
 /// A TPM call that failed, with the detail for the log.
-#[derive(Debug, thiserror::Error)]
-#[error("{operation} failed: {source}")]
+#[derive(Debug)]
 pub struct TpmError {
     pub operation: &'static str,
     pub source: tss_esapi::Error,
     /// Set when the TPM was parsing blobs a client supplied, where a
     /// parameter error is the client's envelope, not the TPM's health.
     pub client_blob: bool,
+    /// Set when sceau decided the outcome itself, with no TPM code to
+    /// classify (no signed policy matches the PCRs): the fault to report and
+    /// the line for the log.
+    pub decided: Option<(Fault, String)>,
+}
+
+impl std::fmt::Display for TpmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.decided {
+            Some((_, why)) => f.write_str(why),
+            None => write!(f, "{} failed: {}", self.operation, self.source),
+        }
+    }
+}
+
+impl std::error::Error for TpmError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The TSS error is part of the message already; a decided outcome
+        // has none.
+        None
+    }
 }
 
 /// How the worker should react to an error.
@@ -195,6 +220,18 @@ impl TpmError {
             operation,
             source,
             client_blob: false,
+            decided: None,
+        }
+    }
+
+    /// An outcome sceau decided without a TPM error: reported as `fault`,
+    /// logged as `why`.
+    pub fn refused(why: String, fault: Fault) -> Self {
+        Self {
+            operation: "sceau",
+            source: tss_esapi::Error::WrapperError(tss_esapi::WrapperErrorKind::InvalidParam),
+            client_blob: false,
+            decided: Some((fault, why)),
         }
     }
 
@@ -210,6 +247,7 @@ impl TpmError {
             operation,
             source,
             client_blob: true,
+            decided: None,
         }
     }
 
@@ -257,6 +295,9 @@ impl TpmError {
 
     /// Decides what the worker does next.
     pub fn recovery(&self) -> Recovery {
+        if let Some((fault, _)) = &self.decided {
+            return Recovery::Report(*fault);
+        }
         match self.response_code() {
             None => Recovery::Report(Fault::Failure),
             Some(rc) => classify(rc, self.client_blob),

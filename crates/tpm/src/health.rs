@@ -36,13 +36,15 @@ impl HealthRecord {
     }
 
     /// Records the outcome of any TPM operation. An envelope the TPM refused
-    /// still proves the TPM answered.
+    /// still proves the TPM answered. A boot state no signed policy matches
+    /// is kept as the verdict (Status reports it), but the TPM answered.
     pub fn record(&self, outcome: Result<(), Fault>) {
         let verdict = match outcome {
             Err(Fault::EnvelopeRejected) => Ok(()),
             other => other,
         };
-        self.observer.health(verdict.is_ok());
+        self.observer
+            .health(matches!(verdict, Ok(()) | Err(Fault::PolicyMismatch)));
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), verdict));
     }
 

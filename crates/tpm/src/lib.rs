@@ -5,19 +5,22 @@
 //! errors to class words (`fault`), the cached health verdict (`health`), EK
 //! and credential activation for enrollment (`enroll`), the TPM thread
 //! (`worker`: bounded queue, deadlines, retries, reconnect), the DEK in a
-//! locked page (`secret`), and what the layer reports to whoever watches it
-//! (`observe`).
+//! locked page (`secret`), what the layer reports to whoever watches it
+//! (`observe`), PCRs (`pcrs`) and the signed boot policies that objects are
+//! sealed to (`boot_policy`).
 //!
 //! It depends on `sceau-format` for byte formats and on `sceau-sys` for the
 //! few system calls std does not wrap; it has no `unsafe` of its own, no
 //! server, no sandbox and no gRPC types.
 #![forbid(unsafe_code)]
 
+pub mod boot_policy;
 pub mod device;
 pub mod enroll;
 pub mod fault;
 pub mod health;
 pub mod observe;
+pub mod pcrs;
 pub mod sealed;
 pub mod secret;
 pub mod session;

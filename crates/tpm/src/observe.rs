@@ -20,10 +20,13 @@ pub enum TpmCommand {
     ReadPublic,
     StartAuthSession,
     Sign,
+    PcrRead,
+    PolicyPcr,
+    PolicyAuthorize,
 }
 
 impl TpmCommand {
-    pub const ALL: [TpmCommand; 8] = [
+    pub const ALL: [TpmCommand; 11] = [
         TpmCommand::Create,
         TpmCommand::Load,
         TpmCommand::Unseal,
@@ -32,6 +35,9 @@ impl TpmCommand {
         TpmCommand::ReadPublic,
         TpmCommand::StartAuthSession,
         TpmCommand::Sign,
+        TpmCommand::PcrRead,
+        TpmCommand::PolicyPcr,
+        TpmCommand::PolicyAuthorize,
     ];
 
     /// The command's name in the TPM 2.0 specification, without `TPM2_`.
@@ -45,6 +51,9 @@ impl TpmCommand {
             TpmCommand::ReadPublic => "ReadPublic",
             TpmCommand::StartAuthSession => "StartAuthSession",
             TpmCommand::Sign => "Sign",
+            TpmCommand::PcrRead => "PCR_Read",
+            TpmCommand::PolicyPcr => "PolicyPCR",
+            TpmCommand::PolicyAuthorize => "PolicyAuthorize",
         }
     }
 }

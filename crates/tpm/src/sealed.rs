@@ -15,21 +15,28 @@ use sceau_format::sealed::SealedBlobs;
 /// fixedTPM|fixedParent|userWithAuth|noDA. sensitiveDataOrigin stays clear
 /// because sceau supplies the data; sign and decrypt stay clear because a
 /// sealed-data object is neither; noDA keeps Unseal out of lockout counting.
-pub fn sealed_attributes() -> Result<ObjectAttributes, tss_esapi::Error> {
+/// Bound to a boot policy, userWithAuth is clear too: then only a policy
+/// session can authorize Unseal, never a password or an HMAC session.
+pub fn sealed_attributes(policy_bound: bool) -> Result<ObjectAttributes, tss_esapi::Error> {
     ObjectAttributesBuilder::new()
         .with_fixed_tpm(true)
         .with_fixed_parent(true)
-        .with_user_with_auth(true)
+        .with_user_with_auth(!policy_bound)
         .with_no_da(true)
         .build()
 }
 
-/// A KeyedHash object with a null scheme, empty auth and no policy.
-pub fn sealed_template() -> Result<Public, tss_esapi::Error> {
+/// A KeyedHash object with a null scheme and empty auth; its authPolicy is
+/// `auth_policy` (the boot policy key's PolicyAuthorize), or empty.
+pub fn sealed_template(auth_policy: Option<&[u8; 32]>) -> Result<Public, tss_esapi::Error> {
     PublicBuilder::new()
         .with_public_algorithm(PublicAlgorithm::KeyedHash)
         .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
-        .with_object_attributes(sealed_attributes()?)
+        .with_object_attributes(sealed_attributes(auth_policy.is_some())?)
+        .with_auth_policy(match auth_policy {
+            Some(policy) => Digest::try_from(policy.to_vec())?,
+            None => Digest::default(),
+        })
         .with_keyed_hash_parameters(PublicKeyedHashParameters::new(KeyedHashScheme::Null))
         .with_keyed_hash_unique_identifier(Digest::default())
         .build()
@@ -50,18 +57,22 @@ pub enum BlobError {
 pub struct LoadableObject {
     pub public: Public,
     pub private: Private,
+    /// The authPolicy of an object bound to a boot policy key.
+    pub auth_policy: Option<[u8; 32]>,
 }
 
 impl LoadableObject {
     pub fn from_blobs(blobs: &SealedBlobs) -> Result<Self, BlobError> {
         // The envelope parser has already checked both u16 size prefixes.
         let public = exact_public(&blobs.public[2..])?;
-        if !is_sceau_sealed_object(&public) {
-            return Err(BlobError::NotSealedData);
-        }
+        let auth_policy = sceau_sealed_object_policy(&public).ok_or(BlobError::NotSealedData)?;
         let private = Private::try_from(blobs.private[2..].to_vec())
             .map_err(|_| BlobError::PrivateUnreadable)?;
-        Ok(Self { public, private })
+        Ok(Self {
+            public,
+            private,
+            auth_policy,
+        })
     }
 }
 
@@ -79,22 +90,28 @@ fn exact_public(tpmt_public: &[u8]) -> Result<Public, BlobError> {
     }
 }
 
-fn is_sceau_sealed_object(public: &Public) -> bool {
-    let Ok(expected_attributes) = sealed_attributes() else {
-        return false;
+/// `Some(None)` for a sceau sealed object without a policy, `Some(policy)`
+/// for one bound to a boot policy key, `None` for anything else.
+#[allow(clippy::option_option)]
+fn sceau_sealed_object_policy(public: &Public) -> Option<Option<[u8; 32]>> {
+    let Public::KeyedHash {
+        object_attributes,
+        name_hashing_algorithm: HashingAlgorithm::Sha256,
+        auth_policy,
+        parameters,
+        ..
+    } = public
+    else {
+        return None;
     };
-    matches!(
-        public,
-        Public::KeyedHash {
-            object_attributes,
-            name_hashing_algorithm: HashingAlgorithm::Sha256,
-            auth_policy,
-            parameters,
-            ..
-        } if *object_attributes == expected_attributes
-            && auth_policy.is_empty()
-            && *parameters == PublicKeyedHashParameters::new(KeyedHashScheme::Null)
-    )
+    if *parameters != PublicKeyedHashParameters::new(KeyedHashScheme::Null) {
+        return None;
+    }
+    let policy: Option<[u8; 32]> = match auth_policy.value() {
+        [] => None,
+        bytes => Some(bytes.try_into().ok()?),
+    };
+    (*object_attributes == sealed_attributes(policy.is_some()).ok()?).then_some(policy)
 }
 
 /// A cluster envelope's entry for this TPM, decoded into Import's inputs.
@@ -162,7 +179,7 @@ mod tests {
     #[test]
     fn template_round_trips_through_the_blob_checks() {
         let blobs = blobs_from_created(
-            sealed_template().unwrap(),
+            sealed_template(None).unwrap(),
             &Private::try_from(vec![9u8; 158]).unwrap(),
         )
         .unwrap();

@@ -59,6 +59,9 @@ pub enum SrkError {
         found: String,
         expected: String,
     },
+    /// Opening also loads the signed boot policies, and refuses bad ones.
+    #[error(transparent)]
+    BootPolicy(#[from] super::boot_policy::BootPolicyError),
 }
 
 impl Srk {

@@ -437,7 +437,11 @@ impl Worker {
 
 fn log_reported(error: &TpmError, fault: Fault) {
     match fault {
-        Fault::EnvelopeRejected => log::info!("{error}; reported as {fault}"),
+        // The client's envelope, or the boot state (whose change is logged
+        // once, as a warning, when it happens): not the TPM's health.
+        Fault::EnvelopeRejected | Fault::PolicyMismatch => {
+            log::info!("{error}; reported as {fault}")
+        }
         _ => log::warn!("{error}; reported as {fault}"),
     }
 }

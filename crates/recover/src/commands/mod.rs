@@ -3,6 +3,7 @@
 
 pub mod enroll;
 pub mod enrollment_keygen;
+pub mod policy;
 pub mod recover;
 pub mod recovery_keygen;
 

@@ -168,6 +168,7 @@ impl Attestation {
             parameter_encryption: ParameterEncryption::SaltedSession,
             observer: Observer::none(),
             envelope_signing_key: false,
+            boot_policy: None,
         };
         let mut tpm = Tpm::open(&config).map_err(|e| open_error(&settings.tcti, e))?;
         // Tpm::open starts the daemon's long-lived DEK session; the agent

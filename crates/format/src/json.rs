@@ -1,5 +1,6 @@
 //! A small, strict JSON (RFC 8259) reader and a string writer, enough to read
-//! `etcdctl -w json` output and to print Secrets, without a JSON dependency.
+//! `etcdctl -w json` output and signed PCR policies (systemd's format), and
+//! to print Secrets, without a JSON dependency.
 //!
 //! Numbers are kept as their text so that 64-bit integers (etcd's cluster and
 //! member ids are full `uint64`s) are never rounded through a float. Objects
@@ -47,7 +48,6 @@ impl Json {
         }
     }
 
-    #[cfg(test)]
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Json::String(s) => Some(s),
@@ -65,7 +65,6 @@ impl Json {
 }
 
 /// Parses one JSON text (surrounding whitespace allowed).
-#[cfg(test)]
 pub fn parse(text: &str) -> Result<Json, JsonError> {
     let mut values = parse_stream(text)?;
     match values.len() {
@@ -344,7 +343,7 @@ impl Parser<'_> {
     }
 }
 
-pub use sceau_format::text::push_json_string as write_string;
+pub use crate::text::push_json_string as write_string;
 
 #[cfg(test)]
 mod tests {

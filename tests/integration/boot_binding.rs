@@ -1,0 +1,473 @@
+//! Boot-state binding on a real swtpm: DEKs sealed with `--policy-key` open
+//! only while the PCRs match a policy the key signed, whoever signed it
+//! (`sceau-recover policy sign`, or Debian's own `systemd-measure sign`),
+//! and never through a password session.
+//!
+//! swtpm serves one client at a time, so the PCRs are extended with
+//! tpm2-tools while no sceau runs, as the firmware and boot loader would
+//! before the daemon starts.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+use tonic::Code;
+
+use crate::harness::envelope::Envelope;
+use crate::harness::process::run_with_timeout;
+use crate::harness::rpc::{self, assert_clean_message};
+use crate::harness::sceau::{BIN, recover_bin, serve_args};
+use crate::harness::{Sceau, Swtpm, TempDir, Tpm2Tools, random_bytes};
+use sceau_format::pcr_policy::{
+    PcrSelection, PcrValues, SignedPolicy, policy_pcr_digest, write_signed_policies,
+};
+use sceau_format::policy_key::PolicySigner;
+
+const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A swtpm whose PCRs the test extends, and the files of one policy key.
+struct Rig {
+    tmp: TempDir,
+    tpm: Swtpm,
+    tools: Tpm2Tools,
+    key: PathBuf,
+    public: PathBuf,
+    policies: PathBuf,
+}
+
+impl Rig {
+    fn new(label: &str) -> Self {
+        let tmp = TempDir::new(label);
+        let tpm = Swtpm::start(&tmp.subdir("tpm"));
+        let tools = Tpm2Tools::new(&tpm, &tmp.subdir("tools"));
+        let key = tmp.join("policy.key");
+        let public = tmp.join("policy.pub");
+        let policies = tmp.subdir("policies");
+        let rig = Self {
+            tmp,
+            tpm,
+            tools,
+            key,
+            public,
+            policies,
+        };
+        rig.recover(&[
+            "policy",
+            "keygen",
+            "--policy-private",
+            rig.key.to_str().unwrap(),
+            "--policy-key",
+            rig.public.to_str().unwrap(),
+        ]);
+        rig
+    }
+
+    fn extend(&self, pcr: u8, digest: &[u8]) {
+        self.tools.run(
+            "tpm2_pcrextend",
+            &[&format!("{pcr}:sha256={}", hex(digest))],
+        );
+    }
+
+    /// `sceau pcrs --pcrs LIST`, as an operator runs it on the node.
+    fn read_pcrs(&self, list: &str) -> String {
+        let finished = run_with_timeout(
+            Command::new(BIN).args(["pcrs", "--tcti", &self.tpm.tcti(), "--pcrs", list]),
+            self.tmp.path(),
+            TOOL_TIMEOUT,
+        );
+        assert!(finished.status.success(), "{}", finished.all_output());
+        finished.stdout
+    }
+
+    /// `sceau pcrs`, then `sceau-recover policy sign`, into the policies
+    /// directory as NAME.json.
+    fn sign_current(&self, list: &str, name: &str) -> PathBuf {
+        let values = self.tmp.join(&format!("{name}.pcrs"));
+        std::fs::write(&values, self.read_pcrs(list)).unwrap();
+        let out = self.policies.join(format!("{name}.json"));
+        self.recover(&[
+            "policy",
+            "sign",
+            "--policy-private",
+            self.key.to_str().unwrap(),
+            "--pcrs",
+            list,
+            "--values",
+            values.to_str().unwrap(),
+            "--policy-out",
+            out.to_str().unwrap(),
+        ]);
+        out
+    }
+
+    fn recover(&self, args: &[&str]) -> String {
+        let finished = run_with_timeout(
+            Command::new(recover_bin()).args(args),
+            self.tmp.path(),
+            TOOL_TIMEOUT,
+        );
+        assert!(
+            finished.status.success(),
+            "sceau-recover {args:?}: {}",
+            finished.all_output()
+        );
+        finished.stderr
+    }
+
+    fn bound_args(&self) -> Vec<String> {
+        vec![
+            "--policy-key".into(),
+            self.public.display().to_string(),
+            "--policy".into(),
+            self.policies.display().to_string(),
+        ]
+    }
+
+    fn start(&self, extra: &[String]) -> Sceau {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        Sceau::start(&self.tmp, &self.tpm, &extra)
+    }
+
+    /// Starts sceau with `extra`, expects it to refuse, returns its log.
+    fn start_refused(&self, extra: &[&str]) -> String {
+        let socket = self.tmp.join("refused.sock");
+        let args = serve_args(&socket, Some(&self.tpm.tcti()), extra);
+        let mut sceau = Sceau::spawn(&self.tmp, &socket, args, &[]);
+        let status = sceau.wait_exit(TOOL_TIMEOUT);
+        let log = sceau.stderr_text();
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "sceau must refuse to start: {log}"
+        );
+        log
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// The whole life of a bound DEK: it opens in the signed state; after the
+/// boot state changes (PCR 7 extended), sceau still starts and seals, but
+/// Decrypt is refused with `policy-mismatch` and Status is not ok; a policy
+/// signed for the new state, added next to the old one, opens every old
+/// envelope without re-encrypting anything.
+///
+/// Without the policy check (the sealed object's authPolicy left empty),
+/// the Decrypt after the PCR change succeeds: sealing with
+/// `sealed_template(None)` in `Tpm::seal` makes this test fail at "a changed
+/// boot state must not open" (tried).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dek_opens_only_in_a_signed_boot_state() {
+    let rig = Rig::new("boot-binding-life");
+    rig.extend(7, &sha256(b"secure boot: on, db of this machine"));
+    rig.extend(11, &sha256(b"a unified kernel image"));
+    rig.sign_current("7,11", "first");
+
+    let mut sceau = rig.start(&rig.bound_args());
+    assert!(
+        sceau.stderr_text().contains("boot policy: the PCRs match"),
+        "{}",
+        sceau.stderr_text()
+    );
+    let mut client = sceau.client().await;
+    let status = rpc::status(&mut client).await;
+    assert_eq!(status.healthz, "ok");
+    let key_id = status.key_id;
+    let mut sealed = Vec::new();
+    for len in [1, 32, 128] {
+        let dek = random_bytes(len);
+        let envelope = rpc::seal(&mut client, &key_id, &dek).await;
+        rpc::open(&mut client, &key_id, &envelope, &dek).await;
+        sealed.push((envelope, dek));
+    }
+    drop(client);
+    assert!(sceau.terminate().success());
+
+    // Another boot state: PCR 7 differs.
+    rig.extend(7, &sha256(b"secure boot: off"));
+    let mut sceau = rig.start(&rig.bound_args());
+    assert!(
+        sceau
+            .stderr_text()
+            .contains("no signed policy matches the PCRs"),
+        "{}",
+        sceau.stderr_text()
+    );
+    let mut client = sceau.client().await;
+    assert_eq!(rpc::status(&mut client).await.healthz, "policy-mismatch");
+    for (envelope, _) in &sealed {
+        let refused = rpc::decrypt(&mut client, envelope, &key_id)
+            .await
+            .expect_err("a changed boot state must not open");
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+        assert_eq!(refused.message(), "policy-mismatch");
+        assert_clean_message(&refused, "policy mismatch");
+    }
+    // Encrypt needs no policy session: the apiserver can still write.
+    let late_dek = random_bytes(32);
+    let late = rpc::seal(&mut client, &key_id, &late_dek).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+
+    // The operator signs the new state; the old policy stays.
+    rig.sign_current("7,11", "second");
+    let mut sceau = rig.start(&rig.bound_args());
+    let mut client = sceau.client().await;
+    assert_eq!(rpc::status(&mut client).await.healthz, "ok");
+    for (envelope, dek) in &sealed {
+        rpc::open(&mut client, &key_id, envelope, dek).await;
+    }
+    rpc::open(&mut client, &key_id, &late, &late_dek).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+}
+
+/// The sealed object has no password path: tpm2_load + tpm2_unseal (a
+/// password session) opens an envelope made without `--policy-key` (the
+/// control) and fails on one made with it, in the very state it was
+/// signed for. Sealed without the authPolicy (`sealed_template(None)` in
+/// `Tpm::seal`), the bound envelope opens and this test fails (tried).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_password_session_cannot_unseal_a_bound_envelope() {
+    let rig = Rig::new("boot-binding-password");
+    rig.extend(7, &sha256(b"measured"));
+    rig.sign_current("7", "now");
+
+    let mut plain = rig.start(&[]);
+    let mut client = plain.client().await;
+    let key_id = rpc::status(&mut client).await.key_id;
+    let plain_dek = b"opened with a password session!".to_vec();
+    let plain_envelope = rpc::seal(&mut client, &key_id, &plain_dek).await;
+    drop(client);
+    assert!(plain.terminate().success());
+
+    let mut bound = rig.start(&rig.bound_args());
+    let mut client = bound.client().await;
+    let bound_dek = random_bytes(32);
+    let bound_envelope = rpc::seal(&mut client, &key_id, &bound_dek).await;
+    rpc::open(&mut client, &key_id, &bound_envelope, &bound_dek).await;
+    drop(client);
+    assert!(bound.terminate().success());
+
+    rig.tools.flush_all();
+    rig.tools.create_srk_primary("prim.ctx");
+    let parts = Envelope::parse(&plain_envelope);
+    assert_eq!(
+        rig.tools.unseal("prim.ctx", &parts.public, &parts.private),
+        plain_dek
+    );
+    let parts = Envelope::parse(&bound_envelope);
+    rig.tools.write("bound.pub", &parts.public);
+    rig.tools.write("bound.priv", &parts.private);
+    rig.tools.run(
+        "tpm2_load",
+        &[
+            "-C",
+            "prim.ctx",
+            "-u",
+            "bound.pub",
+            "-r",
+            "bound.priv",
+            "-c",
+            "bound.ctx",
+        ],
+    );
+    let refused = rig
+        .tools
+        .try_run("tpm2_unseal", &["-c", "bound.ctx", "-o", "unsealed.bin"]);
+    assert!(
+        !refused.status.success(),
+        "tpm2_unseal with a password session opened a bound envelope"
+    );
+    // TPM_RC_AUTH_UNAVAILABLE: userWithAuth is clear.
+    assert!(
+        refused.all_output().contains("(0x12F)"),
+        "{}",
+        refused.all_output()
+    );
+}
+
+/// What must stop the start, each with a line naming the file: a policy
+/// over a PCR no one extended, a policy of another key, a signature that
+/// the TPM does not verify; and flags that do not go together.
+#[test]
+fn bad_policies_stop_the_start() {
+    let rig = Rig::new("boot-binding-refusals");
+    rig.extend(7, &sha256(b"measured"));
+    let own = std::fs::read_to_string(&rig.key).unwrap();
+    let own = PolicySigner::from_pem(&own).unwrap();
+    let other = PolicySigner::generate();
+    let values = PcrValues::parse(&rig.read_pcrs("7,11")).unwrap();
+    let write = |dir: &str, signer: &PolicySigner, pcrs: &str, fingerprint_of: &PolicySigner| {
+        let pcrs = PcrSelection::parse(pcrs).unwrap();
+        let policy = policy_pcr_digest(pcrs, &values).unwrap();
+        let dir = rig.tmp.subdir(dir);
+        let file = dir.join("policy.json");
+        let signed = SignedPolicy {
+            pcrs,
+            key_fingerprint: Some(fingerprint_of.public().fingerprint()),
+            policy,
+            signature: signer.sign(&policy),
+        };
+        std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
+        file
+    };
+    let public = rig.public.to_str().unwrap();
+
+    // PCR 11 was never extended (systemd-measure signs what it is given).
+    let zero = write("zero", &own, "7,11", &own);
+    let log = rig.start_refused(&["--policy-key", public, "--policy", zero.to_str().unwrap()]);
+    assert!(log.contains(zero.to_str().unwrap()), "{log}");
+    assert!(log.contains("PCR 11 reads all zeros"), "{log}");
+
+    let foreign = write("foreign", &other, "7", &other);
+    let log = rig.start_refused(&[
+        "--policy-key",
+        public,
+        "--policy",
+        foreign.to_str().unwrap(),
+    ]);
+    assert!(log.contains(foreign.to_str().unwrap()), "{log}");
+    assert!(log.contains("signed by another key"), "{log}");
+
+    // The fingerprint claims our key; the signature is the other key's.
+    let forged = write("forged", &other, "7", &own);
+    let log = rig.start_refused(&["--policy-key", public, "--policy", forged.to_str().unwrap()]);
+    assert!(log.contains(forged.to_str().unwrap()), "{log}");
+    assert!(log.contains("does not verify"), "{log}");
+
+    let log = rig.start_refused(&["--policy-key", public]);
+    assert!(
+        log.contains("--policy-key and --policy go together"),
+        "{log}"
+    );
+    let recovery = rig.tmp.join("recovery.pub");
+    let log = rig.start_refused(&[
+        "--policy-key",
+        public,
+        "--policy",
+        rig.policies.to_str().unwrap(),
+        "--recovery-key",
+        recovery.to_str().unwrap(),
+    ]);
+    assert!(log.contains("single node"), "{log}");
+}
+
+/// Debian's own systemd-measure signs the PCR 11 values of a unified kernel
+/// image's sections (an RSA-2048 key from OpenSSL); PCR 11 is extended as
+/// systemd-stub and systemd's boot phases extend it; sceau accepts the
+/// file as systemd wrote it, the TPM verifies the RSA signature, and a DEK
+/// opens in the `enter-initrd` phase and again after `leave-initrd`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_signed_by_systemd_measure_opens() {
+    let measure = Path::new("/usr/lib/systemd/systemd-measure");
+    assert!(
+        measure.exists(),
+        "Debian 12's systemd ships {}",
+        measure.display()
+    );
+    let rig = Rig::new("boot-binding-systemd");
+    let dir = rig.tmp.path();
+    let run = |program: &str, args: &[&str]| {
+        let finished = run_with_timeout(
+            Command::new(program).current_dir(dir).args(args),
+            dir,
+            TOOL_TIMEOUT,
+        );
+        assert!(
+            finished.status.success(),
+            "{program} {args:?}: {}",
+            finished.all_output()
+        );
+        finished.stdout
+    };
+    run(
+        "openssl",
+        &[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+            "rsa.key",
+        ],
+    );
+    run(
+        "openssl",
+        &["pkey", "-in", "rsa.key", "-pubout", "-out", "rsa.pub"],
+    );
+    let sections: [(&str, &[u8]); 3] = [
+        (".linux", b"a kernel image, for the test"),
+        (".osrel", b"ID=debian\nVERSION_ID=12\n"),
+        (".cmdline", b"console=ttyS0 root=/dev/vda1"),
+    ];
+    for (name, content) in &sections {
+        std::fs::write(dir.join(&name[1..]), content).unwrap();
+    }
+    let policy = rig.policies.join("measure.json");
+    let json = run(
+        measure.to_str().unwrap(),
+        &[
+            "sign",
+            "--linux=linux",
+            "--osrel=osrel",
+            "--cmdline=cmdline",
+            "--bank=sha256",
+            "--private-key=rsa.key",
+            "--public-key=rsa.pub",
+            &format!("--tpm2-device={}", rig.tpm.tcti()),
+        ],
+    );
+    std::fs::write(&policy, json).unwrap();
+
+    // systemd-stub: each section's name (with its NUL) then its content;
+    // then systemd's phase strings (without NUL).
+    for (name, content) in &sections {
+        rig.extend(11, &sha256(format!("{name}\0").as_bytes()));
+        rig.extend(11, &sha256(content));
+    }
+    rig.extend(11, &sha256(b"enter-initrd"));
+
+    let args = vec![
+        "--policy-key".to_string(),
+        dir.join("rsa.pub").display().to_string(),
+        "--policy".to_string(),
+        policy.display().to_string(),
+    ];
+    let mut sceau = rig.start(&args);
+    let mut client = sceau.client().await;
+    let status = rpc::status(&mut client).await;
+    assert_eq!(status.healthz, "ok", "{}", sceau.stderr_text());
+    let dek = random_bytes(32);
+    let envelope = rpc::seal(&mut client, &status.key_id, &dek).await;
+    rpc::open(&mut client, &status.key_id, &envelope, &dek).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+    assert!(
+        sceau.stderr_text().contains("measure.json (policy 1 of 4)"),
+        "{}",
+        sceau.stderr_text()
+    );
+
+    // The next phase: systemd extends PCR 11 when it leaves the initrd; the
+    // file's second policy matches.
+    rig.extend(11, &sha256(b"leave-initrd"));
+    let mut sceau = rig.start(&args);
+    let mut client = sceau.client().await;
+    rpc::open(&mut client, &status.key_id, &envelope, &dek).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+    assert!(
+        sceau.stderr_text().contains("measure.json (policy 2 of 4)"),
+        "{}",
+        sceau.stderr_text()
+    );
+}
