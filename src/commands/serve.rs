@@ -282,7 +282,7 @@ fn confine_and_serve(
     // 8. The TPM thread, then the runtime (on this thread), inheriting 5 to 7.
     let key_id = match &membership {
         Some(membership) => membership.key_id().clone(),
-        None => tpm.srk().key_id(),
+        None => tpm.key_id(),
     };
     let (worker, death, worker_thread) = TpmWorker::spawn(tpm, config, options.request_deadline)
         .context("starting the TPM thread")?;

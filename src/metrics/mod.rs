@@ -17,7 +17,7 @@ pub mod call;
 mod render;
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sceau_tpm::TpmObserver;
@@ -180,6 +180,9 @@ pub struct Registry {
     /// Cluster envelopes refused before any TPM work, by class word.
     envelopes_refused: [AtomicU64; Refusal::CLASSES.len()],
     tpm_healthy: AtomicBool,
+    /// Boot-state binding: 0 without `--policy-key`, 1 while a signed policy
+    /// matches the PCRs, 2 while none does.
+    boot_policy: AtomicU8,
     key_id: OnceLock<String>,
 }
 
@@ -197,6 +200,7 @@ impl Registry {
             envelopes_refused: [const { AtomicU64::new(0) }; Refusal::CLASSES.len()],
             // sceau serves only once the TPM has answered at start-up.
             tpm_healthy: AtomicBool::new(true),
+            boot_policy: AtomicU8::new(0),
             key_id: OnceLock::new(),
         }
     }
@@ -244,6 +248,11 @@ impl Registry {
         self.envelopes_refused[refusal.index()].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn set_boot_policy_matched(&self, matched: bool) {
+        self.boot_policy
+            .store(if matched { 1 } else { 2 }, Ordering::Relaxed);
+    }
+
     pub fn set_tpm_healthy(&self, healthy: bool) {
         self.tpm_healthy.store(healthy, Ordering::Relaxed);
     }
@@ -271,6 +280,10 @@ impl TpmObserver for TpmMetrics {
 
     fn health(&self, healthy: bool) {
         METRICS.set_tpm_healthy(healthy);
+    }
+
+    fn boot_policy(&self, matched: bool) {
+        METRICS.set_boot_policy_matched(matched);
     }
 
     fn queued(&self) {

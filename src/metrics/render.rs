@@ -156,6 +156,19 @@ fn tpm(out: &mut String, registry: &Registry) {
         header(out, name, kind, help);
         let _ = writeln!(out, "{name} {value}");
     }
+    // Only with --policy-key: a 0 would otherwise read as "no boot state
+    // matches" on every node that does not bind to one.
+    let boot_policy = registry.boot_policy.load(Ordering::Relaxed);
+    if boot_policy != 0 {
+        let name = "sceau_boot_policy_matched";
+        header(
+            out,
+            name,
+            "gauge",
+            "1 while a signed PCR policy matches the PCRs, else 0 (with --policy-key only).",
+        );
+        let _ = writeln!(out, "{name} {}", u8::from(boot_policy == 1));
+    }
 }
 
 /// The families of one unlabelled sample each: name, type, help, in the
@@ -297,6 +310,7 @@ mod tests {
         assert!(lines.contains(&"sceau_tpm_command_duration_seconds_count{command=\"Unseal\"} 0"));
         // No key_id before serving, no other codes, no `other` method.
         assert!(!text.contains("sceau_key_id_info{"));
+        assert!(!text.contains("sceau_boot_policy_matched"));
         assert!(!text.contains("code=\"Internal\""));
         assert!(!text.contains("method=\"other\""));
     }
@@ -339,6 +353,22 @@ mod tests {
         assert!(text.contains("sceau_calls_total{method=\"Status\",code=\"Unknown\"} 1"));
         assert!(text.contains("sceau_call_duration_seconds_count{method=\"other\"} 1"));
         assert!(!text.contains("Evil"));
+    }
+
+    /// The gauge exists only with --policy-key, and follows the last
+    /// evaluation (the integration test `boot_binding` drives the real one).
+    #[test]
+    fn the_boot_policy_gauge_appears_once_a_policy_was_evaluated() {
+        let registry = Registry::new();
+        assert!(!render_registry(&registry, &build("0")).contains("sceau_boot_policy_matched"));
+        registry.set_boot_policy_matched(true);
+        assert!(
+            render_registry(&registry, &build("0")).contains("\nsceau_boot_policy_matched 1\n")
+        );
+        registry.set_boot_policy_matched(false);
+        assert!(
+            render_registry(&registry, &build("0")).contains("\nsceau_boot_policy_matched 0\n")
+        );
     }
 
     #[test]

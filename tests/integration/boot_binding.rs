@@ -18,7 +18,8 @@ use crate::harness::envelope::Envelope;
 use crate::harness::process::run_with_timeout;
 use crate::harness::rpc::{self, assert_clean_message};
 use crate::harness::sceau::{BIN, recover_bin, serve_args};
-use crate::harness::{Sceau, Swtpm, TempDir, Tpm2Tools, random_bytes};
+use crate::harness::tpm_proxy::Profile;
+use crate::harness::{ProxiedFixture, Sceau, Swtpm, TempDir, Tpm2Tools, random_bytes};
 use sceau_format::pcr_policy::{
     PcrSelection, PcrValues, SignedPolicy, policy_pcr_digest, write_signed_policies,
 };
@@ -250,9 +251,14 @@ async fn a_password_session_cannot_unseal_a_bound_envelope() {
 
     let mut bound = rig.start(&rig.bound_args());
     let mut client = bound.client().await;
+    // A new key_id, so that the apiserver makes a new (bound) DEK seed; the
+    // old one still opens what was sealed before.
+    let bound_key_id = rpc::status(&mut client).await.key_id;
+    assert_ne!(bound_key_id, key_id);
+    rpc::open(&mut client, &key_id, &plain_envelope, &plain_dek).await;
     let bound_dek = random_bytes(32);
-    let bound_envelope = rpc::seal(&mut client, &key_id, &bound_dek).await;
-    rpc::open(&mut client, &key_id, &bound_envelope, &bound_dek).await;
+    let bound_envelope = rpc::seal(&mut client, &bound_key_id, &bound_dek).await;
+    rpc::open(&mut client, &bound_key_id, &bound_envelope, &bound_dek).await;
     drop(client);
     assert!(bound.terminate().success());
 
@@ -299,7 +305,7 @@ async fn a_password_session_cannot_unseal_a_bound_envelope() {
 /// the TPM does not verify; and flags that do not go together.
 #[test]
 fn bad_policies_stop_the_start() {
-    let rig = Rig::new("boot-binding-refusals");
+    let mut rig = Rig::new("boot-binding-refusals");
     rig.extend(7, &sha256(b"measured"));
     let own = std::fs::read_to_string(&rig.key).unwrap();
     let own = PolicySigner::from_pem(&own).unwrap();
@@ -348,6 +354,13 @@ fn bad_policies_stop_the_start() {
         log.contains("--policy-key and --policy go together"),
         "{log}"
     );
+    let own_policy = write("own", &own, "7", &own);
+    let own_args = [
+        "--policy-key",
+        public,
+        "--policy",
+        own_policy.to_str().unwrap(),
+    ];
     let recovery = rig.tmp.join("recovery.pub");
     let log = rig.start_refused(&[
         "--policy-key",
@@ -358,6 +371,14 @@ fn bad_policies_stop_the_start() {
         recovery.to_str().unwrap(),
     ]);
     assert!(log.contains("single node"), "{log}");
+
+    // A TPM whose SHA-256 bank is not allocated (PCR_Read answers an empty
+    // selection, which tss-esapi's own reader loops on forever): refused.
+    rig.tools.run("tpm2_pcrallocate", &["sha1:all+sha256:none"]);
+    rig.tpm.restart();
+    let log = rig.start_refused(&own_args);
+    assert!(log.contains("sha256 bank is not allocated"), "{log}");
+    assert!(log.contains("tpm2_pcrallocate"), "{log}");
 }
 
 /// Debian's own systemd-measure signs the PCR 11 values of a unified kernel
@@ -469,5 +490,93 @@ async fn a_policy_signed_by_systemd_measure_opens() {
         sceau.stderr_text().contains("measure.json (policy 2 of 4)"),
         "{}",
         sceau.stderr_text()
+    );
+}
+
+/// TPM commands through the proxy, on the discrete profile: with a boot
+/// policy, an Encrypt is still one Create, and a Decrypt two commands more
+/// than without one (PolicyPCR and PolicyAuthorize; the policy session and
+/// the tickets are made at start and reused).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bound_decrypt_costs_two_commands_more() {
+    const FAST: f64 = 0.02;
+    let mut rig = ProxiedFixture::start("boot-binding-counts", Profile::discrete_tpm(), &[]);
+    rig.proxy.set_scale(FAST);
+    let (mut client, key_id) = rig.client().await;
+    let dek = random_bytes(32);
+    let plain = rpc::seal(&mut client, &key_id, &dek).await;
+    rig.proxy.reset_counts();
+    rpc::open(&mut client, &key_id, &plain, &dek).await;
+    let unbound = (rig.proxy.counts(), rig.proxy.modelled_delay());
+    drop(client);
+    assert!(rig.sceau.terminate().success());
+
+    // The boot state and its policy, made with the TPM to themselves.
+    let tools = Tpm2Tools::new(&rig.tpm, &rig.tmp.subdir("tools"));
+    tools.run(
+        "tpm2_pcrextend",
+        &[&format!("7:sha256={}", hex(&sha256(b"measured")))],
+    );
+    let signer = PolicySigner::generate();
+    let public = rig.tmp.join("policy.pub");
+    std::fs::write(&public, signer.public().to_pem()).unwrap();
+    let values = run_with_timeout(
+        Command::new(BIN).args(["pcrs", "--tcti", &rig.tpm.tcti(), "--pcrs", "7"]),
+        rig.tmp.path(),
+        TOOL_TIMEOUT,
+    );
+    let pcrs = PcrSelection::parse("7").unwrap();
+    let policy = policy_pcr_digest(pcrs, &PcrValues::parse(&values.stdout).unwrap()).unwrap();
+    let file = rig.tmp.join("policy.json");
+    let signed = SignedPolicy {
+        pcrs,
+        key_fingerprint: Some(signer.public().fingerprint()),
+        policy,
+        signature: signer.sign(&policy),
+    };
+    std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
+    rig.restart_sceau(&[
+        "--policy-key",
+        public.to_str().unwrap(),
+        "--policy",
+        file.to_str().unwrap(),
+    ]);
+
+    let (mut client, bound_key_id) = rig.client().await;
+    rig.proxy.reset_counts();
+    let bound = rpc::seal(&mut client, &bound_key_id, &dek).await;
+    let encrypt = rig.proxy.counts();
+    rig.proxy.reset_counts();
+    rpc::open(&mut client, &bound_key_id, &bound, &dek).await;
+    let decrypt = (rig.proxy.counts(), rig.proxy.modelled_delay());
+    // An envelope sealed before the key was configured opens as before.
+    rig.proxy.reset_counts();
+    rpc::open(&mut client, &key_id, &plain, &dek).await;
+    let old = rig.proxy.counts();
+    for (what, (counts, modelled)) in [("unbound", &unbound), ("bound", &decrypt)] {
+        println!(
+            "Decrypt, {what}: {} TPM commands {counts:?}, modelled on the discrete profile {:?}",
+            counts.values().sum::<u64>(),
+            modelled.div_f64(FAST)
+        );
+    }
+    let counted = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
+        pairs.iter().map(|(c, n)| (c.to_string(), *n)).collect()
+    };
+    assert_eq!(encrypt, counted(&[("Create", 1)]), "one bound Encrypt");
+    assert_eq!(
+        decrypt.0,
+        counted(&[
+            ("FlushContext", 1),
+            ("Load", 1),
+            ("PolicyAuthorize", 1),
+            ("PolicyPCR", 1),
+            ("Unseal", 1)
+        ]),
+        "one bound Decrypt"
+    );
+    assert_eq!(
+        old, unbound.0,
+        "an unbound envelope, with the key configured"
     );
 }

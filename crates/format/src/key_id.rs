@@ -14,6 +14,20 @@ impl KeyId {
         Self(format!("sceau-{}", hex(&digest[..8])))
     }
 
+    /// A single node's key_id with `--policy-key`: over the SRK's Name and
+    /// the policy key's, so that binding to a key (or changing it) is a new
+    /// key_id. The apiserver then makes a new DEK seed, sealed to the key,
+    /// and reads what was written before as stale, so that rewriting the
+    /// Secrets binds them all.
+    pub fn bound_to_policy(srk_name: &[u8], policy_key_name: &[u8]) -> Self {
+        let digest = Sha256::new()
+            .chain_update(b"sceau boot policy\0")
+            .chain_update(srk_name)
+            .chain_update(policy_key_name)
+            .finalize();
+        Self(format!("sceau-{}", hex(&digest[..8])))
+    }
+
     /// A cluster key_id: `sceau-` and the first 16 bytes of the digest over
     /// the membership (see `cluster::membership::cluster_key_id`).
     pub fn from_cluster_digest(digest: &[u8]) -> Self {
@@ -45,5 +59,12 @@ mod tests {
         assert!(id.as_str().starts_with("sceau-"));
         assert_eq!(id.as_str().len(), "sceau-".len() + 16);
         assert_eq!(id, KeyId::from_srk_name(&[0x00, 0x0b, 1, 2, 3]));
+        let bound = KeyId::bound_to_policy(&[0x00, 0x0b, 1, 2, 3], &[0x00, 0x0b, 4]);
+        assert_eq!(bound.as_str().len(), id.as_str().len());
+        assert_ne!(bound, id);
+        assert_ne!(
+            bound,
+            KeyId::bound_to_policy(&[0x00, 0x0b, 1, 2, 3], &[0x00, 0x0b, 5])
+        );
     }
 }

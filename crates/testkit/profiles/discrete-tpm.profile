@@ -74,6 +74,20 @@ ReadPublic 20
 GetCapability 20
 Hash 20
 
+# INFERRED: boot-state binding's per-Decrypt commands. PolicyPCR hashes the
+# selected PCRs into the session; PolicyAuthorize checks a ticket (an HMAC)
+# and hashes; neither does asymmetric cryptography: like ReadPublic. PCR_Read
+# (after a PCR change) answers a few digests.
+PolicyPCR 20
+PolicyAuthorize 20
+PCR_Read 20
+
+# INFERRED from [W]: once per start and policy, VerifySignature of an ECDSA
+# signature costs about a signature (56 ms; an RSA-2048 verification is
+# cheaper); LoadExternal of a public key parses it and computes its Name.
+VerifySignature 60
+LoadExternal 30
+
 # INFERRED: the TPM encrypts or decrypts and integrity-checks a saved
 # context, like Load.
 ContextSave 60

@@ -80,6 +80,7 @@ const COMMAND_NAMES: &[(u32, &str)] = &[
     (0x167, "LoadExternal"),
     (0x168, "MakeCredential"),
     (0x169, "NV_ReadPublic"),
+    (0x16A, "PolicyAuthorize"),
     (0x16B, "PolicyAuthValue"),
     (0x16C, "PolicyCommandCode"),
     (0x171, "PolicyOR"),

@@ -105,7 +105,11 @@ impl BootPolicies {
     /// Refuses a policy of another key, a bad signature, or a PCR that was
     /// never extended; a mismatch is not refused (Encrypt still works, and
     /// a newly signed policy fixes it), only logged.
-    pub fn load(ctx: &mut Context, config: &BootPolicyConfig) -> Result<Self, BootPolicyError> {
+    pub fn load(
+        ctx: &mut Context,
+        config: &BootPolicyConfig,
+        observer: &Observer,
+    ) -> Result<Self, BootPolicyError> {
         let all_pcrs = PcrSelection::from_indices(
             config
                 .policies
@@ -161,8 +165,13 @@ impl BootPolicies {
             evaluated: false,
             session: None,
         };
-        loaded.choose(&values);
+        loaded.choose(&values, observer);
         Ok(loaded)
+    }
+
+    /// The policy key's Name, as the TPM computed it.
+    pub fn key_name(&self) -> &[u8] {
+        self.key_name.value()
     }
 
     /// The authPolicy of every object sealed while this key is configured.
@@ -184,17 +193,18 @@ impl BootPolicies {
                 PcrReadError::Tpm(e) => e,
                 other => TpmError::refused(other.to_string(), Fault::Failure),
             })?;
-        self.choose(&values);
+        self.choose(&values, observer);
         Ok(self.matched())
     }
 
-    fn choose(&mut self, values: &PcrValues) {
+    fn choose(&mut self, values: &PcrValues, observer: &Observer) {
         let before = self.current;
         self.current = self.policies.iter().position(|v| {
             policy_pcr_digest(v.policy.pcrs, values).is_ok_and(|digest| digest == v.policy.policy)
         });
         let changed = !self.evaluated || before != self.current;
         self.evaluated = true;
+        observer.boot_policy(self.current.is_some());
         match self.current {
             Some(i) if changed => log::info!(
                 "boot policy: the PCRs match {} (PCRs {})",
@@ -277,8 +287,9 @@ impl BootPolicies {
     }
 
     /// The policy session, salted with the SRK and with response encryption
-    /// on, so that Unseal's answer crosses the bus encrypted; started once.
-    fn session(
+    /// on, so that Unseal's answer crosses the bus encrypted; started at open
+    /// (so that no Decrypt pays for it), and again after a failure.
+    pub fn session(
         &mut self,
         ctx: &mut Context,
         salt_key: KeyHandle,

@@ -16,7 +16,7 @@ use super::observe::{Observer, TpmCommand};
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
 use super::signing::EnvelopeSigningKey;
-use super::srk::{Srk, SrkError};
+use super::srk::{KeyId, Srk, SrkError};
 use super::tcti::{Tcti, Transport};
 use crate::secret::Dek;
 use sceau_format::members::Member;
@@ -121,7 +121,7 @@ impl Tpm {
         let boot = config
             .boot_policy
             .as_ref()
-            .map(|c| BootPolicies::load(&mut ctx, c))
+            .map(|c| BootPolicies::load(&mut ctx, c, &config.observer))
             .transpose()?;
         let mut tpm = Self {
             ctx,
@@ -133,6 +133,9 @@ impl Tpm {
             observer: config.observer.clone(),
         };
         tpm.dek_session()?;
+        if let Some(boot) = tpm.boot.as_mut() {
+            boot.session(&mut tpm.ctx, tpm.srk.handle, &tpm.observer)?;
+        }
         Ok(tpm)
     }
 
@@ -141,6 +144,21 @@ impl Tpm {
     /// ([`OpenError::detail`]) for a DEBUG line.
     pub fn open_explained(config: &TpmConfig) -> Result<Self, OpenError> {
         Self::open(config).map_err(|error| OpenError::explain(&config.tcti, error))
+    }
+
+    /// The key_id this TPM serves: the SRK's, or with a boot policy key,
+    /// one over both (`KeyId::bound_to_policy`).
+    pub fn key_id(&self) -> KeyId {
+        match &self.boot {
+            Some(boot) => KeyId::bound_to_policy(self.srk.name.value(), boot.key_name()),
+            None => self.srk.key_id(),
+        }
+    }
+
+    /// With a boot policy key, the SRK's own key_id: the envelopes written
+    /// before the key was configured name it, and still open.
+    pub fn unbound_key_id(&self) -> Option<KeyId> {
+        self.boot.as_ref().map(|_| self.srk.key_id())
     }
 
     pub fn srk(&self) -> &Srk {

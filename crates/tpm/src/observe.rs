@@ -67,6 +67,8 @@ pub trait TpmObserver: Send + Sync + 'static {
     fn command(&self, _command: TpmCommand, _took: Duration) {}
     /// The TPM's health as last seen (any answer, or a probe).
     fn health(&self, _healthy: bool) {}
+    /// Whether a signed boot policy matched the PCRs when last read.
+    fn boot_policy(&self, _matched: bool) {}
     /// A job entered the TPM thread's queue, or is about to.
     fn queued(&self) {}
     /// A job left the queue (taken, or never entered).

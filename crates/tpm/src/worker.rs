@@ -155,8 +155,14 @@ impl<R: Request> Queued for Job<R> {
 /// [`TpmWorker`] in the daemon, a fake in unit tests, fuzz targets and the
 /// bench, so that the modes' own checks run against a fake too.
 pub trait SealingTpm: Send + Sync + 'static {
-    /// This TPM's own key_id (from its SRK's Name).
+    /// This TPM's own key_id (from its SRK's Name, and its boot policy
+    /// key's if it has one).
     fn key_id(&self) -> &KeyId;
+    /// With a boot policy key, the key_id of the same SRK without it, which
+    /// envelopes sealed before the key was configured name.
+    fn unbound_key_id(&self) -> Option<&KeyId> {
+        None
+    }
     /// Create of a sealed-data object under the SRK.
     fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
     /// Load and Unseal of a version 1 envelope's object.
@@ -182,6 +188,7 @@ pub trait SealingTpm: Send + Sync + 'static {
 pub struct TpmWorker {
     jobs: mpsc::Sender<Box<dyn Queued>>,
     key_id: KeyId,
+    unbound_key_id: Option<KeyId>,
     deadline: Duration,
     health: Arc<HealthRecord>,
     observer: Observer,
@@ -211,7 +218,8 @@ impl TpmWorker {
         let observer = config.observer.clone();
         let health = Arc::new(HealthRecord::new(observer.clone()));
         let srk_name = tpm.srk().name.value().to_vec();
-        let key_id = tpm.srk().key_id();
+        let key_id = tpm.key_id();
+        let unbound_key_id = tpm.unbound_key_id();
         let thread = Worker {
             tpm: Some(tpm),
             config,
@@ -226,6 +234,7 @@ impl TpmWorker {
         let worker = TpmWorker {
             jobs,
             key_id,
+            unbound_key_id,
             deadline,
             health,
             observer,
@@ -271,6 +280,10 @@ impl TpmWorker {
 impl SealingTpm for TpmWorker {
     fn key_id(&self) -> &KeyId {
         &self.key_id
+    }
+
+    fn unbound_key_id(&self) -> Option<&KeyId> {
+        self.unbound_key_id.as_ref()
     }
 
     async fn seal(&self, dek: Dek) -> Result<SealedBlobs, Fault> {
