@@ -14,8 +14,10 @@ use std::path::Path;
 
 use prost::Message;
 use sceau::kms::SealingTpm;
+use sceau_format::duplicate::BOUND_IMPORTED_OBJECT_ATTRIBUTES;
 use sceau_format::enrollment::{Request, challenge_files, request_file};
 use sceau_format::members::{Member, member_file};
+use sceau_format::pcr_policy::{PcrSelection, PcrValues};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::sealed::SealedBlobs;
 use sceau_format::wrapped::{ClusterEnvelope, Encoded, RECIPIENTS_ANNOTATION, Role};
@@ -48,6 +50,7 @@ fn main() -> std::io::Result<()> {
     write_all(&root.join("cli"), cli_seeds())?;
     write_all(&root.join("cluster_envelope"), cluster_envelope_seeds())?;
     write_all(&root.join("key_files"), key_files_seeds())?;
+    write_all(&root.join("boot_policy"), boot_policy_seeds())?;
     write_all(&root.join("recovery_input"), recovery_input_seeds())?;
     write_all(&root.join("spire_attestation"), spire_attestation_seeds())
 }
@@ -74,6 +77,51 @@ fn spire_attestation_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("payload", seed(0, payload.encode())),
         ("challenge", seed(1, challenge.encode())),
         ("response", seed(2, response.encode())),
+    ]
+}
+
+/// Boot-state binding's files, each after its mode byte: a signed policy
+/// file as sceau writes it (a fixed key, so the seed does not change) and as
+/// systemd-measure writes it (two banks, no fingerprint), `tpm2_pcrread`
+/// text, a PCR list, an OpenSSL P-256 and RSA-2048 public key, sceau's
+/// private key file, and a DER signature.
+fn boot_policy_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use sceau_format::pcr_policy::{SignedPolicy, write_signed_policies};
+    use sceau_format::policy_key::PolicySigner;
+    let with_mode = |mode: u8, body: &[u8]| [&[mode][..], body].concat();
+    let pcrread = "  sha1:\n    7 : 0x0000000000000000000000000000000000000000\n  sha256:\n    7 : 0x90F4B39548DF55AD6187A1D20D731ECEE78C545B94AFD16F42EF7592D99CD365\n    11: 0x0000000000000000000000000000000000000000000000000000000000000000\n";
+    let values = PcrValues::parse(pcrread).expect("pcrread text");
+    let pcrs = PcrSelection::parse("7,11").expect("a list");
+    let signer = PolicySigner::from_bytes(&[0x31; 32]);
+    let signer_pem = signer.to_pem();
+    // RFC 6979 nonces: the same key and policy give the same signature.
+    let signed = SignedPolicy::sign(&signer, pcrs, &values).expect("values for both");
+    let signature = signed.signature.clone();
+    let sceau_file = write_signed_policies(&[signed]);
+    let systemd_file = format!(
+        "{{\"sha1\":[{{\"pcrs\":[11],\"pol\":\"{}\",\"sig\":\"AA==\"}}],\"sha256\":[{{\"pcrs\":[11],\"pol\":\"{}\",\"sig\":\"AQID\"}},{{\"pcrs\":[11],\"pol\":\"{}\",\"sig\":\"BAUG\"}}]}}",
+        "00".repeat(20),
+        "11".repeat(32),
+        "22".repeat(32)
+    );
+    let p256 = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEifpyQBKfDQkP3+L5rmMYZTZJAVox\naIlLvu3QKXXe3HQEPdUVRJlDtlcSiQNFXksXkP4CazhnIzqu9oXSwAbnPw==\n-----END PUBLIC KEY-----\n";
+    vec![
+        ("policy-sceau", with_mode(0, sceau_file.as_bytes())),
+        ("policy-systemd", with_mode(0, systemd_file.as_bytes())),
+        ("pcrread", with_mode(1, pcrread.as_bytes())),
+        ("pcr-list", with_mode(2, b"7,11")),
+        // «A PCR list on the terminal» (audit/fuzzing.md).
+        (
+            "regression-pcr-list-control-character",
+            with_mode(2, b"7\x1b]0;x\x07"),
+        ),
+        ("public-p256", with_mode(3, p256.as_bytes())),
+        (
+            "public-sceau",
+            with_mode(3, signer.public().to_pem().as_bytes()),
+        ),
+        ("private-sceau", with_mode(4, signer_pem.as_bytes())),
+        ("signature-der", with_mode(5, &signature)),
     ]
 }
 
@@ -457,8 +505,26 @@ fn cluster_envelope_seeds() -> Vec<(&'static str, Vec<u8>)> {
     moved[1] = 0x01;
     moved.extend_from_slice(&sha256(block));
     let moved_annotations = HashMap::from([(RECIPIENTS_ANNOTATION.to_string(), block.to_vec())]);
+    // The pinned envelope's object, bound to a boot policy key: noDA alone
+    // and a 32-byte authPolicy before the scheme (built from the pinned bytes,
+    // so that the seed does not change from one generation to the next).
+    let area = &inline_envelope.object_public;
+    let mut bound_area = area[..4].to_vec();
+    bound_area.extend_from_slice(&BOUND_IMPORTED_OBJECT_ATTRIBUTES.to_be_bytes());
+    bound_area.extend_from_slice(&[0, 32]);
+    bound_area.extend_from_slice(&[0x5a; 32]);
+    bound_area.extend_from_slice(&area[10..]);
+    let bound = ClusterEnvelope {
+        object_public: bound_area,
+        signature: None,
+        ..inline_envelope.clone()
+    }
+    .encode()
+    .expect("encodes")
+    .ciphertext;
     vec![
         ("inline-2-members-recovery", input(0, &inline, &none)),
+        ("inline-bound-object-unsigned", input(0, &bound, &none)),
         (
             "annotated-4-members-recovery",
             input(0, &annotated, &annotations),

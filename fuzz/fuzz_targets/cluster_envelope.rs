@@ -25,8 +25,9 @@
 //!   envelope only, byte for byte: no mutation keeps a signature valid;
 //! - each rejection names a reason the input really has, and its message
 //!   has no control characters;
-//! - `check_sealed_public` accepts only the 46-byte public area that
-//!   `SealedObject` builds, and returns its unique;
+//! - `check_sealed_public` accepts only the public areas `SealedObject`
+//!   builds (46 bytes unbound, 78 bound to a boot policy key), and returns
+//!   their unique and authPolicy;
 //! - `open` fails with exactly `parse`'s error for a malformed envelope,
 //!   `NotARecipient` (with the envelope's recovery Name) when there is no recovery
 //!   entry for the identity, and succeeds only for an entry that
@@ -39,7 +40,9 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use sceau_format::duplicate::{ImportBlob, ImportError, check_sealed_public};
+use sceau_format::duplicate::{
+    BOUND_IMPORTED_OBJECT_ATTRIBUTES, ImportBlob, ImportError, check_sealed_public,
+};
 use sceau_format::envelope::MAX_CIPHERTEXT_LEN;
 use sceau_format::key_id::hex;
 use sceau_format::members::KnownMembers;
@@ -175,18 +178,41 @@ fn check_accepted(
     }
 }
 
-/// `check_sealed_public` accepts exactly SealedObject's public area.
+/// `check_sealed_public` accepts exactly SealedObject's public areas: the
+/// unbound one (46 bytes: the pinned prefix, then the unique) and the one
+/// bound to a boot policy key (78 bytes: noDA alone and a 32-byte
+/// authPolicy), and returns what they hold.
 fn check_sealed(object_public: &[u8]) {
     let f = fixture();
+    let bound_prefix = |policy: &[u8]| {
+        let mut prefix = f.public_prefix[..4].to_vec();
+        prefix.extend_from_slice(&BOUND_IMPORTED_OBJECT_ATTRIBUTES.to_be_bytes());
+        prefix.extend_from_slice(&[0, 32]);
+        prefix.extend_from_slice(policy);
+        prefix.extend_from_slice(&f.public_prefix[10..]);
+        prefix
+    };
+    let unbound = object_public.len() == 46 && object_public[..14] == f.public_prefix[..];
+    let bound = object_public.len() == 78
+        && object_public[..46] == bound_prefix(&object_public[10..42])[..];
     match check_sealed_public(object_public) {
-        Ok(unique) => {
-            assert_eq!(object_public.len(), 46);
-            assert_eq!(object_public[..14], f.public_prefix[..]);
-            assert_eq!(object_public[14..], unique);
+        Ok(area) if unbound => {
+            assert_eq!(area.auth_policy, None);
+            assert_eq!(object_public[14..], area.unique);
+        }
+        Ok(area) => {
+            assert!(bound, "accepted another public area");
+            assert_eq!(
+                area.auth_policy.as_ref().map(|p| &p[..]),
+                Some(&object_public[10..42])
+            );
+            assert_eq!(object_public[46..], area.unique);
         }
         Err(error) => {
-            let shaped = object_public.len() == 46 && object_public[..14] == f.public_prefix[..];
-            assert!(!shaped, "refused a sealed object's public area: {error}");
+            assert!(
+                !unbound && !bound,
+                "refused a sealed object's public area: {error}"
+            );
             assert_no_control(&error.to_string());
         }
     }

@@ -207,7 +207,11 @@ fn check_cluster_call<T: std::fmt::Debug>(
     assert!(
         matches!(
             status.code(),
-            Code::InvalidArgument | Code::Unavailable | Code::DeadlineExceeded | Code::Internal
+            Code::InvalidArgument
+                | Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Internal
+                | Code::FailedPrecondition
         ),
         "{status:?}"
     );

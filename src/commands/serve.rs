@@ -74,16 +74,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     //    Boot-state binding: the policy key and the signed policies, read
     //    while the filesystem is open (the TPM checks the signatures).
     let boot_policy = match &options.policy_key {
-        Some(key) => {
-            if options.members.is_some() || options.recovery_key.is_some() {
-                bail!(
-                    "--policy-key with --members or --recovery-key: cluster and recovery \
-                     envelopes are not bound to a boot policy yet; use it on a single node \
-                     (docs/boot-binding.md)"
-                );
-            }
-            Some(sceau::boot_policy::load(key, &options.policies)?)
-        }
+        Some(key) => Some(sceau::boot_policy::load(key, &options.policies)?),
         None => None,
     };
     // 3. The TPM: flush leftovers, recreate the SRK, start the salted
@@ -113,7 +104,11 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     }
     drop(own_memory);
     //    Cluster mode: the member files, read while the filesystem is open.
-    let membership = load_membership(&options, &tpm)?;
+    let auth_policy = config
+        .boot_policy
+        .as_ref()
+        .map(|boot| boot.key.authorized_policy());
+    let membership = load_membership(&options, &tpm, auth_policy)?;
     //    Stop signals wait from here until their handlers exist.
     let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
     let (listeners, socket_file) = match activated {
@@ -199,7 +194,11 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
 /// Cluster mode: reads the member files before the sandbox closes the
 /// filesystem, and logs every member's Name so operators can audit it.
 /// `--recovery-key` alone makes a cluster of this node and the recovery key.
-fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<Arc<Membership>>> {
+fn load_membership(
+    options: &ServeOptions,
+    tpm: &Tpm,
+    auth_policy: Option<[u8; 32]>,
+) -> anyhow::Result<Option<Arc<Membership>>> {
     if options.members.is_none() && options.enrollment_key.is_some() {
         anyhow::bail!("--enrollment-key checks member files: give --members DIR too");
     }
@@ -249,10 +248,20 @@ fn load_membership(options: &ServeOptions, tpm: &Tpm) -> anyhow::Result<Option<A
              (docs/migration.md)"
         );
     }
+    // Cluster envelopes are sealed in software: the membership puts the
+    // boot policy key's PolicyAuthorize in every object it makes.
+    let membership = match auth_policy {
+        Some(policy) => membership.with_boot_policy(policy),
+        None => membership,
+    };
     for recipient in membership.describe() {
         log::info!("cluster {recipient}");
     }
-    log::info!("cluster mode: key_id {}", membership.key_id());
+    let bound = match auth_policy {
+        Some(_) => ", every DEK bound to the boot policy key",
+        None => "",
+    };
+    log::info!("cluster mode: key_id {}{bound}", membership.key_id());
     Ok(Some(Arc::new(membership)))
 }
 

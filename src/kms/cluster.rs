@@ -100,13 +100,9 @@ impl<T: SealingTpm> Cluster<T> {
                 describe_recipients(envelope)
             ))
         })?;
-        let unique = check_sealed_public(&envelope.object_public).map_err(malformed)?;
-        ImportableObject::for_checked_public(
-            &unique,
-            &entry.blob.duplicate,
-            &entry.blob.in_sym_seed,
-        )
-        .map_err(malformed)
+        let area = check_sealed_public(&envelope.object_public).map_err(malformed)?;
+        ImportableObject::for_checked_public(&area, &entry.blob.duplicate, &entry.blob.in_sym_seed)
+            .map_err(malformed)
     }
 }
 

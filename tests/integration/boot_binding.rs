@@ -15,14 +15,12 @@ use sha2::{Digest as _, Sha256};
 use tonic::Code;
 
 use crate::harness::envelope::Envelope;
-use crate::harness::process::run_with_timeout;
+use crate::harness::process::{Finished, run_with_timeout};
 use crate::harness::rpc::{self, assert_clean_message};
 use crate::harness::sceau::{BIN, recover_bin, serve_args};
 use crate::harness::tpm_proxy::Profile;
 use crate::harness::{ProxiedFixture, Sceau, Swtpm, TempDir, Tpm2Tools, random_bytes};
-use sceau_format::pcr_policy::{
-    PcrSelection, PcrValues, SignedPolicy, policy_pcr_digest, write_signed_policies,
-};
+use sceau_format::pcr_policy::{PcrSelection, PcrValues, SignedPolicy, write_signed_policies};
 use sceau_format::policy_key::PolicySigner;
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -73,20 +71,24 @@ impl Rig {
 
     /// `sceau pcrs --pcrs LIST`, as an operator runs it on the node.
     fn read_pcrs(&self, list: &str) -> String {
-        let finished = run_with_timeout(
-            Command::new(BIN).args(["pcrs", "--tcti", &self.tpm.tcti(), "--pcrs", list]),
-            self.tmp.path(),
-            TOOL_TIMEOUT,
-        );
-        assert!(finished.status.success(), "{}", finished.all_output());
-        finished.stdout
+        self.read_pcrs_at(&self.tpm.tcti(), list)
+    }
+
+    fn read_pcrs_at(&self, tcti: &str, list: &str) -> String {
+        let args = ["pcrs", "--tcti", tcti, "--pcrs", list];
+        run_ok(self.tmp.path(), Path::new(BIN), &args).stdout
     }
 
     /// `sceau pcrs`, then `sceau-recover policy sign`, into the policies
     /// directory as NAME.json.
     fn sign_current(&self, list: &str, name: &str) -> PathBuf {
+        self.sign_state_at(&self.tpm.tcti(), list, name)
+    }
+
+    /// The same for the TPM at `tcti` (another cluster member).
+    fn sign_state_at(&self, tcti: &str, list: &str, name: &str) -> PathBuf {
         let values = self.tmp.join(&format!("{name}.pcrs"));
-        std::fs::write(&values, self.read_pcrs(list)).unwrap();
+        std::fs::write(&values, self.read_pcrs_at(tcti, list)).unwrap();
         let out = self.policies.join(format!("{name}.json"));
         self.recover(&[
             "policy",
@@ -104,17 +106,7 @@ impl Rig {
     }
 
     fn recover(&self, args: &[&str]) -> String {
-        let finished = run_with_timeout(
-            Command::new(recover_bin()).args(args),
-            self.tmp.path(),
-            TOOL_TIMEOUT,
-        );
-        assert!(
-            finished.status.success(),
-            "sceau-recover {args:?}: {}",
-            finished.all_output()
-        );
-        finished.stderr
+        run_ok(self.tmp.path(), &recover_bin(), args).stderr
     }
 
     fn bound_args(&self) -> Vec<String> {
@@ -144,6 +136,21 @@ impl Rig {
         );
         log
     }
+}
+
+/// Runs `program` in `dir` to completion; it must succeed.
+fn run_ok(dir: &Path, program: &Path, args: &[&str]) -> Finished {
+    let finished = run_with_timeout(
+        Command::new(program).current_dir(dir).args(args),
+        dir,
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        finished.status.success(),
+        "{program:?} {args:?}: {}",
+        finished.all_output()
+    );
+    finished
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -302,7 +309,8 @@ async fn a_password_session_cannot_unseal_a_bound_envelope() {
 
 /// What must stop the start, each with a line naming the file: a policy
 /// over a PCR no one extended, a policy of another key, a signature that
-/// the TPM does not verify; and flags that do not go together.
+/// the TPM does not verify, a TPM without a SHA-256 bank; and flags that
+/// do not go together.
 #[test]
 fn bad_policies_stop_the_start() {
     let mut rig = Rig::new("boot-binding-refusals");
@@ -313,15 +321,9 @@ fn bad_policies_stop_the_start() {
     let values = PcrValues::parse(&rig.read_pcrs("7,11")).unwrap();
     let write = |dir: &str, signer: &PolicySigner, pcrs: &str, fingerprint_of: &PolicySigner| {
         let pcrs = PcrSelection::parse(pcrs).unwrap();
-        let policy = policy_pcr_digest(pcrs, &values).unwrap();
-        let dir = rig.tmp.subdir(dir);
-        let file = dir.join("policy.json");
-        let signed = SignedPolicy {
-            pcrs,
-            key_fingerprint: Some(fingerprint_of.public().fingerprint()),
-            policy,
-            signature: signer.sign(&policy),
-        };
+        let mut signed = SignedPolicy::sign(signer, pcrs, &values).unwrap();
+        signed.key_fingerprint = Some(fingerprint_of.public().fingerprint());
+        let file = rig.tmp.subdir(dir).join("policy.json");
         std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
         file
     };
@@ -361,16 +363,6 @@ fn bad_policies_stop_the_start() {
         "--policy",
         own_policy.to_str().unwrap(),
     ];
-    let recovery = rig.tmp.join("recovery.pub");
-    let log = rig.start_refused(&[
-        "--policy-key",
-        public,
-        "--policy",
-        rig.policies.to_str().unwrap(),
-        "--recovery-key",
-        recovery.to_str().unwrap(),
-    ]);
-    assert!(log.contains("single node"), "{log}");
 
     // A TPM whose SHA-256 bank is not allocated (PCR_Read answers an empty
     // selection, which tss-esapi's own reader loops on forever): refused.
@@ -396,19 +388,7 @@ async fn a_policy_signed_by_systemd_measure_opens() {
     );
     let rig = Rig::new("boot-binding-systemd");
     let dir = rig.tmp.path();
-    let run = |program: &str, args: &[&str]| {
-        let finished = run_with_timeout(
-            Command::new(program).current_dir(dir).args(args),
-            dir,
-            TOOL_TIMEOUT,
-        );
-        assert!(
-            finished.status.success(),
-            "{program} {args:?}: {}",
-            finished.all_output()
-        );
-        finished.stdout
-    };
+    let run = |program: &str, args: &[&str]| run_ok(dir, Path::new(program), args).stdout;
     run(
         "openssl",
         &[
@@ -526,14 +506,9 @@ async fn a_bound_decrypt_costs_two_commands_more() {
         TOOL_TIMEOUT,
     );
     let pcrs = PcrSelection::parse("7").unwrap();
-    let policy = policy_pcr_digest(pcrs, &PcrValues::parse(&values.stdout).unwrap()).unwrap();
+    let values = PcrValues::parse(&values.stdout).unwrap();
+    let signed = SignedPolicy::sign(&signer, pcrs, &values).unwrap();
     let file = rig.tmp.join("policy.json");
-    let signed = SignedPolicy {
-        pcrs,
-        key_fingerprint: Some(signer.public().fingerprint()),
-        policy,
-        signature: signer.sign(&policy),
-    };
     std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
     rig.restart_sceau(&[
         "--policy-key",
@@ -579,4 +554,157 @@ async fn a_bound_decrypt_costs_two_commands_more() {
         old, unbound.0,
         "an unbound envelope, with the key configured"
     );
+}
+
+/// Cluster mode: two members whose PCR 7 differ, one policy key, each
+/// member's own signed policy (both in one directory on both nodes). A DEK
+/// sealed on either opens on both, each in its own signed state; once b's
+/// boot state changes, b refuses it and a still opens it; the recovery key
+/// opens it with no TPM, whatever the PCRs. Sealed without the authPolicy
+/// (`SealedObject::with_policy(dek, None)` in `Membership::seal`), the first
+/// Decrypt already fails: the key_id covers the binding (tried).
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_members_open_only_in_their_own_signed_state() {
+    let rig = Rig::new("boot-binding-cluster");
+    let other = rig.tmp.subdir("tpm-b");
+    let mut tpm_b = Swtpm::start(&other);
+    let tools_b = Tpm2Tools::new(&tpm_b, &rig.tmp.subdir("tools-b"));
+    rig.extend(7, &sha256(b"node a: secure boot on"));
+    tools_b.run(
+        "tpm2_pcrextend",
+        &[&format!("7:sha256={}", hex(&sha256(b"node b: another db")))],
+    );
+    let tool = |program: &Path, args: &[&str]| run_ok(rig.tmp.path(), program, args).stdout;
+    let members = rig.tmp.subdir("members");
+    let recovery_identity = rig.tmp.join("recovery.identity");
+    let recovery_public = rig.tmp.join("recovery.pub");
+    tool(
+        &recover_bin(),
+        &[
+            "recovery-keygen",
+            "--identity",
+            recovery_identity.to_str().unwrap(),
+            "--public",
+            recovery_public.to_str().unwrap(),
+        ],
+    );
+    // Each member's file, and each member's policy: `sceau pcrs` on the
+    // node, `policy sign` offline.
+    for (name, tcti) in [("a", rig.tpm.tcti()), ("b", tpm_b.tcti())] {
+        let file = tool(Path::new(BIN), &["srk-public", "--tcti", &tcti]);
+        std::fs::write(members.join(format!("{name}.pub")), file).unwrap();
+        rig.sign_state_at(&tcti, "7", name);
+    }
+    let mut args = rig.bound_args();
+    args.extend([
+        "--members".to_string(),
+        members.display().to_string(),
+        "--recovery-key".to_string(),
+        recovery_public.display().to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let start = |tpm: &Swtpm, label: &str| {
+        Sceau::start_on_socket(
+            &rig.tmp,
+            &rig.tmp.join(&format!("{label}.sock")),
+            &tpm.tcti(),
+            &args,
+        )
+    };
+    let a = start(&rig.tpm, "a");
+    let mut b = start(&tpm_b, "b-first");
+    for (sceau, own) in [(&a, "a.json"), (&b, "b.json")] {
+        let log = sceau.stderr_text();
+        assert!(
+            log.contains("every DEK bound to the boot policy key"),
+            "{log}"
+        );
+        assert!(
+            log.lines()
+                .any(|l| l.contains("boot policy: the PCRs match") && l.contains(own)),
+            "{log}"
+        );
+    }
+    let mut client_a = a.client().await;
+    let mut client_b = b.client().await;
+    let key_id = rpc::status(&mut client_a).await.key_id;
+    assert_eq!(rpc::status(&mut client_b).await.key_id, key_id);
+    let dek = random_bytes(32);
+    let reply = rpc::encrypt(&mut client_a, &dek)
+        .await
+        .expect("Encrypt on a");
+    assert_eq!(reply.key_id, key_id);
+    let envelope = reply.ciphertext;
+    assert!(
+        reply.annotations.is_empty(),
+        "two members fit the ciphertext"
+    );
+    for client in [&mut client_a, &mut client_b] {
+        assert_eq!(
+            rpc::decrypt(client, &envelope, &key_id)
+                .await
+                .expect("Decrypt"),
+            dek
+        );
+    }
+    let from_b = random_bytes(32);
+    let reply = rpc::encrypt(&mut client_b, &from_b)
+        .await
+        .expect("Encrypt on b");
+    assert_eq!(
+        rpc::decrypt(&mut client_a, &reply.ciphertext, &key_id)
+            .await
+            .expect("a opens b's"),
+        from_b
+    );
+    drop(client_b);
+    assert!(b.terminate().success());
+
+    // b's boot state changes: b refuses, a still opens.
+    tools_b.run(
+        "tpm2_pcrextend",
+        &[&format!(
+            "7:sha256={}",
+            hex(&sha256(b"node b: booted from a stick"))
+        )],
+    );
+    let b = start(&tpm_b, "b-changed");
+    let mut client_b = b.client().await;
+    assert_eq!(rpc::status(&mut client_b).await.healthz, "policy-mismatch");
+    let refused = rpc::decrypt(&mut client_b, &envelope, &key_id)
+        .await
+        .expect_err("b's changed state must not open");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(refused.message(), "policy-mismatch");
+    assert_eq!(
+        rpc::decrypt(&mut client_a, &envelope, &key_id)
+            .await
+            .expect("a still opens"),
+        dek
+    );
+
+    // The recovery key needs no TPM and no PCR.
+    let file = rig.tmp.join("envelope.bin");
+    std::fs::write(&file, &envelope).unwrap();
+    let recovered = Command::new(recover_bin())
+        .args([
+            "recover",
+            "--identity",
+            recovery_identity.to_str().unwrap(),
+            "--members",
+            members.to_str().unwrap(),
+            "--envelope",
+            file.to_str().unwrap(),
+        ])
+        .output()
+        .expect("running sceau-recover recover");
+    assert!(
+        recovered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recovered.stderr)
+    );
+    assert_eq!(recovered.stdout, dek);
+    drop(client_b);
+    drop(b);
+    tpm_b.kill();
 }

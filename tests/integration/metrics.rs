@@ -36,8 +36,23 @@ struct Activated {
 impl Activated {
     /// `metrics_address`: what `ListenStream=` would say.
     async fn start(label: &str, metrics_address: impl FnOnce(&TempDir) -> String) -> Self {
+        let activated = Self::start_with(label, metrics_address, |_, _| Vec::new()).await;
+        let mut client = rpc::connect(&activated.kms).await;
+        assert_eq!(rpc::status(&mut client).await.healthz, "ok");
+        activated
+    }
+
+    /// As `start`, with the serve arguments `prepare` returns once the TPM
+    /// runs (and before sceau does); Status may answer anything.
+    async fn start_with(
+        label: &str,
+        metrics_address: impl FnOnce(&TempDir) -> String,
+        prepare: impl FnOnce(&TempDir, &Swtpm) -> Vec<String>,
+    ) -> Self {
         let tmp = TempDir::new(label);
         let tpm = Swtpm::start(&tmp.subdir("tpm"));
+        let extra = prepare(&tmp, &tpm);
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let kms = tmp.join("kms.sock");
         let log = tmp.join("activate.log");
         let out = std::fs::File::create(&log).unwrap();
@@ -48,7 +63,11 @@ impl Activated {
             .arg(metrics_address(&tmp))
             .arg("--fdname=kms:metrics")
             .arg(BIN)
-            .args(serve_args(&tmp.join("unused.sock"), Some(&tpm.tcti()), &[]))
+            .args(serve_args(
+                &tmp.join("unused.sock"),
+                Some(&tpm.tcti()),
+                &extra,
+            ))
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .stdin(Stdio::null())
@@ -68,7 +87,7 @@ impl Activated {
         );
         // The first connection execs sceau; Status proves it serves.
         let mut client = rpc::connect(&activated.kms).await;
-        assert_eq!(rpc::status(&mut client).await.healthz, "ok");
+        rpc::status(&mut client).await;
         activated
     }
 
@@ -173,6 +192,7 @@ async fn calls_move_the_counters_and_each_is_logged() {
             "{family} missing:\n{before}"
         );
     }
+    assert!(!before.contains("sceau_boot_policy_matched"), "{before}");
 
     let mut client = rpc::connect(&sceau.kms).await;
     let key_id = rpc::status(&mut client).await.key_id;
@@ -436,4 +456,60 @@ fn an_unknown_log_level_is_a_usage_error() {
         Duration::from_secs(10),
     );
     assert!(finished.status.success(), "{}", finished.all_output());
+}
+
+/// `sceau_boot_policy_matched` follows the boot state: 1 with a signed
+/// policy for the PCRs as they are, 0 with one signed for other values
+/// (Status then says `policy-mismatch`); absent without `--policy-key`
+/// (`calls_move_the_counters_and_each_is_logged` checks the family list).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_boot_policy_gauge_follows_the_pcrs() {
+    use sceau_format::pcr_policy::{PcrSelection, PcrValues, SignedPolicy, write_signed_policies};
+    use sceau_format::policy_key::PolicySigner;
+    for (matching, healthz, gauge) in [(true, "ok", 1.0), (false, "policy-mismatch", 0.0)] {
+        let port = free_port();
+        let prepare = |tmp: &TempDir, tpm: &Swtpm| {
+            let tools = crate::harness::Tpm2Tools::new(tpm, &tmp.subdir("tools"));
+            tools.run(
+                "tpm2_pcrextend",
+                &[&format!("7:sha256={}", "ab".repeat(32))],
+            );
+            let read = run_with_timeout(
+                Command::new(BIN).args(["pcrs", "--tcti", &tpm.tcti(), "--pcrs", "7"]),
+                tmp.path(),
+                Duration::from_secs(30),
+            );
+            let mut values = PcrValues::parse(&read.stdout).unwrap();
+            if !matching {
+                values.insert(7, [0x77; 32]);
+            }
+            let signer = PolicySigner::generate();
+            let pcrs = PcrSelection::parse("7").unwrap();
+            let signed = SignedPolicy::sign(&signer, pcrs, &values).unwrap();
+            let (key, file) = (tmp.join("policy.pub"), tmp.join("policy.json"));
+            std::fs::write(&key, signer.public().to_pem()).unwrap();
+            std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
+            vec![
+                "--policy-key".into(),
+                key.display().to_string(),
+                "--policy".into(),
+                file.display().to_string(),
+            ]
+        };
+        let sceau = Activated::start_with(
+            "metrics-boot-policy",
+            |_| format!("127.0.0.1:{port}"),
+            prepare,
+        )
+        .await;
+        let mut client = rpc::connect(&sceau.kms).await;
+        assert_eq!(rpc::status(&mut client).await.healthz, healthz);
+        let scrape = fresh_scrape_tcp(port);
+        assert_eq!(
+            sample(&scrape, "sceau_boot_policy_matched"),
+            gauge,
+            "{scrape}"
+        );
+        assert_eq!(sample(&scrape, "sceau_tpm_healthy"), 1.0, "{scrape}");
+    }
 }

@@ -34,6 +34,10 @@ use super::wire::{
 /// TPM2_Import. The empty authPolicy means no DUP-role session can ever be
 /// satisfied, so an imported copy cannot be duplicated out again.
 pub const IMPORTED_OBJECT_ATTRIBUTES: u32 = 0x0000_0440;
+/// noDA alone: an imported object bound to a boot policy key
+/// (docs/boot-binding.md), whose authPolicy is PolicyAuthorize of that key;
+/// with userWithAuth clear, only a policy session unseals it.
+pub const BOUND_IMPORTED_OBJECT_ATTRIBUTES: u32 = 0x0000_0400;
 const SEED_VALUE_LEN: usize = 32;
 /// A SHA-256 digest's length: the unique of a sealed object.
 pub const DIGEST_LEN: usize = 32;
@@ -77,10 +81,16 @@ pub struct SealedObject {
 
 impl SealedObject {
     pub fn new(data: &[u8]) -> Self {
+        Self::with_policy(data, None)
+    }
+
+    /// An object whose authPolicy is `auth_policy` (a boot policy key's
+    /// PolicyAuthorize), or none.
+    pub fn with_policy(data: &[u8], auth_policy: Option<&[u8; DIGEST_LEN]>) -> Self {
         let mut seed_value = Zeroizing::new([0u8; SEED_VALUE_LEN]);
         random::fill(seed_value.as_mut());
         let unique = keyed_hash_unique(seed_value.as_ref(), data);
-        let tpmt_public = sealed_public(&unique);
+        let tpmt_public = sealed_public(&unique, auth_policy);
         Self {
             name: sha256_name(&tpmt_public),
             tpmt_public,
@@ -177,7 +187,7 @@ pub fn import_in_software(
     tpmt_public: &[u8],
     blob: &ImportBlob,
 ) -> Result<Zeroizing<Vec<u8>>, ImportError> {
-    let unique = check_sealed_public(tpmt_public)?;
+    let unique = check_sealed_public(tpmt_public)?.unique;
     let name = sha256_name(tpmt_public);
     let keys = WrappingKeys::recover(secret, tpmt_public, blob)?;
     let mut r = Reader::new(&blob.duplicate);
@@ -241,37 +251,58 @@ fn keyed_hash_unique(seed_value: &[u8], data: &[u8]) -> [u8; DIGEST_LEN] {
 }
 
 /// TPMT_PUBLIC of a KEYEDHASH sealed-data object with the given unique.
-fn sealed_public(unique: &[u8; DIGEST_LEN]) -> Vec<u8> {
+fn sealed_public(unique: &[u8; DIGEST_LEN], auth_policy: Option<&[u8; DIGEST_LEN]>) -> Vec<u8> {
     let mut w = Writer::default();
-    w.u16(ALG_KEYEDHASH)
-        .u16(ALG_SHA256)
-        .u32(IMPORTED_OBJECT_ATTRIBUTES);
-    w.tpm2b(&[]).u16(ALG_NULL).tpm2b(unique);
+    let attributes = match auth_policy {
+        None => IMPORTED_OBJECT_ATTRIBUTES,
+        Some(_) => BOUND_IMPORTED_OBJECT_ATTRIBUTES,
+    };
+    w.u16(ALG_KEYEDHASH).u16(ALG_SHA256).u32(attributes);
+    w.tpm2b(auth_policy.map_or(&[][..], |p| &p[..]))
+        .u16(ALG_NULL)
+        .tpm2b(unique);
     w.finish()
 }
 
-/// Accepts only the exact public area [`SealedObject`] builds, and returns
-/// its unique (the digest that binds the sensitive area).
-pub fn check_sealed_public(tpmt_public: &[u8]) -> Result<[u8; DIGEST_LEN], ImportError> {
+/// What [`check_sealed_public`] accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealedPublic {
+    /// The digest that binds the sensitive area.
+    pub unique: [u8; DIGEST_LEN],
+    /// The authPolicy of an object bound to a boot policy key.
+    pub auth_policy: Option<[u8; DIGEST_LEN]>,
+}
+
+/// Accepts only the exact public areas [`SealedObject`] builds: unbound
+/// (userWithAuth|noDA, no policy) or bound (noDA, a 32-byte authPolicy).
+pub fn check_sealed_public(tpmt_public: &[u8]) -> Result<SealedPublic, ImportError> {
     let invalid = |what| ImportError::NotSealedObject(what);
     let area = PublicArea::parse(tpmt_public).map_err(|_| invalid("not a readable public area"))?;
     let TpmPublicKey::KeyedHash { unique } = &area.key else {
         return Err(invalid("not a keyed-hash object"));
     };
     expect("nameAlg", area.name_alg, ALG_SHA256)?;
-    if area.attributes != IMPORTED_OBJECT_ATTRIBUTES {
-        return Err(invalid("unexpected object attributes"));
-    }
-    if !area.auth_policy.is_empty() {
-        return Err(invalid("non-empty authPolicy"));
-    }
+    let auth_policy = match (area.attributes, area.auth_policy.as_slice()) {
+        (IMPORTED_OBJECT_ATTRIBUTES, []) => None,
+        (BOUND_IMPORTED_OBJECT_ATTRIBUTES, policy) => Some(
+            policy
+                .try_into()
+                .map_err(|_| invalid("an authPolicy that is not a SHA-256 digest"))?,
+        ),
+        (IMPORTED_OBJECT_ATTRIBUTES, _) => return Err(invalid("non-empty authPolicy")),
+        _ => return Err(invalid("unexpected object attributes")),
+    };
     if area.scheme.is_some() {
         return Err(invalid("a keyed-hash scheme"));
     }
-    unique
+    let unique = unique
         .as_slice()
         .try_into()
-        .map_err(|_| invalid("unique is not a SHA-256 digest"))
+        .map_err(|_| invalid("unique is not a SHA-256 digest"))?;
+    Ok(SealedPublic {
+        unique,
+        auth_policy,
+    })
 }
 
 /// TPM2B_SENSITIVE: sensitiveType, empty authValue, seedValue, the data.

@@ -8,7 +8,7 @@
 use sha2::{Digest as _, Sha256};
 
 use super::armor::{self, ArmorError};
-use super::duplicate::SealedObject;
+use super::duplicate::{SealedObject, check_sealed_public};
 use super::signing_key::{SignatureError, SigningKey, SigningKeyError};
 use super::storage_key::{StorageKey, StorageKeyError};
 use super::wire::NAME_LEN;
@@ -148,7 +148,16 @@ impl KnownMembers {
                 signer: hex(signer.srk.name()),
                 error,
             })?;
-        Ok(cluster_key_id(members.into_iter(), recovery))
+        // The binding is part of the signed bytes (the object's public
+        // area); an area check_sealed_public refuses is refused later.
+        let auth_policy = check_sealed_public(&envelope.object_public)
+            .ok()
+            .and_then(|area| area.auth_policy);
+        Ok(cluster_key_id(
+            members.into_iter(),
+            recovery,
+            auth_policy.as_ref(),
+        ))
     }
 }
 
@@ -179,6 +188,8 @@ pub struct Membership {
     own: Member,
     members: Vec<Member>,
     recovery: Option<StorageKey>,
+    /// The boot policy key's PolicyAuthorize, when DEKs are bound to it.
+    auth_policy: Option<[u8; 32]>,
     /// Today's members and the former ones still accepted.
     known: KnownMembers,
     key_id: KeyId,
@@ -214,14 +225,34 @@ impl Membership {
         {
             return Err(MembershipError::Duplicate(hex(recovery.name())));
         }
-        let key_id = cluster_key_id(members.iter(), recovery.as_ref().map(StorageKey::name));
+        let key_id = cluster_key_id(
+            members.iter(),
+            recovery.as_ref().map(StorageKey::name),
+            None,
+        );
         Ok(Self {
             own,
             known: KnownMembers::new(members.clone()),
             members,
             recovery,
+            auth_policy: None,
             key_id,
         })
+    }
+
+    /// Binds every DEK sealed from now on to a boot policy key: the sealed
+    /// object's authPolicy is `auth_policy` (its PolicyAuthorize), and the
+    /// key_id covers it, so that the apiserver re-seeds and reads older
+    /// envelopes as stale. Those still open: their key_id is computed from
+    /// their own object.
+    pub fn with_boot_policy(mut self, auth_policy: [u8; 32]) -> Self {
+        self.key_id = cluster_key_id(
+            self.members.iter(),
+            self.recovery.as_ref().map(StorageKey::name),
+            Some(&auth_policy),
+        );
+        self.auth_policy = Some(auth_policy);
+        self
     }
 
     /// Also accepts envelopes whose membership includes `former` members,
@@ -278,7 +309,7 @@ impl Membership {
     /// and the recovery key, up to the signature this node's TPM adds.
     /// Needs no TPM.
     pub fn seal(&self, dek: &[u8]) -> Result<ToSign, ClusterEnvelopeError> {
-        let object = SealedObject::new(dek);
+        let object = SealedObject::with_policy(dek, self.auth_policy.as_ref());
         let entry = |role, key: &StorageKey| Recipient {
             role,
             name: *key.name(),
@@ -311,12 +342,15 @@ impl Membership {
 }
 
 /// `sceau-` and 16 bytes of SHA-256 over every member's SRK and signing key
-/// Names, sorted by SRK Name, and the recovery Name: every member computes
-/// the same value, and any change of membership, of a member's keys or of
-/// the recovery key changes it.
+/// Names, sorted by SRK Name, the recovery Name, and the authPolicy of a
+/// membership bound to a boot policy key (nothing is hashed for an unbound
+/// one, so its key_id is the one sceau computed before binding existed):
+/// every member computes the same value, and any change of membership, of a
+/// member's keys, of the recovery key or of the policy key changes it.
 pub fn cluster_key_id<'a>(
     members: impl Iterator<Item = &'a Member>,
     recovery: Option<&[u8; NAME_LEN]>,
+    auth_policy: Option<&[u8; 32]>,
 ) -> KeyId {
     let mut members: Vec<&Member> = members.collect();
     members.sort_by_key(|m| *m.srk.name());
@@ -333,6 +367,10 @@ pub fn cluster_key_id<'a>(
             hash.update([1]);
             hash.update(name);
         }
+    }
+    if let Some(policy) = auth_policy {
+        hash.update([2]);
+        hash.update(policy);
     }
     KeyId::from_cluster_digest(&hash.finalize())
 }

@@ -31,7 +31,8 @@ use sha2::{Digest as _, Sha256};
 
 use super::json::{self, Json, JsonError};
 use super::key_id::hex;
-use super::policy_key::PolicyKey;
+use super::policy_key::{PolicyKey, PolicySigner};
+use super::text::printable;
 use super::wire::{ALG_SHA256, Writer};
 
 /// TPM_CC_PolicyPCR, as its policy digest update hashes it.
@@ -110,7 +111,9 @@ impl PcrSelection {
                 // Digits only: no sign, no "0x", nothing a reader could read
                 // as another number.
                 if part.is_empty() || part.len() > 2 || !part.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(PolicyError::PcrList(text.chars().take(64).collect()));
+                    // Echoed escaped and bounded: the list may come from a
+                    // file, and the error goes to a terminal.
+                    return Err(PolicyError::PcrList(printable(text)));
                 }
                 Ok(part.parse::<u64>().expect("one or two digits"))
             })
@@ -280,6 +283,23 @@ pub struct SignedPolicy {
 }
 
 impl SignedPolicy {
+    /// `signer`'s policy over `pcrs` at `values` (what `sceau-recover
+    /// policy sign` writes): the PolicyPCR digest, signed, and the key named
+    /// by its fingerprint.
+    pub fn sign(
+        signer: &PolicySigner,
+        pcrs: PcrSelection,
+        values: &PcrValues,
+    ) -> Result<Self, PolicyError> {
+        let policy = policy_pcr_digest(pcrs, values)?;
+        Ok(Self {
+            pcrs,
+            key_fingerprint: Some(signer.public().fingerprint()),
+            policy,
+            signature: signer.sign(&policy),
+        })
+    }
+
     /// Whether `key` could have signed it: the fingerprint, when present,
     /// must be the key's (the signature itself is checked by the TPM, or in
     /// software with [`PolicyKey::verify`]).

@@ -20,7 +20,7 @@ use zeroize::Zeroizing;
 use super::armor::{self, ArmorError};
 use super::der::{self, DerError, DerReader};
 use super::signing_key::sign_prehash;
-use super::storage_key::coordinates;
+use super::storage_key::{coordinates, point_from_coordinates};
 use super::wire::{ALG_ECC, ALG_NULL, ALG_SHA256, ECC_NIST_P256, NAME_LEN, Writer, sha256_name};
 
 /// TPM_ALG_RSA.
@@ -57,7 +57,7 @@ pub enum PolicyKeyError {
     RsaSize(usize),
     #[error("an RSA exponent that is even, 1, or wider than 32 bits")]
     RsaExponent,
-    #[error("the point is not on P-256")]
+    #[error("the point is not an uncompressed point on P-256")]
     Point,
     #[error("the private key is not a P-256 scalar")]
     Scalar,
@@ -115,7 +115,14 @@ impl PolicyKey {
                 return Err(PolicyKeyError::Algorithm);
             }
             algorithm.finish()?;
-            let point = PublicKey::from_sec1_bytes(key).map_err(|_| PolicyKeyError::Point)?;
+            // Uncompressed only (OpenSSL's default, and systemd's): read with
+            // the coordinate decoder the TPM formats use, which also keeps
+            // point decompression out of the daemon.
+            let (x, y) = match key {
+                [0x04, xy @ ..] if xy.len() == 64 => xy.split_at(32),
+                _ => return Err(PolicyKeyError::Point),
+            };
+            let point = point_from_coordinates(x, y).map_err(|_| PolicyKeyError::Point)?;
             Ok(Self::P256(point))
         } else if oid == OID_RSA_ENCRYPTION {
             // The parameters are NULL, or absent in some writers.
@@ -316,6 +323,14 @@ impl PolicySigner {
     pub fn generate() -> Self {
         Self {
             secret: p256::SecretKey::random(&mut crate::random::SystemRandom),
+        }
+    }
+
+    /// The key with scalar `bytes` (fixed keys keep fuzz seeds valid).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn from_bytes(bytes: &[u8; 32]) -> Self {
+        Self {
+            secret: p256::SecretKey::from_slice(bytes).expect("a valid P-256 scalar"),
         }
     }
 

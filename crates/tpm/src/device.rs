@@ -303,7 +303,7 @@ impl Tpm {
         self.unseal(&LoadableObject {
             public: object.public.clone(),
             private,
-            auth_policy: None,
+            auth_policy: object.auth_policy,
         })
     }
 

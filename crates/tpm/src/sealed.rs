@@ -9,7 +9,9 @@ use tss_esapi::structures::{
 };
 use tss_esapi::traits::{Marshall, UnMarshall};
 
-use sceau_format::duplicate::{DIGEST_LEN, IMPORTED_OBJECT_ATTRIBUTES};
+use sceau_format::duplicate::{
+    BOUND_IMPORTED_OBJECT_ATTRIBUTES, DIGEST_LEN, IMPORTED_OBJECT_ATTRIBUTES, SealedPublic,
+};
 use sceau_format::sealed::SealedBlobs;
 
 /// fixedTPM|fixedParent|userWithAuth|noDA. sensitiveDataOrigin stays clear
@@ -119,6 +121,8 @@ pub struct ImportableObject {
     pub public: Public,
     pub duplicate: Private,
     pub in_sym_seed: EncryptedSecret,
+    /// The authPolicy of an object bound to a boot policy key.
+    pub auth_policy: Option<[u8; DIGEST_LEN]>,
 }
 
 impl ImportableObject {
@@ -129,11 +133,11 @@ impl ImportableObject {
     /// the same bytes (a unit test below holds the two together), so Import
     /// checks the duplicate's integrity against the envelope's own area.
     pub fn for_checked_public(
-        unique: &[u8; DIGEST_LEN],
+        area: &SealedPublic,
         duplicate: &[u8],
         in_sym_seed: &[u8],
     ) -> Result<Self, BlobError> {
-        let public = imported_public(unique).map_err(|_| BlobError::PublicUnreadable)?;
+        let public = imported_public(area).map_err(|_| BlobError::PublicUnreadable)?;
         let duplicate =
             Private::try_from(duplicate.to_vec()).map_err(|_| BlobError::PrivateUnreadable)?;
         let in_sym_seed = EncryptedSecret::try_from(in_sym_seed.to_vec())
@@ -142,19 +146,28 @@ impl ImportableObject {
             public,
             duplicate,
             in_sym_seed,
+            auth_policy: area.auth_policy,
         })
     }
 }
 
-/// The public area of an imported sealed-data object with this unique: the
-/// one form `check_sealed_public` accepts.
-fn imported_public(unique: &[u8; DIGEST_LEN]) -> Result<Public, tss_esapi::Error> {
+/// The public area of an imported sealed-data object with this unique and
+/// binding: the forms `check_sealed_public` accepts.
+fn imported_public(area: &SealedPublic) -> Result<Public, tss_esapi::Error> {
+    let (attributes, auth_policy) = match &area.auth_policy {
+        None => (IMPORTED_OBJECT_ATTRIBUTES, Digest::default()),
+        Some(policy) => (
+            BOUND_IMPORTED_OBJECT_ATTRIBUTES,
+            Digest::try_from(policy.to_vec())?,
+        ),
+    };
     PublicBuilder::new()
         .with_public_algorithm(PublicAlgorithm::KeyedHash)
         .with_name_hashing_algorithm(HashingAlgorithm::Sha256)
-        .with_object_attributes(ObjectAttributes::from(IMPORTED_OBJECT_ATTRIBUTES))
+        .with_object_attributes(ObjectAttributes::from(attributes))
+        .with_auth_policy(auth_policy)
         .with_keyed_hash_parameters(PublicKeyedHashParameters::new(KeyedHashScheme::Null))
-        .with_keyed_hash_unique_identifier(Digest::try_from(unique.to_vec())?)
+        .with_keyed_hash_unique_identifier(Digest::try_from(area.unique.to_vec())?)
         .build()
 }
 
@@ -223,10 +236,14 @@ mod tests {
     /// `imported_public` (the bytes differ at objectAttributes).
     #[test]
     fn the_imported_public_is_the_checked_area() {
-        let object = sceau_format::duplicate::SealedObject::new(b"a DEK seed");
-        let area = object.tpmt_public();
-        let unique = sceau_format::duplicate::check_sealed_public(area).unwrap();
-        let built = imported_public(&unique).unwrap();
-        assert_eq!(built.marshall().unwrap(), area);
+        for policy in [None, Some([0x5A; DIGEST_LEN])] {
+            let object =
+                sceau_format::duplicate::SealedObject::with_policy(b"a DEK seed", policy.as_ref());
+            let area = object.tpmt_public();
+            let checked = sceau_format::duplicate::check_sealed_public(area).unwrap();
+            assert_eq!(checked.auth_policy, policy);
+            let built = imported_public(&checked).unwrap();
+            assert_eq!(built.marshall().unwrap(), area);
+        }
     }
 }

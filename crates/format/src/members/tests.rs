@@ -127,7 +127,7 @@ fn a_forger_with_the_public_files_alone_is_refused() {
         recipients,
         signature: None,
     };
-    let key_id = cluster_key_id(public.iter(), Some(recovery.name()));
+    let key_id = cluster_key_id(public.iter(), Some(recovery.name()), None);
 
     // Unsigned, with the key_id today's code and the old one compute.
     let unsigned = forged.clone().encode().unwrap();
@@ -348,4 +348,50 @@ fn a_signed_envelope_encodes_back_to_itself() {
         assert!(envelope.signature.is_some());
         assert_eq!(envelope.encode().unwrap(), encoded);
     }
+}
+
+/// Bound to a boot policy key, the one sealed object carries the key's
+/// PolicyAuthorize (with userWithAuth clear), the key_id covers it, and
+/// every member's checks (and the recovery import) still accept the
+/// envelope; an unbound envelope keeps the key_id it had.
+#[test]
+fn a_bound_membership_seals_its_policy_into_the_object_and_the_key_id() {
+    let all = nodes(2);
+    let recovery = recovery_key();
+    let policy = [0x5A; 32];
+    let unbound = membership(&all[0], &all, Some(&recovery));
+    let bound = membership(&all[0], &all, Some(&recovery)).with_boot_policy(policy);
+    assert_ne!(bound.key_id(), unbound.key_id());
+    let to_sign = bound.seal(&[0x42; 32]).unwrap();
+    let signature = sign_in_software(&all[0].signing_secret, to_sign.digest());
+    let encoded = to_sign.finish(&signature);
+    let Ok(Envelope::Wrapped(envelope)) =
+        Envelope::parse(&encoded.ciphertext, &encoded.annotations)
+    else {
+        panic!("a cluster envelope");
+    };
+    let area = crate::duplicate::check_sealed_public(&envelope.object_public).unwrap();
+    assert_eq!(area.auth_policy, Some(policy));
+    assert_eq!(envelope.object_public.len(), 78);
+    for node in &all {
+        // The key_id the envelope's own object names is the bound one,
+        // whatever the verifying node was started with.
+        membership(node, &all, Some(&recovery))
+            .verify(&envelope, bound.key_id().as_str())
+            .unwrap();
+        let entry = envelope.entry_for(node.member.srk.name()).unwrap();
+        let dek = import_in_software(&node.srk_secret, &envelope.object_public, &entry.blob);
+        assert_eq!(dek.unwrap().as_slice(), &[0x42; 32]);
+    }
+    let old = encrypt(&all[1], &all, Some(&recovery), &[7; 32]);
+    assert_eq!(
+        decrypt(
+            &all[0],
+            &all,
+            Some(&recovery),
+            unbound.key_id().as_str(),
+            &old
+        ),
+        Ok(vec![7; 32])
+    );
 }

@@ -51,6 +51,12 @@ fn pcr_lists_are_plain_numbers_below_24() {
         assert!(PcrSelection::parse(bad).is_err(), "{bad:?}");
     }
     assert_eq!(PcrSelection::parse("0,23").unwrap().to_string(), "0,23");
+    // Found by the boot_policy fuzz target: the refused list was echoed as
+    // it came, control characters and all.
+    let hostile = PcrSelection::parse("7\u{1b}]0;x\u{7}")
+        .unwrap_err()
+        .to_string();
+    assert!(!hostile.chars().any(char::is_control), "{hostile:?}");
     for bad in [
         "  sha256:\n    7 : 0x1234\n",
         "  sha256:\n    24: 0x90F4B39548DF55AD6187A1D20D731ECEE78C545B94AFD16F42EF7592D99CD365\n",
@@ -67,13 +73,8 @@ fn signed_policy_files_round_trip_and_are_checked() {
     let signer = PolicySigner::generate();
     let values = PcrValues::parse(PCRREAD).unwrap();
     let pcrs = PcrSelection::parse("7,11").unwrap();
-    let policy = policy_pcr_digest(pcrs, &values).unwrap();
-    let signed = SignedPolicy {
-        pcrs,
-        key_fingerprint: Some(signer.public().fingerprint()),
-        policy,
-        signature: signer.sign(&policy),
-    };
+    let signed = SignedPolicy::sign(&signer, pcrs, &values).unwrap();
+    assert_eq!(signed.policy, policy_pcr_digest(pcrs, &values).unwrap());
     let text = write_signed_policies(std::slice::from_ref(&signed));
     assert!(
         text.starts_with("{\"sha256\":[{\"pcrs\":[7,11],\"pkfp\":\""),

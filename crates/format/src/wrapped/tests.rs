@@ -171,9 +171,9 @@ fn splices_that_hide_a_recipient_from_the_key_id_are_refused() {
         signing: crate::signing_key::SigningKey::from_point(&p.secret.public_key()),
     };
     let (a, r) = (member(&members[0]), member(&recoveries[0]));
-    let as_recovery = cluster_key_id([&a].into_iter(), Some(r.srk.name()));
-    let as_member = cluster_key_id([&a, &r].into_iter(), None);
-    let alone = cluster_key_id([&a].into_iter(), None);
+    let as_recovery = cluster_key_id([&a].into_iter(), Some(r.srk.name()), None);
+    let as_member = cluster_key_id([&a, &r].into_iter(), None, None);
+    let alone = cluster_key_id([&a].into_iter(), None, None);
     assert_ne!(
         as_recovery, as_member,
         "a role change must change the key_id"

@@ -7,8 +7,8 @@
 use anyhow::Context as _;
 use sceau_format::key_id::hex;
 use sceau_format::pcr_policy::{
-    MAX_POLICY_FILE_LEN, PcrSelection, PcrValues, SignedPolicy, parse_signed_policies,
-    policy_pcr_digest, unextended, write_signed_policies,
+    MAX_POLICY_FILE_LEN, PcrSelection, PcrValues, SignedPolicy, parse_signed_policies, unextended,
+    write_signed_policies,
 };
 use sceau_format::policy_key::{PolicyKey, PolicySignatureError, PolicySigner};
 use sceau_recover::cli::PolicyStep;
@@ -56,20 +56,15 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
                     values_file.display()
                 );
             }
-            let policy = policy_pcr_digest(pcrs, &values).with_context(|| {
+            let signer = PolicySigner::from_pem(&read_private(private, "policy signing")?)
+                .with_context(|| private.display().to_string())?;
+            let signed = SignedPolicy::sign(&signer, pcrs, &values).with_context(|| {
                 format!(
                     "{}: --pcrs names a PCR the file has no value for",
                     values_file.display()
                 )
             })?;
-            let signer = PolicySigner::from_pem(&read_private(private, "policy signing")?)
-                .with_context(|| private.display().to_string())?;
-            let signed = SignedPolicy {
-                pcrs,
-                key_fingerprint: Some(signer.public().fingerprint()),
-                policy,
-                signature: signer.sign(&policy),
-            };
+            let policy = signed.policy;
             write_new(out, 0o644, write_signed_policies(&[signed]).as_bytes())?;
             eprintln!(
                 "signed policy {} over PCRs {pcrs} (sha256) written to {}",
