@@ -356,6 +356,45 @@ fn bad_policies_stop_the_start() {
         log.contains("--policy-key and --policy go together"),
         "{log}"
     );
+    // sceau's own tools refuse the unextended PCR before any file exists:
+    // `sceau pcrs` names it, `policy sign` will not sign it.
+    let read = run_with_timeout(
+        Command::new(BIN).args(["pcrs", "--tcti", &rig.tpm.tcti(), "--pcrs", "7,11"]),
+        rig.tmp.path(),
+        TOOL_TIMEOUT,
+    );
+    assert!(read.status.success(), "{}", read.all_output());
+    assert!(
+        read.stderr.contains("PCR 11 reads all zeros"),
+        "{}",
+        read.stderr
+    );
+    let values_file = rig.tmp.join("zero.pcrs");
+    std::fs::write(&values_file, &read.stdout).unwrap();
+    let refused = run_with_timeout(
+        Command::new(recover_bin()).args([
+            "policy",
+            "sign",
+            "--policy-private",
+            rig.key.to_str().unwrap(),
+            "--pcrs",
+            "7,11",
+            "--values",
+            values_file.to_str().unwrap(),
+            "--policy-out",
+            rig.tmp.join("never.json").to_str().unwrap(),
+        ]),
+        rig.tmp.path(),
+        TOOL_TIMEOUT,
+    );
+    assert!(!refused.status.success());
+    assert!(
+        refused.stderr.contains("PCR 11 reads all zeros"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!rig.tmp.join("never.json").exists());
+
     let own_policy = write("own", &own, "7", &own);
     let own_args = [
         "--policy-key",

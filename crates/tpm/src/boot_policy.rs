@@ -329,13 +329,14 @@ fn verify_all(
         let signature = tss_signature(&config.key, &policy.signature).ok_or_else(bad)?;
         let digest = Digest::try_from(approved_hash(&policy.policy).to_vec())
             .map_err(|e| TpmError::new("policy digest", e))?;
-        let ticket =
-            match ctx.execute_without_session(|c| c.verify_signature(key, digest, signature)) {
-                Ok(ticket) => ticket,
-                // The TPM's answer to a signature that does not verify.
-                Err(tss_esapi::Error::Tss2Error(_)) => return Err(bad()),
-                Err(e) => return Err(TpmError::new("VerifySignature", e).into()),
-            };
+        let ticket = ctx
+            .execute_without_session(|c| c.verify_signature(key, digest, signature))
+            .map_err(|e| match TpmError::new("VerifySignature", e) {
+                // The TPM's answer to a signature that does not verify; a
+                // busy or lost TPM is reported as what it is.
+                e if e.is_parameter_error() => bad(),
+                e => e.into(),
+            })?;
         let ticket = TPMT_TK_VERIFIED::try_from(ticket)
             .map_err(|e| TpmError::new("VerifySignature ticket", e))?;
         verified.push(VerifiedPolicy {

@@ -272,6 +272,17 @@ impl TpmError {
         })
     }
 
+    /// The TPM refused one of the command's parameters (a format-one code
+    /// with the parameter bit): for VerifySignature, a signature that does
+    /// not verify (TPM_RC_SIGNATURE) or does not fit the key (TPM_RC_SCHEME,
+    /// TPM_RC_SIZE, TPM_RC_VALUE), as opposed to a TPM that is busy or gone.
+    pub fn is_parameter_error(&self) -> bool {
+        self.response_code().is_some_and(|rc| {
+            (rc >> 16) & 0xFF == LAYER_TPM
+                && rc & (RC_FMT1 | RC_FMT1_PARAMETER) == RC_FMT1 | RC_FMT1_PARAMETER
+        })
+    }
+
     /// Whether tpm2-tss could not reach the TPM at all (as opposed to a TPM
     /// that answered with an error): Initialize itself failed, or the TCTI
     /// layer reported the failure.
@@ -421,6 +432,24 @@ mod tests {
         // TPM_RC_HANDLE on handle 1: the SRK vanished (TPM reset).
         assert_eq!(load(0x18B).recovery(), Recovery::Reconnect);
         assert_eq!(tss(0x910).recovery(), Recovery::Reconnect);
+    }
+
+    /// What VerifySignature answers for a signature by another key
+    /// (TPM_RC_SIGNATURE on parameter 2: 0x2DB) is a
+    /// parameter error; a busy, reset or unreachable TPM is not.
+    #[test]
+    fn a_refused_signature_is_a_parameter_error() {
+        assert!(tss(0x2DB).is_parameter_error());
+        assert!(tss(0x1C4).is_parameter_error());
+        for rc in [0x922, 0x100, 0x98B, 0x18B, 0xA000A, 0x70007] {
+            assert!(!tss(rc).is_parameter_error(), "{rc:#x}");
+        }
+        // A decided outcome is never mistaken for one.
+        assert!(!TpmError::refused("no".into(), Fault::PolicyMismatch).is_parameter_error());
+        assert_eq!(
+            TpmError::refused("no".into(), Fault::PolicyMismatch).recovery(),
+            Recovery::Report(Fault::PolicyMismatch)
+        );
     }
 
     #[test]
