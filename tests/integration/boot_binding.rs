@@ -747,3 +747,29 @@ async fn cluster_members_open_only_in_their_own_signed_state() {
     drop(b);
     tpm_b.kill();
 }
+
+/// A bound Decrypt unseals in the policy session, which is salted with the
+/// SRK and has encrypt set: a recording proxy between sceau and swtpm sees
+/// no 8-byte window of the DEK. With encrypt off on that session
+/// (`session::start_salted_policy`), Unseal's answer carries the DEK in the
+/// clear and this test fails (tried).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bound_unseal_crosses_the_bus_encrypted() {
+    use crate::harness::bus_proxy::RecordingProxy;
+    const MARKER: &[u8; 32] = b"sceau-bound-bus-marker-012345678";
+    let rig = Rig::new("boot-binding-bus");
+    rig.extend(7, &sha256(b"measured"));
+    rig.sign_current("7", "now");
+    let proxy = RecordingProxy::start(rig.tpm.port());
+    let args = rig.bound_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut sceau =
+        Sceau::start_on_socket(&rig.tmp, &rig.tmp.join("bus.sock"), &proxy.tcti(), &args);
+    let mut client = sceau.client().await;
+    let key_id = rpc::status(&mut client).await.key_id;
+    let envelope = rpc::seal(&mut client, &key_id, MARKER).await;
+    rpc::open(&mut client, &key_id, &envelope, MARKER).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+    proxy.assert_never_carried(MARKER);
+}

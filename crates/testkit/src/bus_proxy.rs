@@ -31,6 +31,24 @@ impl RecordingProxy {
     pub fn recorded(&self) -> Vec<u8> {
         self.recorded.lock().unwrap().clone()
     }
+
+    /// Panics unless the proxy carried real traffic (over 1000 bytes) and
+    /// no 8-byte window of `secret` (a DEK split across reads included).
+    pub fn assert_never_carried(&self, secret: &[u8]) {
+        let capture = self.recorded();
+        assert!(
+            capture.len() > 1000,
+            "the proxy saw only {} bytes",
+            capture.len()
+        );
+        for window in secret.windows(8) {
+            assert_eq!(
+                occurrences(&capture, window),
+                0,
+                "DEK bytes crossed the bus"
+            );
+        }
+    }
 }
 
 /// Two listeners on consecutive loopback ports (the TPM proxy's too).

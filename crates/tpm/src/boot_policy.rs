@@ -17,15 +17,13 @@
 #![forbid(unsafe_code)]
 
 use tss_esapi::Context;
-use tss_esapi::attributes::SessionAttributesBuilder;
-use tss_esapi::constants::SessionType;
 use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::{AuthSession, PolicySession};
 use tss_esapi::structures::{
-    Digest, EccParameter, EccSignature, Name, Nonce, PcrSelectionListBuilder, PcrSlot, Public,
-    PublicKeyRsa, RsaSignature, Signature, SymmetricDefinition, VerifiedTicket,
+    Digest, EccParameter, EccSignature, Name, Nonce, Public, PublicKeyRsa, RsaSignature, Signature,
+    VerifiedTicket,
 };
 use tss_esapi::traits::UnMarshall as _;
 use tss_esapi::tss2_esys::TPMT_TK_VERIFIED;
@@ -33,6 +31,7 @@ use tss_esapi::tss2_esys::TPMT_TK_VERIFIED;
 use super::fault::{Fault, TpmError};
 use super::observe::{Observer, TpmCommand};
 use super::pcrs::{self, PcrReadError};
+use super::session::start_salted_policy;
 use sceau_format::key_id::hex;
 use sceau_format::pcr_policy::{
     PcrSelection, PcrValues, SignedPolicy, policy_pcr_digest, unextended,
@@ -267,7 +266,7 @@ impl BootPolicies {
         observer: &Observer,
     ) -> Result<(), TpmError> {
         let verified = &self.policies[index];
-        let selection = tss_selection(verified.policy.pcrs)?;
+        let selection = pcrs::sha256_selection(verified.policy.pcrs)?;
         observer
             .timed(TpmCommand::PolicyPcr, || {
                 ctx.execute_without_session(|c| c.policy_pcr(session, Digest::default(), selection))
@@ -299,7 +298,7 @@ impl BootPolicies {
             return Ok(session);
         }
         let session = observer.timed(TpmCommand::StartAuthSession, || {
-            start_policy_session(ctx, salt_key)
+            start_salted_policy(ctx, salt_key)
         })?;
         self.session = Some(session);
         Ok(session)
@@ -369,56 +368,6 @@ fn tss_signature(key: &PolicyKey, signature: &[u8]) -> Option<Signature> {
             .map(Signature::EcDsa)
         }
     }
-}
-
-fn tss_selection(
-    selection: PcrSelection,
-) -> Result<tss_esapi::structures::PcrSelectionList, TpmError> {
-    let slots: Vec<PcrSlot> = selection
-        .indices()
-        .map(|i| PcrSlot::try_from(1u32 << i).expect("PCRs 0 to 23 are slots"))
-        .collect();
-    PcrSelectionListBuilder::new()
-        .with_selection(HashingAlgorithm::Sha256, &slots)
-        .build()
-        .map_err(|e| TpmError::new("PCR selection", e))
-}
-
-fn start_policy_session(ctx: &mut Context, salt_key: KeyHandle) -> Result<PolicySession, TpmError> {
-    let session = ctx
-        .execute_without_session(|c| {
-            c.start_auth_session(
-                Some(salt_key),
-                None,
-                None,
-                SessionType::Policy,
-                SymmetricDefinition::AES_128_CFB,
-                HashingAlgorithm::Sha256,
-            )
-        })
-        .map_err(|e| TpmError::new("StartAuthSession (policy)", e))?
-        .ok_or_else(|| {
-            TpmError::new(
-                "StartAuthSession (policy)",
-                tss_esapi::Error::WrapperError(tss_esapi::WrapperErrorKind::WrongValueFromTpm),
-            )
-        })?;
-    // encrypt: Unseal's answer (the DEK) is encrypted on the bus;
-    // continueSession: the session outlives the command.
-    let (attributes, mask) = SessionAttributesBuilder::new()
-        .with_encrypt(true)
-        .with_continue_session(true)
-        .build();
-    let policy =
-        PolicySession::try_from(session).map_err(|e| TpmError::new("StartAuthSession (policy)", e));
-    if let Err(e) = ctx.tr_sess_set_attributes(session, attributes, mask) {
-        let handle = ObjectHandle::from(SessionHandle::from(session));
-        if let Err(flush) = ctx.flush_context(handle) {
-            log::debug!("flushing the half-made policy session failed: {flush}");
-        }
-        return Err(TpmError::new("TRSess_SetAttributes", e));
-    }
-    policy
 }
 
 /// For each policy, the PCRs whose values differ from what it expects are

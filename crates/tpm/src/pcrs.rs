@@ -5,7 +5,7 @@
 
 use tss_esapi::Context;
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
-use tss_esapi::structures::{PcrSelectionListBuilder, PcrSlot};
+use tss_esapi::structures::{PcrSelectionList, PcrSelectionListBuilder, PcrSlot};
 
 use super::fault::{INITIALIZE, TpmError};
 use super::tcti::Tcti;
@@ -32,14 +32,9 @@ pub fn read(ctx: &mut Context, selection: PcrSelection) -> Result<PcrValues, Pcr
     let mut values = PcrValues::default();
     let mut wanted: Vec<u8> = selection.indices().collect();
     while let Some(&first) = wanted.first() {
-        let slots: Vec<PcrSlot> = wanted
-            .iter()
-            .map(|&i| PcrSlot::try_from(1u32 << i).expect("PCRs 0 to 23 are slots"))
-            .collect();
-        let list = PcrSelectionListBuilder::new()
-            .with_selection(HashingAlgorithm::Sha256, &slots)
-            .build()
-            .map_err(|e| TpmError::new("PCR selection", e))?;
+        let remaining = PcrSelection::from_indices(wanted.iter().map(|&i| u64::from(i)))
+            .expect("PCRs 0 to 23, each once");
+        let list = sha256_selection(remaining)?;
         let (_, read, digests) = ctx
             .execute_without_session(|c| c.pcr_read(list))
             .map_err(|e| TpmError::new("PCR_Read", e))?;
@@ -64,6 +59,18 @@ pub fn read(ctx: &mut Context, selection: PcrSelection) -> Result<PcrValues, Pcr
         wanted.retain(|i| !indices.contains(i));
     }
     Ok(values)
+}
+
+/// `selection` as ESAPI takes it: the SHA-256 bank only.
+pub(crate) fn sha256_selection(selection: PcrSelection) -> Result<PcrSelectionList, TpmError> {
+    let slots: Vec<PcrSlot> = selection
+        .indices()
+        .map(|i| PcrSlot::try_from(1u32 << i).expect("PCRs 0 to 23 are slots"))
+        .collect();
+    PcrSelectionListBuilder::new()
+        .with_selection(HashingAlgorithm::Sha256, &slots)
+        .build()
+        .map_err(|e| TpmError::new("PCR selection", e))
 }
 
 /// [`read`] on a TPM of its own: no SRK, no session, nothing created.

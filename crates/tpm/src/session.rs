@@ -11,7 +11,7 @@ use tss_esapi::attributes::SessionAttributesBuilder;
 use tss_esapi::constants::SessionType;
 use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
-use tss_esapi::interface_types::session_handles::AuthSession;
+use tss_esapi::interface_types::session_handles::{AuthSession, PolicySession};
 use tss_esapi::structures::SymmetricDefinition;
 
 use super::fault::TpmError;
@@ -29,15 +29,33 @@ pub enum ParameterEncryption {
     Off,
 }
 
-/// Starts a salted session with encrypt, decrypt and continueSession set.
+/// Starts a salted HMAC session with encrypt, decrypt and continueSession
+/// set: Create's input and Unseal's output are encrypted.
 pub fn start_salted(ctx: &mut Context, srk: KeyHandle) -> Result<AuthSession, TpmError> {
+    start(ctx, srk, SessionType::Hmac, true)
+}
+
+/// Starts a salted policy session (boot-state binding) with encrypt and
+/// continueSession set: Unseal's output is encrypted; Unseal has no input
+/// to decrypt.
+pub fn start_salted_policy(ctx: &mut Context, srk: KeyHandle) -> Result<PolicySession, TpmError> {
+    let session = start(ctx, srk, SessionType::Policy, false)?;
+    PolicySession::try_from(session).map_err(|e| TpmError::new("StartAuthSession", e))
+}
+
+fn start(
+    ctx: &mut Context,
+    srk: KeyHandle,
+    session_type: SessionType,
+    decrypt: bool,
+) -> Result<AuthSession, TpmError> {
     let session = ctx
         .execute_without_session(|c| {
             c.start_auth_session(
                 Some(srk),
                 None,
                 None,
-                SessionType::Hmac,
+                session_type,
                 SymmetricDefinition::AES_128_CFB,
                 HashingAlgorithm::Sha256,
             )
@@ -50,7 +68,7 @@ pub fn start_salted(ctx: &mut Context, srk: KeyHandle) -> Result<AuthSession, Tp
             )
         })?;
     let (attributes, mask) = SessionAttributesBuilder::new()
-        .with_decrypt(true)
+        .with_decrypt(decrypt)
         .with_encrypt(true)
         .with_continue_session(true)
         .build();
