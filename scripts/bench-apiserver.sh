@@ -174,7 +174,7 @@ if [ "${#nodes[@]}" -gt 1 ]; then
         target/debug/sceau srk-public --tcti "$(tcti "$i")" >"$members/${node_names[i]}.pub"
     done
     target/debug/sceau-recover recovery-keygen --identity "$tmp/recovery.identity" \
-        --public "$tmp/recovery.pub" 2>/dev/null
+        --public "$tmp/recovery.pub" --unencrypted-private-key 2>/dev/null
     sceau_serve_args=(--members "$members" --recovery-key "$tmp/recovery.pub")
     unseal_commands=(Import Load Unseal FlushContext)
     echo "== cluster mode: members $(cd "$members" && echo *.pub) and a recovery key"

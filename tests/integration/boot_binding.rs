@@ -33,6 +33,8 @@ struct Rig {
     key: PathBuf,
     public: PathBuf,
     policies: PathBuf,
+    /// The age identity the policy key is encrypted to (`age-keygen`).
+    age_identity: PathBuf,
 }
 
 impl Rig {
@@ -43,6 +45,18 @@ impl Rig {
         let key = tmp.join("policy.key");
         let public = tmp.join("policy.pub");
         let policies = tmp.subdir("policies");
+        let age_identity = tmp.join("operator.agekey");
+        let recipient = run_ok(
+            tmp.path(),
+            Path::new("age-keygen"),
+            &["-o", age_identity.to_str().unwrap()],
+        );
+        let recipient = recipient
+            .stderr
+            .trim()
+            .strip_prefix("Public key: ")
+            .unwrap_or_else(|| panic!("age-keygen: {}", recipient.stderr))
+            .to_string();
         let rig = Self {
             tmp,
             tpm,
@@ -50,7 +64,10 @@ impl Rig {
             key,
             public,
             policies,
+            age_identity,
         };
+        // The private key at rest is an age file for the operator's key;
+        // `policy sign` opens it with --age-identity.
         rig.recover(&[
             "policy",
             "keygen",
@@ -58,7 +75,15 @@ impl Rig {
             rig.key.to_str().unwrap(),
             "--policy-key",
             rig.public.to_str().unwrap(),
+            "--protect",
+            &format!("age:{recipient}"),
         ]);
+        assert!(
+            std::fs::read_to_string(&rig.key)
+                .unwrap()
+                .starts_with("-----BEGIN AGE ENCRYPTED FILE-----"),
+            "the policy signing key was written unencrypted"
+        );
         rig
     }
 
@@ -101,6 +126,8 @@ impl Rig {
             values.to_str().unwrap(),
             "--policy-out",
             out.to_str().unwrap(),
+            "--age-identity",
+            self.age_identity.to_str().unwrap(),
         ]);
         out
     }
@@ -383,6 +410,8 @@ fn bad_policies_stop_the_start() {
             values_file.to_str().unwrap(),
             "--policy-out",
             rig.tmp.join("never.json").to_str().unwrap(),
+            "--age-identity",
+            rig.age_identity.to_str().unwrap(),
         ]),
         rig.tmp.path(),
         TOOL_TIMEOUT,
@@ -625,6 +654,7 @@ async fn cluster_members_open_only_in_their_own_signed_state() {
             recovery_identity.to_str().unwrap(),
             "--public",
             recovery_public.to_str().unwrap(),
+            "--unencrypted-private-key",
         ],
     );
     // Each member's file, and each member's policy: `sceau pcrs` on the

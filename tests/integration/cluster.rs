@@ -163,6 +163,7 @@ fn keygen_args(key: &KeyPair) -> Vec<&str> {
         key.identity.to_str().unwrap(),
         "--public",
         key.public.to_str().unwrap(),
+        "--unencrypted-private-key",
     ]
 }
 

@@ -373,7 +373,7 @@ fi
 # length `sceau check` prints shows which kind the service wrote.
 mkdir -p /etc/sceau/members /etc/systemd/system/sceau.service.d
 member_out=$(timeout 120 sceau srk-public --tcti device:/dev/tpmrm0 2>&1 >/etc/sceau/members/vm.pub)
-keygen_out=$(timeout 60 sceau-recover recovery-keygen --identity /run/recovery.identity --public /etc/sceau/recovery.pub 2>&1)
+keygen_out=$(timeout 60 sceau-recover recovery-keygen --identity /run/recovery.identity --public /etc/sceau/recovery.pub --unencrypted-private-key 2>&1)
 shipped=$(grep '^ExecStart=' /usr/lib/systemd/system/sceau.service | cut -d= -f2-)
 printf '[Service]\nExecStart=\nExecStart=%s --members /etc/sceau/members --recovery-key /etc/sceau/recovery.pub\n' \
     "$shipped" >/etc/systemd/system/sceau.service.d/cluster.conf

@@ -14,7 +14,8 @@
 //!   (TPM2_MakeCredential's blob).
 //! - Text files: `armor`, `members` (member files and the cluster
 //!   membership), `recovery_key` (the recovery identity and its public
-//!   half), `enrollment` (request, challenge and response files),
+//!   half), `recovery_share` (that identity split among custodians,
+//!   verifiable share by share), `enrollment` (request, challenge and response files),
 //!   `endorsement` (the offline enrollment key and the endorsement it
 //!   writes into a member file).
 //! - Boot-state binding: `pcr_policy` (PCR lists and values, PolicyPCR
@@ -43,6 +44,7 @@ pub mod policy_key;
 pub mod public;
 pub mod random;
 pub mod recovery_key;
+pub mod recovery_share;
 pub mod sealed;
 pub mod signing_key;
 pub mod storage_key;

@@ -51,13 +51,18 @@ impl RecoveryIdentity {
         Self::from_secret(SecretKey::random(&mut crate::random::SystemRandom))
     }
 
-    fn from_secret(secret: SecretKey) -> Self {
+    pub(crate) fn from_secret(secret: SecretKey) -> Self {
         let public = StorageKey::from_point(&secret.public_key());
         Self { secret, public }
     }
 
     pub fn public(&self) -> &StorageKey {
         &self.public
+    }
+
+    /// The scalar, for splitting it into shares.
+    pub(crate) fn secret_scalar(&self) -> Zeroizing<p256::Scalar> {
+        Zeroizing::new(*self.secret.to_nonzero_scalar())
     }
 
     /// The identity file: the scalar, armored, with the key's Name.

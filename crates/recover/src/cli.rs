@@ -7,8 +7,10 @@ use std::path::PathBuf;
 
 use sceau_cli::build_info::BuildInfo;
 use sceau_cli::{
-    Args, CommandSpec, Flag, Manual, Matches, Parsed, Problem, Program, path, path_arg,
+    Args, CommandSpec, Flag, Manual, Matches, Parsed, Problem, Program, invalid, path, path_arg,
 };
+
+use crate::custody::{Custodian, Protection};
 pub use sceau_cli::{Generate, UsageError, utf8_args};
 
 /// What `sceau-recover --version` prints (build.rs sets the values; no
@@ -23,10 +25,11 @@ pub const IDENTITY: Flag = Flag::value(
     "The recovery key's private half (mode 0600)",
 )
 .long_help(
-    "recovery-keygen: created with mode 0600; an existing file is refused.\n\
-     Keep it offline: it opens every envelope made while its public half\n\
-     was configured. recover: refused if group or others can access it\n\
-     (`chmod 600 FILE`)",
+    "recovery-keygen: an age file (see --protect), created with mode 0600;\n\
+     an existing file is refused. Keep it offline: it opens every envelope\n\
+     made while its public half was configured. recover: refused if group\n\
+     or others can access it (`chmod 600 FILE`); a plaintext identity from\n\
+     an earlier sceau-recover still opens, with a warning",
 );
 pub const PUBLIC: Flag = Flag::value(
     "--public",
@@ -151,6 +154,70 @@ pub const POLICY: Flag = Flag::value(
     "A signed policy file (sceau's or `systemd-measure sign`'s)",
 );
 
+pub const CUSTODIANS: Flag = Flag::value(
+    "--custodians",
+    "N",
+    "Split the recovery key among N custodians (1 to 16) instead of writing it",
+)
+.long_help(
+    "with --threshold, --shares-out and one --custodian each. Each share is\n\
+     checked against public commitments; the whole key is written nowhere",
+);
+pub const THRESHOLD: Flag = Flag::value(
+    "--threshold",
+    "K",
+    "Any K of the shares open the recovery key; K-1 of them reveal nothing of it",
+);
+pub const SHARES_OUT: Flag = Flag::value(
+    "--shares-out",
+    "DIR",
+    "Where the share files go: DIR/NAME.share.age, one per custodian (mode 0600)",
+)
+.long_help("Created (mode 0700) if missing; an existing share file is never overwritten");
+pub const CUSTODIAN: Flag = Flag::value(
+    "--custodian",
+    "NAME=HOW",
+    "A custodian and how their share is encrypted (repeatable, one per share)",
+)
+.long_help(
+    "HOW: `passphrase` (the custodian types it now, on the terminal or\n\
+     through --passphrase-fd; scrypt) or `age:age1…` (the custodian's age\n\
+     X25519 recipient, from `age-keygen`). `age -d` opens a share file",
+);
+pub const PROTECT: Flag = Flag::value(
+    "--protect",
+    "HOW",
+    "How the private key file is encrypted: `passphrase` or `age:age1…`",
+)
+.default("passphrase")
+.long_help(
+    "recovery-keygen --identity and policy keygen write an armored age file;\n\
+     recover, policy sign and share verify open it with a passphrase or\n\
+     --age-identity",
+);
+pub const UNENCRYPTED_PRIVATE_KEY: Flag = Flag::switch(
+    "--unencrypted-private-key",
+    "Write the private key file in plaintext (test rigs only)",
+)
+.long_help("Anyone who copies the file then holds the key");
+pub const PASSPHRASE_FD: Flag = Flag::value(
+    "--passphrase-fd",
+    "N",
+    "Read passphrases from file descriptor N, one a line, not the terminal",
+)
+.long_help("In the order they are asked for. A passphrase is never taken as an argument");
+pub const SHARE: Flag = Flag::value(
+    "--share",
+    "FILE",
+    "A custodian's share file (repeatable; recover needs the threshold)",
+);
+pub const AGE_IDENTITY: Flag = Flag::value(
+    "--age-identity",
+    "FILE",
+    "An age identity file (`age-keygen`) for files encrypted to its recipient",
+)
+.long_help("Repeatable; refused if group or others can access it");
+
 const INPUTS: [&Flag; 3] = [&ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON];
 
 // Every command of `sceau-recover`, once.
@@ -159,10 +226,26 @@ pub const RECOVERY_KEYGEN: CommandSpec = CommandSpec {
     name: "recovery-keygen",
     summary: "Create the offline recovery key pair (run offline)",
     about: "Create the offline recovery key pair (P-256); run it on an offline machine",
-    usage: "recovery-keygen --identity FILE --public FILE",
+    usage: "recovery-keygen --public FILE (--identity FILE [--protect HOW | --unencrypted-private-key] | --custodians N --threshold K --shares-out DIR --custodian NAME=HOW...) [--passphrase-fd N]",
     steps: &[],
-    flags: &[&IDENTITY, &PUBLIC],
-    notes: "",
+    flags: &[
+        &PUBLIC,
+        &IDENTITY,
+        &PROTECT,
+        &UNENCRYPTED_PRIVATE_KEY,
+        &CUSTODIANS,
+        &THRESHOLD,
+        &SHARES_OUT,
+        &CUSTODIAN,
+        &PASSPHRASE_FD,
+    ],
+    notes: "\
+Split among custodians, any two of three opening it:
+  sceau-recover recovery-keygen --public recovery.pub --custodians 3 --threshold 2 \\
+      --shares-out shares --custodian alice=age:age1… --custodian bob=passphrase \\
+      --custodian carol=age:age1…
+docs/recovery.md has the ceremony.
+",
 };
 pub const ENROLLMENT_KEYGEN: CommandSpec = CommandSpec {
     name: "enrollment-keygen",
@@ -177,10 +260,13 @@ pub const RECOVER: CommandSpec = CommandSpec {
     name: "recover",
     summary: "Open envelopes or an etcd snapshot with the recovery identity, no TPM",
     about: "Open envelopes and etcd contents with the recovery identity, without any TPM",
-    usage: "recover --identity FILE [--envelope FILE | --etcd-snapshot FILE | --etcd-json FILE] [--members DIR]... [--force]",
+    usage: "recover (--identity FILE | --share FILE...) [--age-identity FILE]... [--passphrase-fd N] [--envelope FILE | --etcd-snapshot FILE | --etcd-json FILE] [--members DIR]... [--force]",
     steps: &[],
     flags: &[
         &IDENTITY,
+        &SHARE,
+        &AGE_IDENTITY,
+        &PASSPHRASE_FD,
         &ENVELOPE,
         &ETCD_SNAPSHOT,
         &ETCD_JSON,
@@ -220,6 +306,10 @@ pub const POLICY_COMMAND: CommandSpec = CommandSpec {
         &VALUES,
         &POLICY_OUT,
         &POLICY,
+        &PROTECT,
+        &UNENCRYPTED_PRIVATE_KEY,
+        &AGE_IDENTITY,
+        &PASSPHRASE_FD,
     ],
     notes: "\
 The steps:
@@ -233,6 +323,16 @@ docs/boot-binding.md says which PCRs to choose and how to sign before an update.
 ",
 };
 
+pub const SHARE_COMMAND: CommandSpec = CommandSpec {
+    name: "share",
+    summary: "Check recovery shares without combining them: verify (run offline)",
+    about: "Decrypt each share and check it against its key set's commitments (and the public file), without combining",
+    usage: "share verify --share FILE... [--public FILE] [--age-identity FILE]... [--passphrase-fd N]",
+    steps: &["verify"],
+    flags: &[&SHARE, &PUBLIC, &AGE_IDENTITY, &PASSPHRASE_FD],
+    notes: "",
+};
+
 pub const PROGRAM: Program = Program {
     name: "sceau-recover",
     version: env!("CARGO_PKG_VERSION"),
@@ -240,6 +340,7 @@ pub const PROGRAM: Program = Program {
     commands: &[
         &RECOVERY_KEYGEN,
         &RECOVER,
+        &SHARE_COMMAND,
         &ENROLL,
         &ENROLLMENT_KEYGEN,
         &POLICY_COMMAND,
@@ -256,8 +357,10 @@ sceau-recover holds the tools of sceau(8) that need no TPM; it links no
 tpm2-tss, so it runs on any Linux machine, such as an offline one.
 
 recovery-keygen makes the offline recovery key, whose public half `sceau serve
---recovery-key` wraps every DEK for. recover opens envelopes, an etcd snapshot
-or etcdctl's JSON output with its private half when the TPM is lost. enroll
+--recovery-key` wraps every DEK for, and writes its private half encrypted, or
+splits it among custodians (any K of N shares open it). recover opens
+envelopes, an etcd snapshot or etcdctl's JSON output with the private half or
+the shares when the TPM is lost; share verify checks shares alone. enroll
 challenge and enroll verify are the verifier's side of enrolling a cluster
 member; enrollment-keygen makes the key with which enroll verify endorses
 the member files it writes. policy keygen, sign and show make and use the
@@ -276,6 +379,7 @@ pub enum Command {
     Enroll(EnrollStep),
     EnrollmentKeygen(EnrollmentKeygenOptions),
     Policy(PolicyStep),
+    ShareVerify(ShareVerifyOptions),
     Help(String),
     Version,
     /// `--generate KIND`: the man page or a completion script.
@@ -305,14 +409,21 @@ pub enum EnrollStep {
 /// The offline steps of boot-state binding (docs/boot-binding.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PolicyStep {
-    /// A new P-256 policy signing key: private (0600) and public (PEM).
-    Keygen { private: PathBuf, public: PathBuf },
+    /// A new P-256 policy signing key: private (0600, protected) and public
+    /// (PEM).
+    Keygen {
+        private: PathBuf,
+        public: PathBuf,
+        protection: Protection,
+        passphrase_fd: Option<u32>,
+    },
     /// Sign the PolicyPCR digest of `pcrs` at `values`.
     Sign {
         private: PathBuf,
         pcrs: String,
         values: PathBuf,
         out: PathBuf,
+        unlock: Unlock,
     },
     /// Print what a signed policy file holds; check it against `key`.
     Show {
@@ -329,13 +440,51 @@ pub struct EnrollmentKeygenOptions {
     pub public: PathBuf,
 }
 
+/// What opens the age files a command reads: identities, passphrases.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unlock {
+    pub age_identities: Vec<PathBuf>,
+    pub passphrase_fd: Option<u32>,
+}
+
+/// Where the recovery key's private half goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryPrivate {
+    /// One identity file (created 0600, never overwritten; not created at
+    /// all when the public file exists).
+    Identity {
+        path: PathBuf,
+        protection: Protection,
+    },
+    /// Shares, any `threshold` of which open it, one file per custodian.
+    Shares {
+        threshold: usize,
+        dir: PathBuf,
+        custodians: Vec<Custodian>,
+    },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryKeygenOptions {
-    /// Where the private identity goes (created 0600, never overwritten; not
-    /// created at all when the public file exists).
-    pub identity: PathBuf,
     /// Where the public half goes, for `serve --recovery-key`.
     pub public: PathBuf,
+    pub private: RecoveryPrivate,
+    pub passphrase_fd: Option<u32>,
+}
+
+/// What `recover` opens envelopes with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoveryKey {
+    Identity(PathBuf),
+    Shares(Vec<PathBuf>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareVerifyOptions {
+    pub shares: Vec<PathBuf>,
+    /// The recovery key's public file, which the shares must commit to.
+    pub public: Option<PathBuf>,
+    pub unlock: Unlock,
 }
 
 /// What `sceau-recover recover` reads.
@@ -351,7 +500,8 @@ pub enum RecoverInput {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoverOptions {
-    pub identity: PathBuf,
+    pub key: RecoveryKey,
+    pub unlock: Unlock,
     pub input: RecoverInput,
     /// Member directories whose signing keys envelopes are checked against;
     /// empty: envelopes open unverified.
@@ -374,6 +524,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         "enroll" => enroll(&matches, step).map(Command::Enroll),
         "enrollment-keygen" => enrollment_keygen(&matches).map(Command::EnrollmentKeygen),
         "policy" => policy(&matches, step).map(Command::Policy),
+        "share" => share(&matches, step).map(Command::ShareVerify),
         other => unreachable!("{other} is in PROGRAM but has no parser"),
     };
     command.map_err(|error| error.in_command(spec.name))
@@ -390,13 +541,129 @@ fn required(m: &Matches, flag: &Flag, what: &str) -> Result<PathBuf, UsageError>
     })
 }
 
-fn recovery_keygen(m: &Matches) -> Result<RecoveryKeygenOptions, UsageError> {
-    match (m.last(&IDENTITY, path)?, m.last(&PUBLIC, path)?) {
-        (Some(identity), Some(public)) => Ok(RecoveryKeygenOptions { identity, public }),
-        _ => Err(m.error(Problem::Required(
-            "recovery-keygen needs --identity FILE and --public FILE".into(),
-        ))),
+fn fd_number(value: &str) -> Result<u32, UsageError> {
+    value
+        .parse()
+        .map_err(|_| invalid(&PASSPHRASE_FD, value, "not a file descriptor number"))
+}
+
+fn unlock(m: &Matches) -> Result<Unlock, UsageError> {
+    Ok(Unlock {
+        age_identities: m
+            .values(&AGE_IDENTITY)
+            .map(path)
+            .collect::<Result<_, _>>()?,
+        passphrase_fd: m.last(&PASSPHRASE_FD, fd_number)?,
+    })
+}
+
+/// `--protect HOW` (default: a passphrase), or `--unencrypted-private-key`.
+fn protection(m: &Matches) -> Result<Protection, UsageError> {
+    if m.present(&UNENCRYPTED_PRIVATE_KEY) {
+        if m.present(&PROTECT) {
+            return Err(m.error(Problem::Conflict(
+                "give --protect or --unencrypted-private-key, not both",
+            )));
+        }
+        return Ok(Protection::Unencrypted);
     }
+    m.or_default(&PROTECT, None, |v| {
+        Protection::parse(v).map_err(|reason| invalid(&PROTECT, v, reason))
+    })
+}
+
+fn recovery_keygen(m: &Matches) -> Result<RecoveryKeygenOptions, UsageError> {
+    let public = required(m, &PUBLIC, "recovery-keygen")?;
+    let passphrase_fd = m.last(&PASSPHRASE_FD, fd_number)?;
+    let split_flags = [&CUSTODIANS, &THRESHOLD, &SHARES_OUT, &CUSTODIAN];
+    let private = if split_flags.iter().any(|f| m.present(f)) {
+        if [&IDENTITY, &PROTECT, &UNENCRYPTED_PRIVATE_KEY]
+            .iter()
+            .any(|f| m.present(f))
+        {
+            return Err(m.error(Problem::Conflict(
+                "shares replace the identity file: give --identity (with --protect) or --custodians, not both",
+            )));
+        }
+        let number = |flag: &'static Flag| {
+            move |v: &str| {
+                v.parse::<usize>()
+                    .map_err(|_| invalid(flag, v, "not a number"))
+            }
+        };
+        let needs = "recovery-keygen --custodians N needs --threshold K, --shares-out DIR and one --custodian NAME=HOW a share";
+        let (Some(count), Some(threshold), Some(dir)) = (
+            m.last(&CUSTODIANS, number(&CUSTODIANS))?,
+            m.last(&THRESHOLD, number(&THRESHOLD))?,
+            m.last(&SHARES_OUT, path)?,
+        ) else {
+            return Err(m.error(Problem::Required(needs.into())));
+        };
+        let custodians = m
+            .values(&CUSTODIAN)
+            .map(|v| Custodian::parse(v).map_err(|reason| invalid(&CUSTODIAN, v, reason)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if custodians.len() != count {
+            return Err(m.error(Problem::Required(format!(
+                "--custodians {count} needs {count} --custodian flags, {} given",
+                custodians.len()
+            ))));
+        }
+        if let Some(twice) = custodians
+            .iter()
+            .enumerate()
+            .find(|(i, c)| custodians[..*i].iter().any(|e| e.name == c.name))
+        {
+            return Err(invalid(
+                &CUSTODIAN,
+                &twice.1.spec(),
+                "this name is given twice",
+            ));
+        }
+        if !(1..=count).contains(&threshold) || count > 16 {
+            return Err(m.error(Problem::Required(format!(
+                "a threshold of {threshold} among {count} custodians: need 1 <= K <= N <= 16"
+            ))));
+        }
+        RecoveryPrivate::Shares {
+            threshold,
+            dir,
+            custodians,
+        }
+    } else {
+        RecoveryPrivate::Identity {
+            path: required(m, &IDENTITY, "recovery-keygen")?,
+            protection: protection(m)?,
+        }
+    };
+    Ok(RecoveryKeygenOptions {
+        public,
+        private,
+        passphrase_fd,
+    })
+}
+
+fn share(m: &Matches, step: Option<&str>) -> Result<ShareVerifyOptions, UsageError> {
+    match step {
+        Some("verify") => {}
+        Some(step) => return Err(PROGRAM.unknown_command(&format!("share {step}"))),
+        None => {
+            return Err(m.error(Problem::Required(
+                "share needs its step first: `sceau-recover share verify --share FILE`".into(),
+            )));
+        }
+    }
+    let shares: Vec<PathBuf> = m.values(&SHARE).map(path).collect::<Result<_, _>>()?;
+    if shares.is_empty() {
+        return Err(m.error(Problem::Required(
+            "share verify needs --share FILE (one or more)".into(),
+        )));
+    }
+    Ok(ShareVerifyOptions {
+        shares,
+        public: m.last(&PUBLIC, path)?,
+        unlock: unlock(m)?,
+    })
 }
 
 fn enrollment_keygen(m: &Matches) -> Result<EnrollmentKeygenOptions, UsageError> {
@@ -418,8 +685,22 @@ fn recover(m: &Matches) -> Result<RecoverOptions, UsageError> {
         Some("--etcd-json") => RecoverInput::EtcdJson(required(m, &ETCD_JSON, "")?),
         _ => RecoverInput::Envelope(m.or_default(&ENVELOPE, None, path)?),
     };
+    let shares: Vec<PathBuf> = m.values(&SHARE).map(path).collect::<Result<_, _>>()?;
+    let key = match (m.last(&IDENTITY, path)?, shares.is_empty()) {
+        (Some(identity), true) => RecoveryKey::Identity(identity),
+        (None, false) => RecoveryKey::Shares(shares),
+        (Some(_), false) => {
+            return Err(m.error(Problem::Conflict("give --identity or --share, not both")));
+        }
+        (None, true) => {
+            return Err(m.error(Problem::Required(
+                "recover needs --identity FILE or the custodians' --share FILE flags".into(),
+            )));
+        }
+    };
     Ok(RecoverOptions {
-        identity: required(m, &IDENTITY, "recover")?,
+        key,
+        unlock: unlock(m)?,
         input,
         members: m.values(&MEMBERS).map(path).collect::<Result<_, _>>()?,
         force: m.present(&FORCE),
@@ -475,9 +756,17 @@ fn policy(m: &Matches, step: Option<&str>) -> Result<PolicyStep, UsageError> {
                 Ok(PolicyStep::Keygen {
                     private: required(m, &POLICY_PRIVATE, &format!("policy {what}"))?,
                     public: required(m, &POLICY_KEY, &format!("policy {what}"))?,
+                    protection: protection(m)?,
+                    passphrase_fd: m.last(&PASSPHRASE_FD, fd_number)?,
                 })
             })(),
-            &[&POLICY_PRIVATE, &POLICY_KEY],
+            &[
+                &POLICY_PRIVATE,
+                &POLICY_KEY,
+                &PROTECT,
+                &UNENCRYPTED_PRIVATE_KEY,
+                &PASSPHRASE_FD,
+            ],
         ),
         Some(what @ "sign") => (
             (|| {
@@ -491,9 +780,17 @@ fn policy(m: &Matches, step: Option<&str>) -> Result<PolicyStep, UsageError> {
                     pcrs,
                     values: required(m, &VALUES, &format!("policy {what}"))?,
                     out: required(m, &POLICY_OUT, &format!("policy {what}"))?,
+                    unlock: unlock(m)?,
                 })
             })(),
-            &[&POLICY_PRIVATE, &PCRS, &VALUES, &POLICY_OUT],
+            &[
+                &POLICY_PRIVATE,
+                &PCRS,
+                &VALUES,
+                &POLICY_OUT,
+                &AGE_IDENTITY,
+                &PASSPHRASE_FD,
+            ],
         ),
         Some(what @ "show") => (
             (|| {
@@ -543,18 +840,46 @@ impl Command {
     /// check). `None` for help, version and generated text.
     pub fn to_args(&self) -> Option<Vec<String>> {
         let args = match self {
-            Self::RecoveryKeygen(o) => Args::command(RECOVERY_KEYGEN.name)
-                .flag(&IDENTITY, path_arg(&o.identity))
-                .flag(&PUBLIC, path_arg(&o.public)),
+            Self::RecoveryKeygen(o) => {
+                let args = Args::command(RECOVERY_KEYGEN.name).flag(&PUBLIC, path_arg(&o.public));
+                let args = match &o.private {
+                    RecoveryPrivate::Identity { path, protection } => {
+                        protection_args(args.flag(&IDENTITY, path_arg(path)), protection)
+                    }
+                    RecoveryPrivate::Shares {
+                        threshold,
+                        dir,
+                        custodians,
+                    } => {
+                        let mut args = args
+                            .flag(&CUSTODIANS, custodians.len().to_string())
+                            .flag(&THRESHOLD, threshold.to_string())
+                            .flag(&SHARES_OUT, path_arg(dir));
+                        for custodian in custodians {
+                            args = args.flag(&CUSTODIAN, custodian.spec());
+                        }
+                        args
+                    }
+                };
+                args.optional(&PASSPHRASE_FD, o.passphrase_fd.map(|fd| fd.to_string()))
+            }
             Self::Recover(o) => {
                 let (flag, file) = match &o.input {
                     RecoverInput::Envelope(file) => (&ENVELOPE, file),
                     RecoverInput::EtcdSnapshot(file) => (&ETCD_SNAPSHOT, file),
                     RecoverInput::EtcdJson(file) => (&ETCD_JSON, file),
                 };
-                let mut args = Args::command(RECOVER.name)
-                    .flag(&IDENTITY, path_arg(&o.identity))
-                    .flag(flag, path_arg(file));
+                let mut args = match &o.key {
+                    RecoveryKey::Identity(identity) => {
+                        Args::command(RECOVER.name).flag(&IDENTITY, path_arg(identity))
+                    }
+                    RecoveryKey::Shares(shares) => shares
+                        .iter()
+                        .fold(Args::command(RECOVER.name), |args, share| {
+                            args.flag(&SHARE, path_arg(share))
+                        }),
+                };
+                args = unlock_args(args, &o.unlock).flag(flag, path_arg(file));
                 for dir in &o.members {
                     args = args.flag(&MEMBERS, path_arg(dir));
                 }
@@ -586,26 +911,66 @@ impl Command {
             Self::EnrollmentKeygen(o) => Args::command(ENROLLMENT_KEYGEN.name)
                 .flag(&ENROLLMENT_IDENTITY, path_arg(&o.identity))
                 .flag(&ENROLLMENT_PUBLIC, path_arg(&o.public)),
-            Self::Policy(PolicyStep::Keygen { private, public }) => Args::command("policy keygen")
-                .flag(&POLICY_PRIVATE, path_arg(private))
-                .flag(&POLICY_KEY, path_arg(public)),
+            Self::Policy(PolicyStep::Keygen {
+                private,
+                public,
+                protection,
+                passphrase_fd,
+            }) => protection_args(
+                Args::command("policy keygen")
+                    .flag(&POLICY_PRIVATE, path_arg(private))
+                    .flag(&POLICY_KEY, path_arg(public)),
+                protection,
+            )
+            .optional(&PASSPHRASE_FD, passphrase_fd.map(|fd| fd.to_string())),
             Self::Policy(PolicyStep::Sign {
                 private,
                 pcrs,
                 values,
                 out,
-            }) => Args::command("policy sign")
-                .flag(&POLICY_PRIVATE, path_arg(private))
-                .flag(&PCRS, pcrs.clone())
-                .flag(&VALUES, path_arg(values))
-                .flag(&POLICY_OUT, path_arg(out)),
+                unlock,
+            }) => unlock_args(
+                Args::command("policy sign")
+                    .flag(&POLICY_PRIVATE, path_arg(private))
+                    .flag(&PCRS, pcrs.clone())
+                    .flag(&VALUES, path_arg(values))
+                    .flag(&POLICY_OUT, path_arg(out)),
+                unlock,
+            ),
             Self::Policy(PolicyStep::Show { policy, key }) => Args::command("policy show")
                 .flag(&POLICY, path_arg(policy))
                 .optional(&POLICY_KEY, key.as_deref().map(path_arg)),
+            Self::ShareVerify(o) => unlock_args(
+                o.shares
+                    .iter()
+                    .fold(Args::command("share verify"), |args, share| {
+                        args.flag(&SHARE, path_arg(share))
+                    }),
+                &o.unlock,
+            )
+            .optional(&PUBLIC, o.public.as_deref().map(path_arg)),
             Self::Help(_) | Self::Version | Self::Generate(_) => return None,
         };
         Some(args.0)
     }
+}
+
+fn protection_args(args: Args, protection: &Protection) -> Args {
+    match protection {
+        Protection::Unencrypted => args.switch(&UNENCRYPTED_PRIVATE_KEY, true),
+        other => args.flag(&PROTECT, other.spec()),
+    }
+}
+
+fn unlock_args(args: Args, unlock: &Unlock) -> Args {
+    unlock
+        .age_identities
+        .iter()
+        .fold(args, |args, file| args.flag(&AGE_IDENTITY, path_arg(file)))
+        .optional(
+            &PASSPHRASE_FD,
+            unlock.passphrase_fd.map(|fd| fd.to_string()),
+        )
 }
 
 #[cfg(test)]
@@ -619,7 +984,8 @@ mod tests {
         assert_eq!(
             parse(&args("recover --identity id")),
             Ok(Command::Recover(RecoverOptions {
-                identity: "id".into(),
+                key: RecoveryKey::Identity("id".into()),
+                unlock: Unlock::default(),
                 input: RecoverInput::Envelope("-".into()),
                 members: Vec::new(),
                 force: false,
@@ -636,6 +1002,16 @@ mod tests {
             "recover --identity",
             "recover --force=yes --identity id",
             "recovery-keygen --identity id",
+            "recovery-keygen --public p --identity i --protect passphrase:hunter2",
+            "recovery-keygen --public p --identity i --protect passphrase --unencrypted-private-key",
+            "recovery-keygen --public p --custodians 2 --threshold 2 --shares-out d --custodian a=passphrase",
+            "recovery-keygen --public p --custodians 1 --threshold 2 --shares-out d --custodian a=passphrase",
+            "recovery-keygen --public p --custodians 2 --threshold 1 --shares-out d --custodian a=passphrase --custodian a=passphrase",
+            "recovery-keygen --public p --custodians 1 --threshold 1 --shares-out d --custodian a=passphrase --identity i",
+            "recover --identity i --share s",
+            "recover --passphrase-fd x --share s",
+            "share verify",
+            "share frobnicate --share s",
             "enrollment-keygen --enrollment-identity k",
             "enroll challenge --request r --challenge-out c --expected-out e --enrollment-identity k",
             "enroll challenge --request r --challenge-out c",
@@ -666,7 +1042,12 @@ mod tests {
     fn every_flag_is_in_the_help_and_the_inverse() {
         let examples: Vec<Command> = [
             "recovery-keygen --identity i --public p",
+            "recovery-keygen --identity i --public p --unencrypted-private-key --passphrase-fd 3",
+            "recovery-keygen --public p --custodians 2 --threshold 2 --shares-out d --custodian a=passphrase --custodian b=age:age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p",
             "recover --identity i --force",
+            "recover --share a --share b --age-identity k --passphrase-fd 0 --etcd-json j",
+            "share verify --share a --share b --public p --age-identity k",
+            "share verify --share a --passphrase-fd 5",
             "recover --identity i --etcd-snapshot s --members m --members f",
             "recover --identity i --etcd-json=j",
             "enroll challenge --request q --challenge-out c --expected-out e",
@@ -674,7 +1055,9 @@ mod tests {
             "enroll verify --request q --expected e --response r --member-out m --enrollment-identity k",
             "enrollment-keygen --enrollment-identity k --enrollment-public p",
             "policy keygen --policy-private k --policy-key p",
+            "policy keygen --policy-private k --policy-key p --unencrypted-private-key",
             "policy sign --policy-private k --pcrs 7,11 --values v --policy-out o",
+            "policy sign --policy-private k --pcrs 7 --values v --policy-out o --age-identity i --passphrase-fd 4",
             "policy show --policy o",
             "policy show --policy o --policy-key p",
         ]

@@ -8,9 +8,13 @@
 //! their small, strict readers of the file and wire formats involved.
 //! `verify` checks each envelope's signature against the member files
 //! before it is opened.
+//!
+//! The key material: `custody` writes and reads the private files (recovery
+//! shares, the recovery identity, the policy signing key) as age files.
 
 mod bbolt;
 pub mod cli;
+pub mod custody;
 pub mod etcd;
 // The JSON reader lives with the other formats; sceau's daemon reads signed
 // PCR policies with it too.

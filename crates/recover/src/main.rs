@@ -3,7 +3,9 @@
 //! with `ldd` and runs it where the tss2 libraries cannot be found).
 //!
 //! - `recover`: opens envelopes and etcd contents with the recovery identity;
-//! - `recovery-keygen`: makes that identity and its public half;
+//! - `recovery-keygen`: makes that identity and its public half, the
+//!   identity encrypted or split among custodians;
+//! - `share verify`: checks custodians' shares without combining them;
 //! - `enroll challenge|verify`: the verifier's side of enrollment;
 //! - `enrollment-keygen`: the key that endorses member files;
 //! - `policy keygen|sign|show`: the key that signs boot states, and its
@@ -41,6 +43,11 @@ fn main() -> ExitCode {
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
+    // The tools hold private keys: no core file, and /proc/PID/mem for
+    // root only. A failure here only loses that protection.
+    if let Err(error) = sceau_sys::forbid_core_dumps() {
+        eprintln!("sceau-recover: warning: core dumps stay possible: {error}");
+    }
     match command {
         Command::Help(text) => print!("{text}"),
         Command::Version => print!("{}", cli::BUILD.version_text()),
@@ -50,6 +57,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Enroll(step) => commands::enroll::run(&step)?,
         Command::EnrollmentKeygen(options) => commands::enrollment_keygen::run(&options)?,
         Command::Policy(step) => commands::policy::run(&step)?,
+        Command::ShareVerify(options) => commands::share::verify(&options)?,
     }
     Ok(())
 }

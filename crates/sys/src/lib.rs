@@ -574,6 +574,25 @@ pub fn clone3_without_arguments() -> std::io::Error {
     }
 }
 
+/// Locks every page the process has mapped, and every page it maps from
+/// now on, into RAM (mlockall): `sceau-recover` does so before it combines
+/// recovery shares, so that the key and its temporaries on the heap and
+/// the stack are never written to swap. Fails (EPERM, ENOMEM) when the
+/// process may not lock that much (RLIMIT_MEMLOCK without CAP_IPC_LOCK).
+pub fn lock_all_memory() -> std::io::Result<()> {
+    // SAFETY: mlockall takes flags only and reads or writes no memory of ours.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Undoes [`lock_all_memory`] once the key is gone.
+pub fn unlock_all_memory() {
+    // SAFETY: munlockall takes no arguments; failing leaves pages locked.
+    unsafe { libc::munlockall() };
+}
+
 /// One page of memory for key material: locked into RAM (never swapped),
 /// excluded from core dumps, and wiped before it is unmapped.
 pub struct LockedPage {

@@ -6,6 +6,7 @@ pub mod enrollment_keygen;
 pub mod policy;
 pub mod recover;
 pub mod recovery_keygen;
+pub mod share;
 
 use anyhow::Context as _;
 
@@ -93,4 +94,46 @@ pub(crate) fn read_private(
     file.read_to_string(&mut text)
         .with_context(|| format!("reading {}", path.display()))?;
     Ok(text)
+}
+
+/// Reads a private key file that `sceau-recover` wrote as an age file
+/// (opened with `unlock` or a passphrase), or in plaintext, as earlier
+/// versions did and `--unencrypted-private-key` still does: that one still
+/// opens, with a warning naming how to encrypt it.
+pub(crate) fn read_protected(
+    path: &std::path::Path,
+    what: &str,
+    identities: &sceau_recover::custody::AgeIdentities,
+    passphrases: &mut sceau_recover::custody::Passphrases,
+) -> anyhow::Result<zeroize::Zeroizing<String>> {
+    use sceau_recover::custody;
+    let text = read_private(path, what)?;
+    if !custody::is_age(text.as_bytes()) {
+        eprintln!(
+            "sceau-recover: warning: {path} holds the {what} private key unencrypted: encrypt it \
+             (`age -p -a -o {path}.age {path}`, then shred {path}) or keep it where only its \
+             holder can reach it",
+            path = path.display()
+        );
+        return Ok(text);
+    }
+    let plaintext = custody::open(
+        text.as_bytes(),
+        &path.display().to_string(),
+        identities,
+        passphrases,
+    )?;
+    let text = std::str::from_utf8(&plaintext)
+        .with_context(|| format!("{}: the decrypted file is not text", path.display()))?;
+    Ok(zeroize::Zeroizing::new(text.to_string()))
+}
+
+/// The `--age-identity` files of `unlock`, read as private files.
+pub(crate) fn age_identities(
+    unlock: &sceau_recover::cli::Unlock,
+) -> anyhow::Result<sceau_recover::custody::AgeIdentities> {
+    Ok(sceau_recover::custody::AgeIdentities::read(
+        &unlock.age_identities,
+        |file| read_private(file, "age").map_err(|e| format!("{e:#}")),
+    )?)
 }

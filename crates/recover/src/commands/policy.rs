@@ -13,21 +13,38 @@ use sceau_format::pcr_policy::{
 use sceau_format::policy_key::{PolicyKey, PolicySignatureError, PolicySigner};
 use sceau_recover::cli::PolicyStep;
 
-use super::{read_private, write_key_pair, write_new};
+use sceau_recover::custody::{Passphrases, Protection, protect};
+
+use super::{age_identities, read_protected, write_key_pair, write_new};
 
 pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
     match step {
-        PolicyStep::Keygen { private, public } => {
+        PolicyStep::Keygen {
+            private,
+            public,
+            protection,
+            passphrase_fd,
+        } => {
             let signer = PolicySigner::generate();
+            let file = protect(
+                signer.to_pem().as_bytes(),
+                protection,
+                &mut Passphrases::new(*passphrase_fd),
+                "the policy signing key",
+            )?;
             write_key_pair(
                 ["--policy-private", "--policy-key"],
-                (private, signer.to_pem().as_bytes()),
+                (private, &file),
                 (public, signer.public().to_pem().as_bytes()),
             )?;
             eprintln!(
-                "policy signing key {} written: private {} (keep it offline), public {} (for every node's `sceau serve --policy-key`)",
+                "policy signing key {} written: private {} ({}; keep it offline), public {} (for every node's `sceau serve --policy-key`)",
                 hex(&signer.public().fingerprint()),
                 private.display(),
+                match protection {
+                    Protection::Unencrypted => "UNENCRYPTED",
+                    _ => "an age file",
+                },
                 public.display()
             );
         }
@@ -36,6 +53,7 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
             pcrs,
             values,
             out,
+            unlock,
         } => {
             let pcrs = PcrSelection::parse(pcrs).context("--pcrs")?;
             let values_file = values;
@@ -56,8 +74,14 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
                     values_file.display()
                 );
             }
-            let signer = PolicySigner::from_pem(&read_private(private, "policy signing")?)
-                .with_context(|| private.display().to_string())?;
+            let pem = read_protected(
+                private,
+                "policy signing",
+                &age_identities(unlock)?,
+                &mut Passphrases::new(unlock.passphrase_fd),
+            )?;
+            let signer =
+                PolicySigner::from_pem(&pem).with_context(|| private.display().to_string())?;
             let signed = SignedPolicy::sign(&signer, pcrs, &values).with_context(|| {
                 format!(
                     "{}: --pcrs names a PCR the file has no value for",

@@ -1,13 +1,61 @@
 //! `sceau-recover recover`: opens envelopes and etcd contents with the
-//! recovery identity, without any TPM.
+//! recovery identity or the custodians' shares, without any TPM.
 
 use anyhow::{Context as _, bail};
+use sceau_format::key_id::hex;
 use sceau_format::members::KnownMembers;
 use sceau_format::recovery_key::RecoveryIdentity;
-use sceau_recover::cli::{RecoverInput, RecoverOptions};
+use sceau_recover::cli::{RecoverInput, RecoverOptions, RecoveryKey};
+use sceau_recover::custody::Passphrases;
 use sceau_recover::verify::{Checked, check, read_members};
 
-use super::read_private;
+use super::{age_identities, read_protected};
+
+/// The recovery key, from its identity file or from the custodians' shares.
+/// Shares are all checked before anything else is read; the key is combined
+/// only after the input was, in memory locked against swap from then on.
+enum Key {
+    Identity(RecoveryIdentity),
+    Shares(Vec<sceau_format::recovery_share::Share>),
+}
+
+impl Key {
+    fn read(options: &RecoverOptions) -> anyhow::Result<Self> {
+        let identities = age_identities(&options.unlock)?;
+        let mut passphrases = Passphrases::new(options.unlock.passphrase_fd);
+        Ok(match &options.key {
+            RecoveryKey::Identity(path) => Self::Identity(RecoveryIdentity::parse(
+                &read_protected(path, "recovery", &identities, &mut passphrases)?,
+            )?),
+            RecoveryKey::Shares(files) => {
+                let shares = super::share::read_shares(files, &identities, &mut passphrases)?;
+                let need = usize::from(shares[0].threshold());
+                if shares.len() < need {
+                    bail!(
+                        "{} valid shares of recovery key {}; any {need} open it: nothing was opened",
+                        shares.len(),
+                        hex(shares[0].recovery_key().name())
+                    );
+                }
+                Self::Shares(shares)
+            }
+        })
+    }
+
+    fn identity(self) -> anyhow::Result<RecoveryIdentity> {
+        match self {
+            Self::Identity(identity) => Ok(identity),
+            Self::Shares(shares) => {
+                if let Err(error) = sceau_sys::lock_all_memory() {
+                    eprintln!(
+                        "sceau-recover: warning: memory not locked against swap ({error}); run as root or raise RLIMIT_MEMLOCK"
+                    );
+                }
+                Ok(sceau_format::recovery_share::combine(&shares)?)
+            }
+        }
+    }
+}
 
 /// No TPM, no sandbox; an offline operator tool.
 pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
@@ -15,7 +63,7 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
     if std::io::stdout().is_terminal() && !options.force {
         bail!("refusing to write plaintext to a terminal; redirect the output or pass --force");
     }
-    let identity = RecoveryIdentity::parse(&read_private(&options.identity, "recovery")?)?;
+    let key = Key::read(options)?;
     let known = read_members(&options.members)?;
     if known.is_none() {
         eprintln!(
@@ -35,7 +83,13 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
     match &options.input {
         RecoverInput::Envelope(path) => {
             let input = read_input(path)?;
-            let (dek, checked) = open_envelope_input(&identity, known.as_ref(), &input)?;
+            let identity = key.identity()?;
+            let opened = open_envelope_input(&identity, known.as_ref(), &input);
+            // The key is wiped before anything is written: a memory scan
+            // while the output blocks finds none of it.
+            drop(identity);
+            sceau_sys::unlock_all_memory();
+            let (dek, checked) = opened?;
             std::io::stdout().write_all(&dek)?;
             if checked == Checked::Unverified {
                 eprintln!("UNVERIFIED envelope: opened without checking its signature");
@@ -43,12 +97,12 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
         }
         RecoverInput::EtcdSnapshot(path) => {
             let values = sceau_recover::etcd::values_from_snapshot(&read_input(path)?)?;
-            print_secrets(&identity, known.as_ref(), &values)?;
+            print_secrets(&key.identity()?, known.as_ref(), &values)?;
         }
         RecoverInput::EtcdJson(path) => {
             let text = String::from_utf8(read_input(path)?).context("etcdctl JSON is not UTF-8")?;
             let values = sceau_recover::etcd::values_from_etcdctl_json(&text)?;
-            print_secrets(&identity, known.as_ref(), &values)?;
+            print_secrets(&key.identity()?, known.as_ref(), &values)?;
         }
     }
     Ok(())

@@ -1,22 +1,132 @@
-//! `sceau-recover recovery-keygen`: makes the offline recovery key pair.
+//! `sceau-recover recovery-keygen`: makes the offline recovery key pair, and
+//! writes its private half encrypted (an age file) or split among
+//! custodians, never whole.
 
+use anyhow::Context as _;
 use sceau_format::key_id::hex;
 use sceau_format::recovery_key::RecoveryIdentity;
-use sceau_recover::cli::RecoveryKeygenOptions;
+use sceau_format::recovery_share;
+use sceau_recover::cli::{RecoveryKeygenOptions, RecoveryPrivate};
+use sceau_recover::custody::{Custodian, Passphrases, protect};
 
-use super::write_key_pair;
+use super::{write_key_pair, write_new};
 
 pub fn run(options: &RecoveryKeygenOptions) -> anyhow::Result<()> {
+    let mut passphrases = Passphrases::new(options.passphrase_fd);
+    match &options.private {
+        RecoveryPrivate::Identity { path, protection } => {
+            let identity = RecoveryIdentity::generate();
+            let file = protect(
+                identity.identity_file().as_bytes(),
+                protection,
+                &mut passphrases,
+                "the recovery identity",
+            )?;
+            write_key_pair(
+                ["--identity", "--public"],
+                (path, &file),
+                (&options.public, identity.public_file().as_bytes()),
+            )?;
+            eprintln!(
+                "recovery key {} written: identity {} ({}; keep it offline), public {}",
+                hex(identity.public().name()),
+                path.display(),
+                match protection {
+                    sceau_recover::custody::Protection::Unencrypted => "UNENCRYPTED",
+                    _ => "an age file",
+                },
+                options.public.display()
+            );
+        }
+        RecoveryPrivate::Shares {
+            threshold,
+            dir,
+            custodians,
+        } => split(options, *threshold, dir, custodians, &mut passphrases)?,
+    }
+    Ok(())
+}
+
+/// Every check and every passphrase comes before the key exists; the key
+/// exists only in this function's memory, and the share files are written
+/// before the public file, which is what `sceau serve` will wrap for.
+fn split(
+    options: &RecoveryKeygenOptions,
+    threshold: usize,
+    dir: &std::path::Path,
+    custodians: &[Custodian],
+    passphrases: &mut Passphrases,
+) -> anyhow::Result<()> {
+    let share_path = |custodian: &Custodian| dir.join(format!("{}.share.age", custodian.name));
+    for path in custodians
+        .iter()
+        .map(share_path)
+        .chain([options.public.clone()])
+    {
+        if path.symlink_metadata().is_ok() {
+            anyhow::bail!(
+                "{} already exists; a key or share is never overwritten: move it away or choose another path",
+                path.display()
+            );
+        }
+    }
+    if !dir.exists() {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let names: Vec<String> = custodians.iter().map(|c| c.name.clone()).collect();
     let identity = RecoveryIdentity::generate();
-    write_key_pair(
-        ["--identity", "--public"],
-        (&options.identity, identity.identity_file().as_bytes()),
-        (&options.public, identity.public_file().as_bytes()),
-    )?;
+    let shares = recovery_share::split(&identity, threshold, &names)?;
+    let mut files = Vec::new();
+    for (custodian, share) in custodians.iter().zip(&shares) {
+        files.push(protect(
+            share.file().as_bytes(),
+            &custodian.protection,
+            passphrases,
+            &format!("{}'s share", custodian.name),
+        )?);
+    }
+    let public = identity.public_file();
+    let name = hex(identity.public().name());
+    drop(shares);
+    drop(identity);
+    let mut written = Vec::new();
+    let mut write_all = || -> anyhow::Result<()> {
+        for (custodian, file) in custodians.iter().zip(&files) {
+            let path = share_path(custodian);
+            write_new(&path, 0o600, file)?;
+            written.push(path);
+        }
+        write_new(&options.public, 0o644, public.as_bytes())
+    };
+    if let Err(error) = write_all() {
+        // Shares without their public file are a key nobody wraps for; the
+        // files were created by this run (O_EXCL), so they are removed.
+        for path in &written {
+            let _ = std::fs::remove_file(path);
+        }
+        return Err(error.context("no share kept"));
+    }
     eprintln!(
-        "recovery key {} written: identity {} (keep offline), public {}",
-        hex(identity.public().name()),
-        options.identity.display(),
+        "recovery key {name} split: any {threshold} of {} shares open it; the key itself was written nowhere",
+        custodians.len()
+    );
+    for (custodian, share) in custodians.iter().zip(1..) {
+        eprintln!(
+            "  share {share}: {} for {} ({})",
+            share_path(custodian).display(),
+            custodian.name,
+            match &custodian.protection {
+                sceau_recover::custody::Protection::Recipient(r) => format!("age recipient {r}"),
+                _ => "passphrase".into(),
+            }
+        );
+    }
+    eprintln!(
+        "public half: {} (for `sceau serve --recovery-key`); check each share with `sceau-recover share verify`",
         options.public.display()
     );
     Ok(())
