@@ -7,8 +7,12 @@
 # etcd and three nodes a, b, c, each a throwaway swtpm, a sceau in cluster mode
 # and a kube-apiserver whose EncryptionConfiguration names its own sceau. The
 # members directory holds the `sceau srk-public` output of every node, and
-# every sceau also wraps for an offline recovery key from
-# `sceau-recover recovery-keygen`. Then:
+# every sceau also wraps for an offline recovery key, which
+# `sceau-recover recovery-keygen` splits 2 of 3 among three custodians: alice
+# and bob with age keys from `age-keygen`, carol with a passphrase read from a
+# file descriptor. Each share passes `sceau-recover share verify --public`, and
+# `age -d -i KEY` opens bob's share file as a custodian would. Every recovery
+# below combines two shares. Then:
 #
 #   0. the upgrade of docs/ha.md ("Upgrading a cluster to signed envelopes"),
 #      as an operator runs it: the cluster starts on the previous release
@@ -18,13 +22,13 @@
 #      `sceau srk-public`; with the new member files and
 #      --accept-unsigned-envelopes, each node in turn is upgraded and its
 #      kube-apiserver restarted, and the old Secrets read back through it; the
-#      three agree on the new key_id; `sceau-recover recover --members` names
-#      both unsigned envelopes; one Secret is rewritten (GET, PUT) and the
-#      recovery then names only the other; the flag is dropped, node by node:
-#      the rewritten Secret still reads everywhere, the one left unsigned is
-#      refused (HTTP 500, and sceau's log line of the refusal names the
-#      flag) and is then deleted in etcd, as an operator who kept it would
-#      restore it instead;
+#      three agree on the new key_id; `sceau-recover recover --members` (alice's
+#      and carol's shares) names both unsigned envelopes; one Secret is
+#      rewritten (GET, PUT) and the recovery then names only the other; the
+#      flag is dropped, node by node: the rewritten Secret still reads
+#      everywhere, the one left unsigned is refused (HTTP 500, and sceau's
+#      log line of the refusal names the flag) and is then deleted in etcd,
+#      as an operator who kept it would restore it instead;
 #   1. the three sceau report one key_id, the one each logged for its
 #      membership; the Secret written through a is stored in etcd under
 #      k8s:enc:kms:v2:sceau:, names that key_id and holds no plaintext;
@@ -35,10 +39,12 @@
 #      kube-apiserver, and the Secret reads back through all three; a Secret
 #      written through c reads back through a and b;
 #   3. `etcdctl snapshot save` (etcdctl v3.7.0, built from the module), every
-#      process stopped and every swtpm's state deleted, then
-#      `sceau-recover recover --identity ID --etcd-snapshot SNAP > FILE` prints both
-#      Secrets with their values; the same for `etcdctl get --prefix
-#      /registry/secrets -w json` and `sceau-recover recover --etcd-json`.
+#      process stopped and every swtpm's state deleted; `sceau-recover recover`
+#      with alice's share alone exits 1 before opening anything, saying it has
+#      1 of the 2 shares needed; then `sceau-recover recover --share ALICE
+#      --share BOB --etcd-snapshot SNAP > FILE` prints both Secrets with their
+#      values; the same for `etcdctl get --prefix /registry/secrets -w json`
+#      and `sceau-recover recover --etcd-json` with bob's and carol's shares.
 #
 # Prints PASS name / FAIL name: why per check and "N passed, M failed" last;
 # exits 1 if a check failed. Needs root (sceau serves uid 0 only by default).
@@ -86,7 +92,24 @@ start_swtpms
 
 members="$tmp/members"
 mkdir "$members"
-target/debug/sceau-recover recovery-keygen --identity "$tmp/recovery.identity" --public "$tmp/recovery.pub" 2>"$tmp/recovery-keygen.log"
+# The recovery key, split among three custodians, any two of whom open it:
+# alice and bob hold age keys, carol a passphrase. sceau-recover takes no
+# passphrase as an argument: a script gives it on a file descriptor.
+custodians="$tmp/custodians"
+shares="$tmp/shares"
+mkdir -m 700 "$custodians"
+for who in alice bob; do
+    age-keygen -o "$custodians/$who.key" 2>/dev/null
+    chmod 600 "$custodians/$who.key" # sceau-recover refuses a key file others can read
+done
+carol_passphrase="carol-$(openssl rand -hex 16)"
+target/debug/sceau-recover recovery-keygen --public "$tmp/recovery.pub" \
+    --custodians 3 --threshold 2 --shares-out "$shares" \
+    --custodian "alice=age:$(age-keygen -y "$custodians/alice.key")" \
+    --custodian "bob=age:$(age-keygen -y "$custodians/bob.key")" \
+    --custodian carol=passphrase --passphrase-fd 3 \
+    3< <(printf '%s\n' "$carol_passphrase") 2>"$tmp/recovery-keygen.log"
+recovery_name=$(sed -n 's/^name: //p' "$tmp/recovery.pub")
 # The rig's swtpm serves one client at a time, so every member file is
 # written before a sceau holds its TPM; on a node, `sceau srk-public` runs
 # beside the serving daemon.
@@ -94,6 +117,43 @@ for i in "${nodes[@]}"; do
     target/debug/sceau srk-public --tcti "$(tcti "$i")" >"$members/${node_names[i]}.pub"
 done
 sceau_serve_args=(--members "$members" --recovery-key "$tmp/recovery.pub")
+
+# custody WHO[,WHO...] ARGS...: `sceau-recover ARGS...` with the share files of
+# those custodians, each as its holder opens it: alice's and bob's with their
+# age key file, carol's with her passphrase on descriptor 3.
+custody() {
+    local who list args=()
+    IFS=, read -r -a list <<<"$1"
+    for who in "${list[@]}"; do
+        args+=(--share "$shares/$who.share.age")
+        if [ "$who" = carol ]; then
+            args+=(--passphrase-fd 3)
+        else
+            args+=(--age-identity "$custodians/$who.key")
+        fi
+    done
+    shift
+    target/debug/sceau-recover "$@" "${args[@]}" 3< <(printf '%s\n' "$carol_passphrase")
+}
+
+# Each custodian checks their share against the public file the nodes get.
+for who in alice bob carol; do
+    if verified=$(custody "$who" share verify --public "$tmp/recovery.pub" 2>&1) &&
+        grep -qF "(custodian $who), verified against the commitments of recovery key $recovery_name" <<<"$verified" &&
+        grep -qF "which is the key of the public file" <<<"$verified"; then
+        pass "share-verify-$who ($(head -n 1 <<<"$verified" | sed "s|$shares/||" | head -c 200))"
+    else
+        fail "share-verify-$who" "$(head -c 300 <<<"$verified" | tr '\n' ' ')"
+    fi
+done
+# A share file is a plain age file: bob opens his with age itself.
+opened=$(age -d -i "$custodians/bob.key" "$shares/bob.share.age" 2>&1) || true
+if grep -qxF -- "-----BEGIN SCEAU RECOVERY SHARE-----" <<<"$opened" && grep -qxF "custodian: bob" <<<"$opened" &&
+    grep -qxF "name: $recovery_name" <<<"$opened"; then
+    pass "share-opens-with-age (\`age -d -i bob.key bob.share.age\`: $(grep -m1 '^share:' <<<"$opened"), BEGIN SCEAU RECOVERY SHARE)"
+else
+    fail share-opens-with-age "$(head -c 300 <<<"$opened" | tr '\n' ' ')"
+fi
 
 # read_through_all NAME SECRET VALUE_B64: SECRET reads back through every node,
 # each of which has made at least 1 successful Decrypt since it started.
@@ -103,13 +163,14 @@ read_through_all() {
         check_read "$i" "$1-through-${node_names[i]}" "$2" "$3" 1
     done
 }
-# recover_json NAME: `sceau-recover recover --members` over an etcdctl JSON
-# export of the Secrets as they are now; leaves its stdout, stderr and exit
-# status in $tmp/NAME.out, $tmp/NAME.err and recover_status.
+# recover_json NAME: `sceau-recover recover --members` with alice's and
+# carol's shares over an etcdctl JSON export of the Secrets as they are now;
+# leaves its stdout, stderr and exit status in $tmp/NAME.out, $tmp/NAME.err
+# and recover_status.
 recover_json() {
     "$bin/etcdctl" --endpoints "$etcd_url" get --prefix /registry/secrets -w json >"$tmp/$1.json"
     recover_status=0
-    target/debug/sceau-recover recover --identity "$tmp/recovery.identity" --members "$members" \
+    custody alice,carol recover --members "$members" \
         --etcd-json "$tmp/$1.json" >"$tmp/$1.out" 2>"$tmp/$1.err" || recover_status=$?
 }
 
@@ -361,14 +422,15 @@ for i in "${nodes[@]}"; do
     rm -rf "$(node_file "$i" tpm)"
 done
 
-# check_recover NAME FLAG FILE: `sceau-recover recover --identity ... --members
-# DIR FLAG FILE > OUT` succeeds, verifies every envelope's signature against the
-# member files (none is reported UNVERIFIED), and OUT names both Secrets and
-# holds both values (as written or in base64).
+# check_recover NAME WHO,WHO FLAG FILE: `sceau-recover recover --share ...
+# --share ... --members DIR FLAG FILE > OUT`, with the two custodians' shares,
+# succeeds, verifies every envelope's signature against the member files (none
+# is reported UNVERIFIED), and OUT names both Secrets and holds both values (as
+# written or in base64).
 check_recover() {
     local out="$tmp/recovered-$1" err="$tmp/recovered-$1.err" missing=() secret value plaintext found=""
-    if ! target/debug/sceau-recover recover --identity "$tmp/recovery.identity" --members "$members" "$2" "$3" >"$out" 2>"$err"; then
-        fail "$1" "sceau-recover recover $2 exited non-zero: $(head -c 300 "$err" | tr '\n' ' ')"
+    if ! custody "$2" recover --members "$members" "$3" "$4" >"$out" 2>"$err"; then
+        fail "$1" "sceau-recover recover $3 with the shares of $2 exited non-zero: $(head -c 300 "$err" | tr '\n' ' ')"
         return
     fi
     for secret in "$secret_a:$plaintext_a" "$secret_c:$plaintext_c" ${secret_old:+"$secret_old:$plaintext_old"}; do
@@ -388,12 +450,22 @@ check_recover() {
         missing+=("signature checks: $(grep -c UNVERIFIED "$err") UNVERIFIED")
     fi
     if [ ${#missing[@]} -eq 0 ]; then
-        pass "$1 (no TPM running;${found%;}; stderr: $(tail -n 1 "$err"))"
+        pass "$1 (no TPM running; shares of ${2/,/ and };${found%;}; stderr: $(tail -n 1 "$err"))"
     else
         fail "$1" "missing from the output: ${missing[*]} ($(wc -c <"$out") bytes out; stderr: $(head -c 200 "$err" | tr '\n' ' '))"
     fi
 }
-check_recover recover-etcd-snapshot --etcd-snapshot "$snapshot"
-check_recover recover-etcd-json --etcd-json "$json"
+# One share is not enough: refused before the snapshot is read, nothing printed.
+one_status=0
+custody alice recover --members "$members" --etcd-snapshot "$snapshot" \
+    >"$tmp/recovered-one-share" 2>"$tmp/recovered-one-share.err" || one_status=$?
+if [ "$one_status" -ne 0 ] && [ ! -s "$tmp/recovered-one-share" ] &&
+    grep -qF "shares given: 1 of the 2 that open recovery key $recovery_name; nothing was opened" "$tmp/recovered-one-share.err"; then
+    pass "recover-one-share-refused (exit $one_status, nothing on stdout: $(head -n 1 "$tmp/recovered-one-share.err" | head -c 240))"
+else
+    fail recover-one-share-refused "exit $one_status, $(wc -c <"$tmp/recovered-one-share") bytes out: $(head -c 300 "$tmp/recovered-one-share.err" | tr '\n' ' ')"
+fi
+check_recover recover-etcd-snapshot alice,bob --etcd-snapshot "$snapshot"
+check_recover recover-etcd-json bob,carol --etcd-json "$json"
 
 finish interop-ha

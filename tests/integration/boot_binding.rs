@@ -132,6 +132,23 @@ impl Rig {
         out
     }
 
+    /// The policy signing key, decrypted by the real `age` as its holder
+    /// would.
+    fn signer(&self) -> PolicySigner {
+        let pem = run_ok(
+            self.tmp.path(),
+            Path::new("age"),
+            &[
+                "-d",
+                "-i",
+                self.age_identity.to_str().unwrap(),
+                self.key.to_str().unwrap(),
+            ],
+        )
+        .stdout;
+        PolicySigner::from_pem(&pem).unwrap()
+    }
+
     fn recover(&self, args: &[&str]) -> String {
         run_ok(self.tmp.path(), &recover_bin(), args).stderr
     }
@@ -342,8 +359,7 @@ async fn a_password_session_cannot_unseal_a_bound_envelope() {
 fn bad_policies_stop_the_start() {
     let mut rig = Rig::new("boot-binding-refusals");
     rig.extend(7, &sha256(b"measured"));
-    let own = std::fs::read_to_string(&rig.key).unwrap();
-    let own = PolicySigner::from_pem(&own).unwrap();
+    let own = rig.signer();
     let other = PolicySigner::generate();
     let values = PcrValues::parse(&rig.read_pcrs("7,11")).unwrap();
     let write = |dir: &str, signer: &PolicySigner, pcrs: &str, fingerprint_of: &PolicySigner| {

@@ -35,6 +35,7 @@ mod malformed;
 mod memory_scan;
 mod metrics;
 mod recover_offline;
+mod recover_shares;
 mod restart;
 mod round_trip;
 mod server_limits;

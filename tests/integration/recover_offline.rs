@@ -6,12 +6,16 @@
 //! daemon in a chroot with all of its libraries but tpm2-tss's and shows the
 //! loader failing on libtss2: before the split, `sceau recover` was the
 //! daemon binary and failed that way. (chroot needs root, as CI runs.)
+//!
+//! In the chroot, the recovery key is made as an operator makes it, its
+//! private half an age file for an age key (`age-keygen` on the host), and
+//! an envelope sealed to its public half is opened there with that age key:
+//! the age code runs without tpm2-tss too.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sceau_format::members::{Member, Membership};
-use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::members::{Member, Membership, RECOVERY_PUBLIC_LABEL, parse_pinned};
 use sceau_format::signing_key::SoftwareSigner;
 use sceau_format::storage_key::StorageKey;
 
@@ -51,6 +55,14 @@ fn install(root: &Path, binary: &Path, name: &str, libraries: &[PathBuf]) {
     }
 }
 
+/// Writes `contents` to `path`, owned by root with mode 0600, as
+/// sceau-recover wants a private key file.
+fn write_private(path: &Path, contents: &[u8]) {
+    std::fs::write(path, contents).unwrap();
+    std::os::unix::fs::chown(path, Some(0), None).ok();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+}
+
 fn in_chroot(root: &Path, args: &[&str]) -> std::process::Output {
     Command::new("/usr/sbin/chroot")
         .arg(root)
@@ -74,36 +86,28 @@ fn sceau_recover_runs_where_no_tss2_library_can_be_found() {
     let root = tmp.subdir("root");
     install(&root, &recover, "sceau-recover", &libraries);
 
-    // A cluster envelope for one member and the recovery key, made here
-    // with the same code the daemon uses.
-    let identity = RecoveryIdentity::generate();
-    let signer = SoftwareSigner::from_bytes(&[0x31; 32]);
-    let member = Member {
-        srk: StorageKey::from_point(
-            &p256::SecretKey::random(&mut sceau_format::random::SystemRandom).public_key(),
-        ),
-        signing: signer.public(),
-    };
-    let membership = Membership::from_keys(
-        member.clone(),
-        vec![member],
-        Some(identity.public().clone()),
-    )
-    .unwrap();
-    let dek = [0x5c_u8; 32];
-    let to_sign = membership.seal(&dek).unwrap();
-    let signature = signer.sign(to_sign.digest());
-    let encoded = to_sign.finish(&signature);
-    assert!(encoded.annotations.is_empty(), "two recipients fit inline");
-    std::fs::write(root.join("envelope"), &encoded.ciphertext).unwrap();
-    std::fs::write(root.join("identity"), identity.identity_file().as_bytes()).unwrap();
-    std::os::unix::fs::chown(root.join("identity"), Some(0), None).ok();
-    std::fs::set_permissions(
-        root.join("identity"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
+    // An age key made on the host with age-keygen, as a custodian would, and
+    // copied into the chroot: the recovery key's private half is encrypted
+    // to it there.
+    let age_key = tmp.join("custodian.agekey");
+    let age_keygen = Command::new("age-keygen")
+        .arg("-o")
+        .arg(&age_key)
+        .output()
+        .expect("running age-keygen");
+    let age_keygen_stderr = String::from_utf8_lossy(&age_keygen.stderr);
+    assert!(
+        age_keygen.status.success(),
+        "age-keygen: {age_keygen_stderr}"
+    );
+    let recipient = age_keygen_stderr
+        .trim()
+        .strip_prefix("Public key: ")
+        .unwrap_or_else(|| panic!("age-keygen: {age_keygen_stderr}"))
+        .to_string();
+    write_private(&root.join("age.key"), &std::fs::read(&age_key).unwrap());
 
+    let protect = format!("age:{recipient}");
     let keygen = in_chroot(
         &root,
         &[
@@ -113,6 +117,8 @@ fn sceau_recover_runs_where_no_tss2_library_can_be_found() {
             "/new.id",
             "--public",
             "/new.pub",
+            "--protect",
+            &protect,
         ],
     );
     assert!(
@@ -120,13 +126,45 @@ fn sceau_recover_runs_where_no_tss2_library_can_be_found() {
         "recovery-keygen in the chroot: {}",
         String::from_utf8_lossy(&keygen.stderr)
     );
+    assert!(
+        std::fs::read_to_string(root.join("new.id"))
+            .unwrap()
+            .starts_with("-----BEGIN AGE ENCRYPTED FILE-----"),
+        "the recovery identity was written unencrypted"
+    );
+
+    // A cluster envelope for one member and the recovery key made in the
+    // chroot, made here with the same code the daemon uses.
+    let recovery_public = parse_pinned(
+        &std::fs::read_to_string(root.join("new.pub")).unwrap(),
+        RECOVERY_PUBLIC_LABEL,
+    )
+    .unwrap();
+    let signer = SoftwareSigner::from_bytes(&[0x31; 32]);
+    let member = Member {
+        srk: StorageKey::from_point(
+            &p256::SecretKey::random(&mut sceau_format::random::SystemRandom).public_key(),
+        ),
+        signing: signer.public(),
+    };
+    let membership =
+        Membership::from_keys(member.clone(), vec![member], Some(recovery_public)).unwrap();
+    let dek = [0x5c_u8; 32];
+    let to_sign = membership.seal(&dek).unwrap();
+    let signature = signer.sign(to_sign.digest());
+    let encoded = to_sign.finish(&signature);
+    assert!(encoded.annotations.is_empty(), "two recipients fit inline");
+    std::fs::write(root.join("envelope"), &encoded.ciphertext).unwrap();
+
     let opened = in_chroot(
         &root,
         &[
             "/sceau-recover",
             "recover",
             "--identity",
-            "/identity",
+            "/new.id",
+            "--age-identity",
+            "/age.key",
             "--envelope",
             "/envelope",
         ],

@@ -42,7 +42,10 @@ crate::inner_errors!(RecoveryKeyError {
 
 /// The private half, held only by the recovery tool.
 pub struct RecoveryIdentity {
-    secret: SecretKey,
+    /// Boxed: the identity is returned and moved by value, and each move of
+    /// an inline key would leave a copy of the scalar behind that its wipe
+    /// on drop never reaches (the recovery tool's memory scan found them).
+    secret: Box<SecretKey>,
     public: StorageKey,
 }
 
@@ -53,7 +56,10 @@ impl RecoveryIdentity {
 
     pub(crate) fn from_secret(secret: SecretKey) -> Self {
         let public = StorageKey::from_point(&secret.public_key());
-        Self { secret, public }
+        Self {
+            secret: Box::new(secret),
+            public,
+        }
     }
 
     pub fn public(&self) -> &StorageKey {

@@ -67,7 +67,7 @@ crate::inner_errors!(ShareError { Armor(ArmorError) });
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CombineError {
-    #[error("{have} valid shares of recovery key {key}; any {need} open it")]
+    #[error("shares given: {have} of the {need} that open recovery key {key}")]
     TooFew {
         have: usize,
         need: usize,
@@ -86,7 +86,9 @@ pub struct Share {
     threshold: u8,
     custodians: u8,
     index: u8,
-    value: Zeroizing<Scalar>,
+    /// Boxed so that moving a share (into a Vec, out of a tuple) moves a
+    /// pointer and leaves no copy of f(i) behind to outlive the wipe.
+    value: Box<Zeroizing<Scalar>>,
     commitments: Vec<AffinePoint>,
     custodian: String,
 }
@@ -108,6 +110,12 @@ impl Share {
     /// only by the encryption around the file).
     pub fn custodian(&self) -> &str {
         &self.custodian
+    }
+
+    /// f(i), big-endian: the secret part of the share (for the tests that
+    /// look for copies of it in memory).
+    pub fn value_bytes(&self) -> Zeroizing<[u8; SCALAR_LEN]> {
+        Zeroizing::new(self.value.to_bytes().into())
     }
 
     /// The recovery public key this share belongs to (C_0).
@@ -181,7 +189,7 @@ impl Share {
             .ok_or(ShareError::Malformed(
                 "share value not below the group order",
             ))?;
-        let value = Zeroizing::new(value);
+        let value = Box::new(Zeroizing::new(value));
         let commitments = points
             .chunks_exact(POINT_LEN)
             .map(|encoded| {
@@ -208,7 +216,7 @@ impl Share {
             Some(name) if name.eq_ignore_ascii_case(&hex(share.recovery_key().name())) => {}
             _ => return Err(ShareError::PinMismatch),
         }
-        if ProjectivePoint::GENERATOR * *share.value != share.committed_value() {
+        if ProjectivePoint::GENERATOR * **share.value != share.committed_value() {
             return Err(ShareError::DoesNotVerify { index });
         }
         Ok(share)
@@ -260,9 +268,9 @@ pub fn split(
         .map(|(name, index)| {
             let x = Scalar::from(u64::from(index));
             // Horner's rule, from the highest coefficient down.
-            let mut value = Zeroizing::new(Scalar::ZERO);
+            let mut value = Box::new(Zeroizing::new(Scalar::ZERO));
             for a in coefficients.iter().rev() {
-                *value = *value * x + a;
+                **value = **value * x + a;
             }
             Share {
                 threshold: threshold_byte,
@@ -319,7 +327,7 @@ pub fn combine(shares: &[Share]) -> Result<RecoveryIdentity, CombineError> {
         }
         // Distinct indices make every factor non-zero.
         let inverse = Option::<Scalar>::from(denominator.invert()).expect("distinct indices");
-        *secret += *share.value * numerator * inverse;
+        *secret += **share.value * numerator * inverse;
     }
     if ProjectivePoint::GENERATOR * *secret != ProjectivePoint::from(first.commitments[0]) {
         return Err(CombineError::WrongKey);
@@ -391,7 +399,7 @@ mod tests {
         let identity = RecoveryIdentity::generate();
         let shares = split(&identity, 2, &names(3)).unwrap();
         let mut altered = reparsed(&shares[1]);
-        *altered.value += Scalar::ONE;
+        **altered.value += Scalar::ONE;
         let result = Share::parse(&altered.file());
         assert!(
             matches!(result, Err(ShareError::DoesNotVerify { index: 2 })),

@@ -36,7 +36,10 @@ pub const PUBLIC: Flag = Flag::value(
     "FILE",
     "The public half, for `sceau serve --recovery-key`",
 )
-.long_help("If either file exists, nothing is written");
+.long_help(
+    "recovery-keygen: if it or a private file exists, nothing is written.\n\
+     share verify: the shares must belong to this key",
+);
 pub const ENVELOPE: Flag = Flag::value(
     "--envelope",
     "FILE",
@@ -116,10 +119,11 @@ pub const POLICY_PRIVATE: Flag = Flag::value(
     "The PCR policy signing key's private half (PKCS#8 PEM, mode 0600)",
 )
 .long_help(
-    "keygen: created with mode 0600; an existing file is refused. Written\n\
-     unencrypted: keep it on the offline machine. Whoever holds it decides\n\
-     in which boot states the nodes' DEKs open. sign: refused if group or\n\
-     others can access it; a P-256 key from `openssl genpkey` works too",
+    "keygen: an age file (see --protect), created with mode 0600; an\n\
+     existing file is refused. Keep it on the offline machine: whoever\n\
+     holds it decides in which boot states the nodes' DEKs open. sign:\n\
+     refused if group or others can access it; a plaintext P-256 key from\n\
+     `openssl genpkey` still works, with a warning",
 );
 pub const POLICY_KEY: Flag = Flag::value(
     "--policy-key",

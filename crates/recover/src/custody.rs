@@ -121,6 +121,10 @@ pub enum CustodyError {
     NotForTheseKeys(String),
     #[error("{file}: not a whole age file, altered or truncated ({reason})")]
     Damaged { file: String, reason: String },
+    #[error(
+        "{file}: its passphrase needs scrypt work factor {required}, more than this machine does in about 16 s; open it on a faster machine"
+    )]
+    TooMuchWork { file: String, required: u8 },
     #[error("--age-identity {file}: {reason}")]
     BadIdentityFile { file: String, reason: String },
     #[error("encrypting {what}: {reason}")]
@@ -143,7 +147,7 @@ impl Passphrases {
     /// asked twice on a terminal when `confirm` (a new passphrase).
     pub fn next(&mut self, what: &str, confirm: bool) -> Result<SecretString, CustodyError> {
         let passphrase = match self.fd {
-            Some(fd) => self.from_fd(fd, what)?,
+            Some(fd) => self.line_from_fd(fd, what)?,
             None => {
                 let first = ask(&format!("passphrase for {what}: "), what)?;
                 if confirm {
@@ -161,7 +165,7 @@ impl Passphrases {
         Ok(SecretString::from(passphrase.to_string()))
     }
 
-    fn from_fd(&mut self, fd: u32, what: &str) -> Result<Zeroizing<String>, CustodyError> {
+    fn line_from_fd(&mut self, fd: u32, what: &str) -> Result<Zeroizing<String>, CustodyError> {
         if self.lines.is_none() {
             // /proc/self/fd/N opens the same file description without
             // claiming ownership of the descriptor (no unsafe from_raw_fd).
@@ -197,47 +201,90 @@ fn ask(prompt: &str, what: &str) -> Result<Zeroizing<String>, CustodyError> {
         })
 }
 
-/// Encrypts `plaintext` for `protection` (an armored age file), or returns
-/// it as it is for [`Protection::Unencrypted`]. `what` names the file in the
-/// passphrase prompt.
+/// A [`Protection`] made ready to encrypt: its passphrase asked for, its
+/// recipient parsed. Prepared before any key exists, so that no key waits
+/// in memory while someone types.
+pub enum Sealer {
+    Passphrase(SecretString),
+    Recipient(Box<age::x25519::Recipient>),
+    Plaintext,
+}
+
+impl Sealer {
+    /// Asks for the passphrase (twice on a terminal) or parses the
+    /// recipient; `what` names the file in the prompt and in errors.
+    pub fn prepare(
+        protection: &Protection,
+        passphrases: &mut Passphrases,
+        what: &str,
+    ) -> Result<Self, CustodyError> {
+        Ok(match protection {
+            Protection::Unencrypted => Self::Plaintext,
+            Protection::Passphrase => Self::Passphrase(passphrases.next(what, true)?),
+            Protection::Recipient(recipient) => {
+                Self::Recipient(Box::new(recipient.parse().map_err(|e: &str| {
+                    CustodyError::Encrypt {
+                        what: what.into(),
+                        reason: e.to_string(),
+                    }
+                })?))
+            }
+        })
+    }
+
+    /// `plaintext` as an armored age file (as it is for
+    /// [`Protection::Unencrypted`]).
+    pub fn seal(&self, plaintext: &[u8], what: &str) -> Result<Vec<u8>, CustodyError> {
+        let encryptor = match self {
+            Self::Plaintext => return Ok(plaintext.to_vec()),
+            Self::Passphrase(passphrase) => {
+                age::Encryptor::with_user_passphrase(passphrase.clone())
+            }
+            Self::Recipient(recipient) => age::Encryptor::with_recipients(std::iter::once(
+                recipient.as_ref() as &dyn age::Recipient,
+            ))
+            .map_err(|e| CustodyError::Encrypt {
+                what: what.into(),
+                reason: first_line(&e.to_string()),
+            })?,
+        };
+        let failed = |e: std::io::Error| CustodyError::Encrypt {
+            what: what.into(),
+            reason: first_line(&e.to_string()),
+        };
+        let mut out = Vec::new();
+        let armored =
+            age::armor::ArmoredWriter::wrap_output(&mut out, age::armor::Format::AsciiArmor)
+                .map_err(failed)?;
+        let mut writer = encryptor.wrap_output(armored).map_err(failed)?;
+        writer.write_all(plaintext).map_err(failed)?;
+        writer
+            .finish()
+            .and_then(age::armor::ArmoredWriter::finish)
+            .map_err(failed)?;
+        Ok(out)
+    }
+}
+
+/// Encrypts `plaintext` for `protection`: [`Sealer::prepare`], then
+/// [`Sealer::seal`].
 pub fn protect(
     plaintext: &[u8],
     protection: &Protection,
     passphrases: &mut Passphrases,
     what: &str,
 ) -> Result<Vec<u8>, CustodyError> {
-    let encryptor = match protection {
-        Protection::Unencrypted => return Ok(plaintext.to_vec()),
-        Protection::Passphrase => {
-            age::Encryptor::with_user_passphrase(passphrases.next(what, true)?)
-        }
-        Protection::Recipient(recipient) => {
-            let recipient: age::x25519::Recipient =
-                recipient.parse().map_err(|e: &str| CustodyError::Encrypt {
-                    what: what.into(),
-                    reason: e.to_string(),
-                })?;
-            age::Encryptor::with_recipients(std::iter::once(&recipient as &dyn age::Recipient))
-                .map_err(|e| CustodyError::Encrypt {
-                    what: what.into(),
-                    reason: e.to_string(),
-                })?
-        }
-    };
-    let failed = |e: std::io::Error| CustodyError::Encrypt {
-        what: what.into(),
-        reason: e.to_string(),
-    };
-    let mut out = Vec::new();
-    let armored = age::armor::ArmoredWriter::wrap_output(&mut out, age::armor::Format::AsciiArmor)
-        .map_err(failed)?;
-    let mut writer = encryptor.wrap_output(armored).map_err(failed)?;
-    writer.write_all(plaintext).map_err(failed)?;
-    writer
-        .finish()
-        .and_then(age::armor::ArmoredWriter::finish)
-        .map_err(failed)?;
-    Ok(out)
+    Sealer::prepare(protection, passphrases, what)?.seal(plaintext, what)
+}
+
+/// age's messages are localized paragraphs ("Unknown age format.\nHave you
+/// tried upgrading…"); sceau's errors are one line.
+fn first_line(text: &str) -> String {
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('.')
+        .to_string()
 }
 
 /// Whether `bytes` are an age file, binary or armored.
@@ -267,9 +314,9 @@ impl AgeIdentities {
             };
             let text = read_private(file).map_err(bad)?;
             let parsed = age::IdentityFile::from_buffer(text.as_bytes())
-                .map_err(|e| bad(e.to_string()))?
+                .map_err(|e| bad(first_line(&e.to_string())))?
                 .into_identities()
-                .map_err(|e| bad(e.to_string()))?;
+                .map_err(|e| bad(first_line(&e.to_string())))?;
             if parsed.is_empty() {
                 return Err(bad("no AGE-SECRET-KEY-1… line".into()));
             }
@@ -296,7 +343,7 @@ pub fn open(
 ) -> Result<Zeroizing<Vec<u8>>, CustodyError> {
     let damaged = |reason: String| CustodyError::Damaged {
         file: file.into(),
-        reason,
+        reason: first_line(&reason),
     };
     let decryptor = age::Decryptor::new_buffered(age::armor::ArmoredReader::new(bytes))
         .map_err(|e| damaged(e.to_string()))?;

@@ -48,6 +48,18 @@ fn run(command: Command) -> anyhow::Result<()> {
     if let Err(error) = sceau_sys::forbid_core_dumps() {
         eprintln!("sceau-recover: warning: core dumps stay possible: {error}");
     }
+    let holds_a_private_key = matches!(
+        command,
+        Command::RecoveryKeygen(_)
+            | Command::Recover(_)
+            | Command::ShareVerify(_)
+            | Command::Policy(cli::PolicyStep::Keygen { .. } | cli::PolicyStep::Sign { .. })
+    );
+    if holds_a_private_key && let Err(error) = sceau_sys::lock_all_memory() {
+        eprintln!(
+            "sceau-recover: warning: memory not locked against swap ({error}): run as root, or on a machine without swap"
+        );
+    }
     match command {
         Command::Help(text) => print!("{text}"),
         Command::Version => print!("{}", cli::BUILD.version_text()),

@@ -575,11 +575,29 @@ pub fn clone3_without_arguments() -> std::io::Error {
 }
 
 /// Locks every page the process has mapped, and every page it maps from
-/// now on, into RAM (mlockall): `sceau-recover` does so before it combines
-/// recovery shares, so that the key and its temporaries on the heap and
-/// the stack are never written to swap. Fails (EPERM, ENOMEM) when the
-/// process may not lock that much (RLIMIT_MEMLOCK without CAP_IPC_LOCK).
+/// now on, into RAM (mlockall): `sceau-recover` does so before it touches a
+/// private key, so that the key and its temporaries on the heap and the
+/// stack are never written to swap. Done only as root or with an unlimited
+/// RLIMIT_MEMLOCK: under a finite limit, MCL_FUTURE would make a later
+/// allocation past the limit fail, and the tool abort halfway; the error
+/// then says so, and nothing is locked.
 pub fn lock_all_memory() -> std::io::Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let root = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|uids| uids.split_whitespace().nth(1))
+        == Some("0");
+    let limits = std::fs::read_to_string("/proc/self/limits")?;
+    let unlimited = limits
+        .lines()
+        .find(|line| line.starts_with("Max locked memory"))
+        .is_some_and(|line| line.split_whitespace().nth(3) == Some("unlimited"));
+    if !root && !unlimited {
+        return Err(std::io::Error::other(
+            "RLIMIT_MEMLOCK is finite and the process is not root",
+        ));
+    }
     // SAFETY: mlockall takes flags only and reads or writes no memory of ours.
     if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
         return Err(std::io::Error::last_os_error());

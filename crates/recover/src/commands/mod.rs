@@ -111,8 +111,8 @@ pub(crate) fn read_protected(
     if !custody::is_age(text.as_bytes()) {
         eprintln!(
             "sceau-recover: warning: {path} holds the {what} private key unencrypted: encrypt it \
-             (`age -p -a -o {path}.age {path}`, then shred {path}) or keep it where only its \
-             holder can reach it",
+             (`(umask 077; age -p -a -o {path}.age {path})`, then shred {path}) or keep it where \
+             only its holder can reach it",
             path = path.display()
         );
         return Ok(text);

@@ -13,7 +13,7 @@ use sceau_format::pcr_policy::{
 use sceau_format::policy_key::{PolicyKey, PolicySignatureError, PolicySigner};
 use sceau_recover::cli::PolicyStep;
 
-use sceau_recover::custody::{Passphrases, Protection, protect};
+use sceau_recover::custody::{Passphrases, Protection, Sealer};
 
 use super::{age_identities, read_protected, write_key_pair, write_new};
 
@@ -25,13 +25,10 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
             protection,
             passphrase_fd,
         } => {
+            let what = "the policy signing key";
+            let sealer = Sealer::prepare(protection, &mut Passphrases::new(*passphrase_fd), what)?;
             let signer = PolicySigner::generate();
-            let file = protect(
-                signer.to_pem().as_bytes(),
-                protection,
-                &mut Passphrases::new(*passphrase_fd),
-                "the policy signing key",
-            )?;
+            let file = sealer.seal(signer.to_pem().as_bytes(), what)?;
             write_key_pair(
                 ["--policy-private", "--policy-key"],
                 (private, &file),

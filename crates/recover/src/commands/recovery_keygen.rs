@@ -7,7 +7,7 @@ use sceau_format::key_id::hex;
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::recovery_share;
 use sceau_recover::cli::{RecoveryKeygenOptions, RecoveryPrivate};
-use sceau_recover::custody::{Custodian, Passphrases, protect};
+use sceau_recover::custody::{Custodian, Passphrases, Sealer};
 
 use super::{write_key_pair, write_new};
 
@@ -15,13 +15,10 @@ pub fn run(options: &RecoveryKeygenOptions) -> anyhow::Result<()> {
     let mut passphrases = Passphrases::new(options.passphrase_fd);
     match &options.private {
         RecoveryPrivate::Identity { path, protection } => {
+            let what = "the recovery identity";
+            let sealer = Sealer::prepare(protection, &mut passphrases, what)?;
             let identity = RecoveryIdentity::generate();
-            let file = protect(
-                identity.identity_file().as_bytes(),
-                protection,
-                &mut passphrases,
-                "the recovery identity",
-            )?;
+            let file = sealer.seal(identity.identity_file().as_bytes(), what)?;
             write_key_pair(
                 ["--identity", "--public"],
                 (path, &file),
@@ -78,14 +75,16 @@ fn split(
             .with_context(|| format!("creating {}", dir.display()))?;
     }
     let names: Vec<String> = custodians.iter().map(|c| c.name.clone()).collect();
+    let sealers = custodians
+        .iter()
+        .map(|c| Sealer::prepare(&c.protection, passphrases, &format!("{}'s share", c.name)))
+        .collect::<Result<Vec<_>, _>>()?;
     let identity = RecoveryIdentity::generate();
     let shares = recovery_share::split(&identity, threshold, &names)?;
     let mut files = Vec::new();
-    for (custodian, share) in custodians.iter().zip(&shares) {
-        files.push(protect(
+    for ((custodian, share), sealer) in custodians.iter().zip(&shares).zip(&sealers) {
+        files.push(sealer.seal(
             share.file().as_bytes(),
-            &custodian.protection,
-            passphrases,
             &format!("{}'s share", custodian.name),
         )?);
     }

@@ -1,0 +1,742 @@
+//! The recovery key under dual control: split K-of-N among custodians by
+//! `sceau-recover recovery-keygen`, each share an age file for its
+//! custodian, combined by `recover` from any K of them. The envelopes are a
+//! real sceau's (a real swtpm through the real TCTI), the custodians' keys
+//! are made by the real `age-keygen`, and a share is opened with the real
+//! `age` as a custodian would. The snapshot and etcdctl JSON inputs read the
+//! same combined key; scripts/interop-ha.sh recovers both from three real
+//! kube-apiservers with two of three shares.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::harness::memscan::find_all_in_process;
+use crate::harness::process::{kill_and_reap, poll_until, wait_timeout};
+use crate::harness::rpc;
+use crate::harness::sceau::{BIN, recover_bin};
+use crate::harness::{Sceau, Swtpm, TempDir, random_bytes};
+
+const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What one run of a tool left: exit status, raw standard output, stderr.
+struct Ran {
+    success: bool,
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+/// Runs `program` in `dir` with `stdin` (a file, or nothing), bounded in
+/// time, keeping standard output as bytes (a DEK is binary).
+fn run(dir: &Path, program: &Path, args: &[&str], stdin: Option<&Path>) -> Ran {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = dir.join(format!("run-{n}.out"));
+    let err = dir.join(format!("run-{n}.err"));
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(stdin.map_or_else(Stdio::null, |p| std::fs::File::open(p).unwrap().into()))
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    let Some(status) = wait_timeout(&mut child, TOOL_TIMEOUT) else {
+        kill_and_reap(&mut child);
+        panic!("{} {args:?} did not finish", program.display());
+    };
+    let ran = Ran {
+        success: status.success(),
+        code: status.code(),
+        stdout: std::fs::read(&out).unwrap(),
+        stderr: String::from_utf8_lossy(&std::fs::read(&err).unwrap()).into_owned(),
+    };
+    let _ = std::fs::remove_file(out);
+    let _ = std::fs::remove_file(err);
+    ran
+}
+
+fn recover_tool(dir: &Path, args: &[&str]) -> Ran {
+    run(dir, &recover_bin(), args, None)
+}
+
+fn ok(ran: Ran, what: &str) -> Ran {
+    assert!(ran.success, "{what}: {}", ran.stderr);
+    ran
+}
+
+/// An age key pair made by `age-keygen`: the identity file (mode 0600) and
+/// its `age1…` recipient.
+#[derive(Clone)]
+struct AgeKey {
+    identity: PathBuf,
+    recipient: String,
+}
+
+fn age_key(dir: &Path, name: &str) -> AgeKey {
+    let identity = dir.join(format!("{name}.agekey"));
+    let made = ok(
+        run(
+            dir,
+            Path::new("age-keygen"),
+            &["-o", identity.to_str().unwrap()],
+            None,
+        ),
+        "age-keygen",
+    );
+    let recipient = made
+        .stderr
+        .trim()
+        .strip_prefix("Public key: ")
+        .unwrap_or_else(|| panic!("age-keygen said: {}", made.stderr))
+        .to_string();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o600)).unwrap();
+    AgeKey {
+        identity,
+        recipient,
+    }
+}
+
+/// One split: the public file and the share files, in custodian order.
+struct KeySet {
+    public: PathBuf,
+    shares: Vec<PathBuf>,
+}
+
+/// `recovery-keygen` splitting a new key K-of-N among the first N `keys`.
+fn split(dir: &Path, label: &str, k: usize, keys: &[AgeKey]) -> KeySet {
+    let public = dir.join(format!("{label}.pub"));
+    let shares_dir = dir.join(format!("{label}-shares"));
+    let n = keys.len().to_string();
+    let k = k.to_string();
+    let custodians: Vec<String> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| format!("c{i}=age:{}", key.recipient))
+        .collect();
+    let mut args = vec![
+        "recovery-keygen",
+        "--public",
+        public.to_str().unwrap(),
+        "--custodians",
+        &n,
+        "--threshold",
+        &k,
+        "--shares-out",
+        shares_dir.to_str().unwrap(),
+    ];
+    for custodian in &custodians {
+        args.extend(["--custodian", custodian]);
+    }
+    ok(recover_tool(dir, &args), "recovery-keygen --custodians");
+    let shares = (0..keys.len())
+        .map(|i| shares_dir.join(format!("c{i}.share.age")))
+        .collect();
+    KeySet { public, shares }
+}
+
+/// `recover --envelope` with the shares of `chosen` (indices into the key
+/// set) and every custodian's age identity.
+fn recover_with(
+    dir: &Path,
+    set: &KeySet,
+    chosen: &[usize],
+    keys: &[AgeKey],
+    envelope: &Path,
+) -> Ran {
+    let mut args = vec!["recover".to_string()];
+    for &i in chosen {
+        args.extend(["--share".into(), set.shares[i].display().to_string()]);
+    }
+    for key in keys {
+        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
+    }
+    args.extend(["--envelope".into(), envelope.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    recover_tool(dir, &args)
+}
+
+fn subsets(n: usize, k: usize) -> Vec<Vec<usize>> {
+    (0u32..1 << n)
+        .filter(|mask| mask.count_ones() as usize == k)
+        .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).collect())
+        .collect()
+}
+
+/// A real sceau on `tpm` wrapping for `public`: alone (`--recovery-key`), or
+/// as the one member of a cluster (`--members`).
+async fn envelope_for(
+    tmp: &TempDir,
+    tpm: &Swtpm,
+    public: &Path,
+    cluster: Option<&Path>,
+    label: &str,
+) -> (Vec<u8>, PathBuf) {
+    let mut extra = vec!["--recovery-key", public.to_str().unwrap()];
+    if let Some(members) = cluster {
+        extra.extend(["--members", members.to_str().unwrap()]);
+    }
+    let socket = tmp.join(&format!("{label}.sock"));
+    let sceau = Sceau::start_on_socket(tmp, &socket, &tpm.tcti(), &extra);
+    let mut client = sceau.client().await;
+    let dek = random_bytes(32);
+    let sealed = rpc::encrypt(&mut client, &dek).await.expect("Encrypt");
+    drop(client);
+    drop(sceau);
+    let path = tmp.join(&format!("{label}.envelope"));
+    std::fs::write(&path, &sealed.ciphertext).unwrap();
+    (dek, path)
+}
+
+/// For N ≤ 5 and every K: every K of the N shares open a real envelope
+/// made by sceau alone with `--recovery-key` and by sceau in cluster mode,
+/// and every K−1 of them are refused before the envelope is read (the
+/// message says how many shares there are and how many are needed). Without
+/// the count check, K−1 shares would combine to a wrong key: "the combined
+/// shares do not give the recovery key" instead of the count.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_k_of_n_subset_recovers_a_real_envelope() {
+    let tmp = TempDir::new("shares-subsets");
+    let dir = tmp.path();
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let member = ok(
+        run(
+            dir,
+            Path::new(BIN),
+            &["srk-public", "--tcti", &tpm.tcti()],
+            None,
+        ),
+        "srk-public",
+    );
+    let members = tmp.subdir("members");
+    std::fs::write(members.join("a.pub"), &member.stdout).unwrap();
+    let keys: Vec<AgeKey> = (0..5)
+        .map(|i| age_key(dir, &format!("custodian-{i}")))
+        .collect();
+    let mut opened = 0;
+    for n in 1..=5 {
+        for k in 1..=n {
+            let label = format!("{k}-of-{n}");
+            let set = split(dir, &label, k, &keys[..n]);
+            for cluster in [None, Some(members.as_path())] {
+                let mode = if cluster.is_some() {
+                    "cluster"
+                } else {
+                    "single"
+                };
+                let (dek, envelope) =
+                    envelope_for(&tmp, &tpm, &set.public, cluster, &format!("{label}-{mode}"))
+                        .await;
+                for subset in subsets(n, k) {
+                    let ran = recover_with(dir, &set, &subset, &keys[..n], &envelope);
+                    assert!(ran.success, "{label} {mode} {subset:?}: {}", ran.stderr);
+                    assert_eq!(ran.stdout, dek, "{label} {mode} {subset:?}");
+                    opened += 1;
+                }
+                for subset in subsets(n, k - 1).into_iter().filter(|s| !s.is_empty()) {
+                    let ran = recover_with(dir, &set, &subset, &keys[..n], &envelope);
+                    assert!(!ran.success, "{label} {mode} {subset:?} opened");
+                    assert!(ran.stdout.is_empty(), "{label} {mode} {subset:?}");
+                    assert!(
+                        ran.stderr.contains(&format!(
+                            "shares given: {} of the {k} that open recovery key",
+                            k - 1
+                        )) && ran.stderr.contains("nothing was opened"),
+                        "{label} {mode} {subset:?}: {}",
+                        ran.stderr
+                    );
+                }
+            }
+        }
+    }
+    // Σ over N ≤ 5 of 2^N − 1 subsets, in both modes.
+    assert_eq!(opened, 2 * (1 + 3 + 7 + 15 + 31));
+}
+
+/// Each refusal names the file, opens nothing and prints no DEK: a flipped
+/// byte in a share file, a share of another key set, a wrong passphrase, a
+/// share for another custodian's recipient. The control (the same call with
+/// the right files) opens the envelope.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_shares_are_named_by_file() {
+    let tmp = TempDir::new("shares-refused");
+    let dir = tmp.path();
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let alice = age_key(dir, "alice");
+    let carol = age_key(dir, "carol");
+    let passphrase_file = dir.join("bob.passphrase");
+    std::fs::write(&passphrase_file, "correct horse battery staple\n").unwrap();
+    let public = dir.join("recovery.pub");
+    let shares_dir = dir.join("shares");
+    let alice_spec = format!("alice=age:{}", alice.recipient);
+    let carol_spec = format!("carol=age:{}", carol.recipient);
+    ok(
+        run(
+            dir,
+            &recover_bin(),
+            &[
+                "recovery-keygen",
+                "--public",
+                public.to_str().unwrap(),
+                "--custodians",
+                "3",
+                "--threshold",
+                "2",
+                "--shares-out",
+                shares_dir.to_str().unwrap(),
+                "--custodian",
+                &alice_spec,
+                "--custodian",
+                "bob=passphrase",
+                "--custodian",
+                &carol_spec,
+                "--passphrase-fd",
+                "0",
+            ],
+            Some(&passphrase_file),
+        ),
+        "keygen",
+    );
+    let share = |name: &str| shares_dir.join(format!("{name}.share.age"));
+    let (dek, envelope) = envelope_for(&tmp, &tpm, &public, None, "node").await;
+    let identities = [
+        "--age-identity",
+        alice.identity.to_str().unwrap(),
+        "--age-identity",
+        carol.identity.to_str().unwrap(),
+    ];
+    let attempt = |shares: &[&Path], extra: &[&str], stdin: Option<&Path>| {
+        let mut args = vec!["recover"];
+        for share in shares {
+            args.extend(["--share", share.to_str().unwrap()]);
+        }
+        args.extend(extra);
+        args.extend(["--envelope", envelope.to_str().unwrap()]);
+        run(dir, &recover_bin(), &args, stdin)
+    };
+
+    // The controls: alice and carol by their keys, bob by his passphrase.
+    let control = attempt(&[&share("alice"), &share("carol")], &identities, None);
+    assert!(control.success, "{}", control.stderr);
+    assert_eq!(control.stdout, dek);
+    let mut with_bob = identities.to_vec();
+    with_bob.extend(["--passphrase-fd", "0"]);
+    let control = attempt(
+        &[&share("bob"), &share("carol")],
+        &with_bob,
+        Some(&passphrase_file),
+    );
+    assert!(control.success, "{}", control.stderr);
+    assert_eq!(control.stdout, dek);
+
+    // A flipped character in the middle of alice's armored file.
+    let flipped = dir.join("flipped.share.age");
+    let mut bytes = std::fs::read(share("alice")).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] = if bytes[middle] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&flipped, &bytes).unwrap();
+    set_private(&flipped);
+    // A share of another key set, with a name of its own.
+    let other = split(dir, "other", 2, &[alice.clone(), carol.clone()]);
+    // A wrong passphrase for bob's share.
+    let wrong = dir.join("wrong.passphrase");
+    std::fs::write(&wrong, "incorrect horse\n").unwrap();
+    let mut bob_wrong = identities.to_vec();
+    bob_wrong.extend(["--passphrase-fd", "0"]);
+    // Alice's share with only carol's key.
+    let carol_only = ["--age-identity", carol.identity.to_str().unwrap()];
+
+    let cases: Vec<(&str, Ran, PathBuf, &str)> = vec![
+        (
+            "flipped byte",
+            attempt(&[&flipped, &share("carol")], &identities, None),
+            flipped.clone(),
+            "altered or truncated",
+        ),
+        (
+            "another key set",
+            attempt(&[&share("alice"), &other.shares[1]], &identities, None),
+            other.shares[1].clone(),
+            "another key set",
+        ),
+        (
+            "wrong passphrase",
+            attempt(&[&share("bob"), &share("carol")], &bob_wrong, Some(&wrong)),
+            share("bob"),
+            "wrong passphrase",
+        ),
+        (
+            "another custodian's recipient",
+            attempt(&[&share("alice"), &share("carol")], &carol_only, None),
+            share("alice"),
+            "none of the --age-identity keys opens it",
+        ),
+    ];
+    for (what, ran, file, says) in cases {
+        assert!(!ran.success, "{what}: opened");
+        assert!(
+            ran.stdout.is_empty(),
+            "{what}: printed {} bytes",
+            ran.stdout.len()
+        );
+        let line = ran
+            .stderr
+            .lines()
+            .find(|l| l.contains("share refused"))
+            .unwrap_or_else(|| panic!("{what}: no refusal line in {}", ran.stderr));
+        assert!(
+            line.contains(&file.display().to_string()) && line.contains(says),
+            "{what}: {line}"
+        );
+        assert!(
+            ran.stderr.contains("nothing was opened"),
+            "{what}: {}",
+            ran.stderr
+        );
+    }
+}
+
+fn set_private(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Drives a program on a pseudo-terminal: answers every prompt that ends
+/// in "passphrase for …: " with the passphrase (read from standard input,
+/// so that it is in no argument), only once the prompt is there, and
+/// prints what the terminal showed. Typing before the prompt would be
+/// echoed by the line discipline whatever the program does.
+const PTY_DRIVER: &str = r#"
+import os, pty, sys
+passphrase = sys.stdin.readline().rstrip("\n").encode()
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+shown, answered = b"", 0
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    shown += chunk
+    if shown.count(b"passphrase for") > answered:
+        answered += 1
+        os.write(fd, passphrase + b"\n")
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(shown.decode("utf-8", "replace"))
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+fn on_terminal(dir: &Path, passphrase: &str, program: &Path, args: &[&str]) -> Ran {
+    let driver = dir.join("pty-driver.py");
+    std::fs::write(&driver, PTY_DRIVER).unwrap();
+    let input = dir.join("pty-input");
+    std::fs::write(&input, format!("{passphrase}\n")).unwrap();
+    let mut all = vec![driver.to_str().unwrap(), program.to_str().unwrap()];
+    all.extend(args);
+    run(dir, Path::new("python3"), &all, Some(&input))
+}
+
+/// The passphrase of an identity is typed on a terminal with echo off
+/// (asked twice at keygen) and read through a file descriptor at recover;
+/// on the command line it is refused. The control runs the same driver
+/// on a shell `read`, which echoes: there the passphrase shows, so the
+/// check can see an echo. Without rpassword's echo-off, keygen fails this
+/// with the passphrase in the terminal transcript.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
+    let tmp = TempDir::new("shares-passphrase");
+    let dir = tmp.path();
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let passphrase = "tr0ub4dor-and-3";
+    let echoing = on_terminal(
+        dir,
+        passphrase,
+        Path::new("/bin/sh"),
+        &["-c", "printf 'passphrase for x: '; read line; echo read"],
+    );
+    assert!(
+        String::from_utf8_lossy(&echoing.stdout).contains(passphrase),
+        "the control shows no echo: {}",
+        String::from_utf8_lossy(&echoing.stdout)
+    );
+
+    let identity = dir.join("recovery.identity");
+    let public = dir.join("recovery.pub");
+    let keygen = on_terminal(
+        dir,
+        passphrase,
+        &recover_bin(),
+        &[
+            "recovery-keygen",
+            "--identity",
+            identity.to_str().unwrap(),
+            "--public",
+            public.to_str().unwrap(),
+        ],
+    );
+    let shown = String::from_utf8_lossy(&keygen.stdout);
+    assert!(
+        keygen.success,
+        "keygen on a terminal: {shown} {}",
+        keygen.stderr
+    );
+    assert!(
+        shown.contains("passphrase for the recovery identity: ")
+            && shown.contains("passphrase for the recovery identity (again): "),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains(passphrase),
+        "the passphrase was echoed: {shown}"
+    );
+    let file = std::fs::read_to_string(&identity).unwrap();
+    assert!(
+        file.starts_with("-----BEGIN AGE ENCRYPTED FILE-----"),
+        "{file}"
+    );
+
+    // The identity opens with the passphrase on a descriptor (stdin here).
+    let (dek, envelope) = envelope_for(&tmp, &tpm, &public, None, "node").await;
+    let fd_input = dir.join("fd-input");
+    std::fs::write(&fd_input, format!("{passphrase}\n")).unwrap();
+    let recover_args = [
+        "recover",
+        "--identity",
+        identity.to_str().unwrap(),
+        "--passphrase-fd",
+        "0",
+        "--envelope",
+        envelope.to_str().unwrap(),
+    ];
+    let opened = run(dir, &recover_bin(), &recover_args, Some(&fd_input));
+    assert!(opened.success, "{}", opened.stderr);
+    assert_eq!(opened.stdout, dek);
+    std::fs::write(&fd_input, "not it\n").unwrap();
+    let refused = run(dir, &recover_bin(), &recover_args, Some(&fd_input));
+    assert!(!refused.success && refused.stdout.is_empty());
+    assert!(
+        refused.stderr.contains("wrong passphrase"),
+        "{}",
+        refused.stderr
+    );
+
+    // A passphrase on the command line: refused as a usage error (exit 2),
+    // saying why, and nothing written.
+    for spec in [
+        format!("bob=passphrase:{passphrase}"),
+        format!("bob=passphrase={passphrase}"),
+    ] {
+        let ran = recover_tool(
+            dir,
+            &[
+                "recovery-keygen",
+                "--public",
+                dir.join("never.pub").to_str().unwrap(),
+                "--custodians",
+                "1",
+                "--threshold",
+                "1",
+                "--shares-out",
+                dir.join("never").to_str().unwrap(),
+                "--custodian",
+                &spec,
+            ],
+        );
+        assert_eq!(ran.code, Some(2), "{spec}: {}", ran.stderr);
+        assert!(
+            ran.stderr.contains("never taken from the command line"),
+            "{}",
+            ran.stderr
+        );
+        assert!(!dir.join("never.pub").exists() && !dir.join("never").exists());
+    }
+    let ran = recover_tool(
+        dir,
+        &[
+            "recovery-keygen",
+            "--public",
+            "p",
+            "--identity",
+            "i",
+            "--protect",
+            &format!("passphrase:{passphrase}"),
+        ],
+    );
+    assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+}
+
+/// Where the recovery scalar may be: nowhere on disk (every file keygen and
+/// recover wrote, in every encoding the scalar has: raw, base64 in an
+/// identity file, hex), and nowhere in `sceau-recover recover`'s memory
+/// once it has opened the envelope: the scan runs while the process is
+/// blocked writing the DEK to a full pipe, after it dropped the key. The
+/// scan looks for the scalar big-endian and little-endian (p256 keeps it as
+/// little-endian limbs) and for each share value. Checked once to fail,
+/// three ways: with the share values inline in `Share`, the scan found one
+/// on the heap (a moved-from Vec slot); with the key inline in
+/// `RecoveryIdentity`, copies of the scalar in `run`'s frame (moved-from
+/// temporaries); without `scrub_stack`, copies in the dead frames of
+/// `combine`.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_file_and_no_memory_holds_the_recovery_scalar() {
+    let tmp = TempDir::new("shares-no-scalar");
+    let dir = tmp.path();
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("k{i}"))).collect();
+    let set = split(dir, "set", 2, &keys);
+    let (dek, envelope) = envelope_for(&tmp, &tpm, &set.public, None, "node").await;
+
+    // What a custodian sees with `age -d`; the test combines these itself
+    // to learn the scalar it then looks for.
+    let plain: Vec<sceau_format::recovery_share::Share> = set
+        .shares
+        .iter()
+        .zip(&keys)
+        .map(|(share, key)| {
+            let opened = ok(
+                run(
+                    dir,
+                    Path::new("age"),
+                    &[
+                        "-d",
+                        "-i",
+                        key.identity.to_str().unwrap(),
+                        share.to_str().unwrap(),
+                    ],
+                    None,
+                ),
+                "age -d",
+            );
+            let text = String::from_utf8(opened.stdout).unwrap();
+            assert!(
+                text.contains("-----BEGIN SCEAU RECOVERY SHARE-----"),
+                "{text}"
+            );
+            sceau_format::recovery_share::Share::parse(&text).unwrap()
+        })
+        .collect();
+    let identity = sceau_format::recovery_share::combine(&plain[..2]).unwrap();
+    let identity_file = identity.identity_file();
+    let armored =
+        sceau_format::armor::decode(&identity_file, sceau_format::recovery_key::IDENTITY_LABEL)
+            .unwrap();
+    let scalar = armored.bytes.to_vec();
+    assert_eq!(scalar.len(), 32);
+    let reversed: Vec<u8> = scalar.iter().rev().copied().collect();
+    let encodings: Vec<(String, Vec<u8>)> = vec![
+        ("raw".into(), scalar.clone()),
+        (
+            "base64".into(),
+            identity_file
+                .lines()
+                .skip_while(|l| !l.starts_with("-----BEGIN"))
+                .nth(1)
+                .expect("the identity's base64 line")
+                .as_bytes()
+                .to_vec(),
+        ),
+        (
+            "hex".into(),
+            scalar
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+                .into_bytes(),
+        ),
+    ];
+
+    // The memory: recover with a pipe that is already full as its
+    // standard output, so that it blocks in write(1, DEK) with the key gone.
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    let filler = vec![b'.'; 1 << 16];
+    // The pipe holds 64 KiB: fill it without blocking the test.
+    set_nonblocking_fill(&mut writer, &filler);
+    let mut args = vec!["recover".to_string()];
+    for share in &set.shares[1..] {
+        args.extend(["--share".into(), share.display().to_string()]);
+    }
+    for key in &keys {
+        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
+    }
+    args.extend(["--envelope".into(), envelope.display().to_string()]);
+    let mut child = Command::new(recover_bin())
+        .args(&args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let blocked_in_write = poll_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| s.starts_with("1 0x1 "))
+    });
+    assert!(blocked_in_write, "recover never blocked writing its output");
+    let mut needles = vec![
+        ("scalar (big-endian)".to_string(), scalar.clone()),
+        ("scalar (little-endian)".to_string(), reversed),
+    ];
+    for (i, share) in plain.iter().enumerate().skip(1) {
+        let value = share.value_bytes();
+        needles.push((format!("share {} value", i + 1), value.to_vec()));
+        needles.push((
+            format!("share {} value (little-endian)", i + 1),
+            value.iter().rev().copied().collect(),
+        ));
+    }
+    let hits = find_all_in_process(pid, &needles, 16);
+    // Let it finish: drain the pipe, then check it printed the DEK.
+    let drained = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        std::io::Read::read_to_end(&mut { reader }, &mut all).unwrap();
+        all
+    });
+    let status = wait_timeout(&mut child, TOOL_TIMEOUT).expect("recover finished");
+    let output = drained.join().unwrap();
+    assert!(status.success());
+    assert_eq!(&output[filler.len()..], dek.as_slice());
+    assert!(
+        hits.is_empty(),
+        "the recovery key or a share in memory: {hits:#?}"
+    );
+
+    // The files: everything keygen, age and recover left in the directory.
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    assert!(files.len() >= 5, "{files:?}");
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        for (encoding, needle) in &encodings {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_slice()),
+                "{} holds the recovery scalar ({encoding})",
+                file.display()
+            );
+        }
+    }
+    drop(identity);
+}
+
+fn set_nonblocking_fill(writer: &mut std::io::PipeWriter, filler: &[u8]) {
+    use std::io::Write as _;
+    // 64 KiB is the default pipe capacity on Linux: exactly full, the next
+    // write (recover's) blocks.
+    writer.write_all(filler).unwrap();
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            walk(&path, files);
+        } else if path.is_file() {
+            files.push(path);
+        }
+    }
+}
