@@ -242,15 +242,30 @@ async fn a_dek_opens_only_in_a_signed_boot_state() {
     drop(client);
     assert!(sceau.terminate().success());
 
-    // Another boot state: PCR 7 differs.
+    // Another boot state: PCR 7 differs. The log line names it, with the
+    // value the policy was signed at and the one it reads now, and not
+    // PCR 11, which did not move (a file without its values, as systemd
+    // writes, logs only which PCRs it covers: this check then fails).
+    let pcr7 = |rig: &Rig| {
+        hex(PcrValues::parse(&rig.read_pcrs("7"))
+            .unwrap()
+            .get(7)
+            .unwrap())
+    };
+    let signed7 = pcr7(&rig);
     rig.extend(7, &sha256(b"secure boot: off"));
+    let now7 = pcr7(&rig);
     let mut sceau = rig.start(&rig.bound_args());
+    let log = sceau.stderr_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("no signed policy matches the PCRs"))
+        .unwrap_or_else(|| panic!("no mismatch line: {log}"));
     assert!(
-        sceau
-            .stderr_text()
-            .contains("no signed policy matches the PCRs"),
-        "{}",
-        sceau.stderr_text()
+        line.contains(&format!(
+            "first.json: PCR 7 expected {signed7} actual {now7}"
+        )) && !line.contains("PCR 11"),
+        "{line}"
     );
     let mut client = sceau.client().await;
     assert_eq!(rpc::status(&mut client).await.healthz, "policy-mismatch");

@@ -19,6 +19,13 @@
 //! - PCR values ([`PcrValues`]): the text `tpm2_pcrread` prints, which
 //!   `sceau pcrs` prints too.
 //!
+//! A policy signed by `sceau-recover policy sign` also carries the values
+//! it was signed at, `"sceau-pcr-values":{"7":"…"}`, so that a mismatch can
+//! be logged PCR by PCR (expected, actual): `pol` is only a digest of
+//! them. The values are not signed; they are accepted only when they give
+//! `pol`, which is. systemd reads the members it knows by name and
+//! ignores this one.
+//!
 //! sceau binds to the SHA-256 bank only: every TPM 2.0 of the PC Client
 //! profile has it, and a SHA-1 bank would bind to a hash with known
 //! collisions.
@@ -76,6 +83,8 @@ pub enum PolicyError {
     NoSha256,
     #[error("the file holds more than {MAX_POLICIES} policies")]
     TooMany,
+    #[error("its sceau-pcr-values do not give its pol digest: they were altered")]
+    ValuesNotSigned,
 }
 
 /// A set of PCRs of the SHA-256 bank.
@@ -280,6 +289,9 @@ pub struct SignedPolicy {
     pub key_fingerprint: Option<[u8; 32]>,
     pub policy: [u8; 32],
     pub signature: Vec<u8>,
+    /// The values it was signed at, when the file carries them (sceau's
+    /// files do; systemd's do not), checked to give `policy`.
+    pub values: Option<PcrValues>,
 }
 
 impl SignedPolicy {
@@ -297,6 +309,7 @@ impl SignedPolicy {
             key_fingerprint: Some(signer.public().fingerprint()),
             policy,
             signature: signer.sign(&policy),
+            values: Some(values.select(pcrs)?),
         })
     }
 
@@ -338,9 +351,11 @@ fn parse_entry(entry: &Json) -> Result<SignedPolicy, PolicyError> {
     };
     if members
         .iter()
-        .any(|(name, _)| !["pcrs", "pkfp", "pol", "sig"].contains(&name.as_str()))
+        .any(|(name, _)| !["pcrs", "pkfp", "pol", "sig", VALUES_MEMBER].contains(&name.as_str()))
     {
-        return Err(shape("made of pcrs, pkfp, pol and sig only"));
+        return Err(shape(
+            "made of pcrs, pkfp, pol, sig and sceau-pcr-values only",
+        ));
     }
     let Some(Json::Array(pcrs)) = entry.get("pcrs") else {
         return Err(shape("a policy with a \"pcrs\" list"));
@@ -375,12 +390,53 @@ fn parse_entry(entry: &Json) -> Result<SignedPolicy, PolicyError> {
         .and_then(|text| STANDARD.decode(text).ok())
         .filter(|sig| !sig.is_empty() && sig.len() <= MAX_SIGNATURE_LEN)
         .ok_or(shape("a policy whose \"sig\" is a signature in base64"))?;
+    let values = match entry.get(VALUES_MEMBER) {
+        None => None,
+        Some(values) => {
+            let values = parse_values(values, pcrs)?;
+            if policy_pcr_digest(pcrs, &values)? != policy {
+                return Err(PolicyError::ValuesNotSigned);
+            }
+            Some(values)
+        }
+    };
     Ok(SignedPolicy {
         pcrs,
         key_fingerprint,
         policy,
         signature,
+        values,
     })
+}
+
+/// The member that carries the values a policy was signed at.
+const VALUES_MEMBER: &str = "sceau-pcr-values";
+
+/// `{"7":"hex",…}`: one value for each PCR of `pcrs`, no other.
+fn parse_values(values: &Json, pcrs: PcrSelection) -> Result<PcrValues, PolicyError> {
+    let shape = PolicyError::Shape {
+        what: "a policy whose sceau-pcr-values name each of its PCRs once, with 32 bytes in hex",
+    };
+    let Json::Object(members) = values else {
+        return Err(shape);
+    };
+    let mut out = PcrValues::default();
+    for (index, value) in members {
+        let index: u8 = index.parse().map_err(|_| shape.clone())?;
+        let value: [u8; 32] = value
+            .as_str()
+            .and_then(decode_hex)
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or(shape.clone())?;
+        if !pcrs.contains(index) || out.get(index).is_some() {
+            return Err(shape.clone());
+        }
+        out.insert(index, value);
+    }
+    if out.iter().count() != pcrs.indices().count() {
+        return Err(shape);
+    }
+    Ok(out)
 }
 
 /// The file [`parse_signed_policies`] reads, in systemd's layout.
@@ -394,10 +450,18 @@ pub fn write_signed_policies(policies: &[SignedPolicy]) -> String {
                 entry.push_str(&format!(",\"pkfp\":\"{}\"", hex(fingerprint)));
             }
             entry.push_str(&format!(
-                ",\"pol\":\"{}\",\"sig\":\"{}\"}}",
+                ",\"pol\":\"{}\",\"sig\":\"{}\"",
                 hex(&p.policy),
                 STANDARD.encode(&p.signature)
             ));
+            if let Some(values) = &p.values {
+                let values: Vec<String> = values
+                    .iter()
+                    .map(|(index, value)| format!("\"{index}\":\"{}\"", hex(value)))
+                    .collect();
+                entry.push_str(&format!(",\"{VALUES_MEMBER}\":{{{}}}", values.join(",")));
+            }
+            entry.push('}');
             entry
         })
         .collect();

@@ -370,21 +370,52 @@ fn tss_signature(key: &PolicyKey, signature: &[u8]) -> Option<Signature> {
     }
 }
 
-/// For each policy, the PCRs whose values differ from what it expects are
-/// not known (a policy holds only a digest of them), so the line says which
-/// PCRs each covers and what they read now: what an operator signs anew.
+/// For each policy, what differs: PCR by PCR (expected, actual) when the
+/// file carries the values it was signed at (sceau's files do, checked to
+/// give the signed digest), else which PCRs it covers and what they read
+/// now (systemd's files hold only the digest): what an operator signs anew.
 fn describe_differences(values: &PcrValues, policies: &[VerifiedPolicy]) -> String {
     let files: Vec<String> = policies
         .iter()
-        .map(|v| format!("{} (PCRs {})", v.file, v.policy.pcrs))
+        .map(|v| match &v.policy.values {
+            Some(signed) => {
+                let differing: Vec<String> = signed
+                    .iter()
+                    .filter(|(index, expected)| values.get(*index) != Some(*expected))
+                    .map(|(index, expected)| {
+                        format!(
+                            "PCR {index} expected {} actual {}",
+                            hex(expected),
+                            values
+                                .get(index)
+                                .map_or_else(|| "unread".to_string(), |v| hex(v))
+                        )
+                    })
+                    .collect();
+                format!("{}: {}", v.file, differing.join(", "))
+            }
+            None => {
+                let now: Vec<String> = v
+                    .policy
+                    .pcrs
+                    .indices()
+                    .map(|index| {
+                        format!(
+                            "{index}={}",
+                            values
+                                .get(index)
+                                .map_or_else(|| "unread".to_string(), |v| hex(v))
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{}: PCRs {} (only its digest is known), now {}",
+                    v.file,
+                    v.policy.pcrs,
+                    now.join(" ")
+                )
+            }
+        })
         .collect();
-    let now: Vec<String> = values
-        .iter()
-        .map(|(index, value)| format!("{index}={}", hex(value)))
-        .collect();
-    format!(
-        "loaded {}; sha256 PCRs now {}",
-        files.join(", "),
-        now.join(" ")
-    )
+    files.join("; ")
 }

@@ -89,6 +89,37 @@ fn signed_policy_files_round_trip_and_are_checked() {
     assert!(read[0].names_key(&signer.public()));
     assert!(!read[0].names_key(&PolicySigner::generate().public()));
 
+    // The values it was signed at ride along and must give its digest: a
+    // file whose values were edited (to mislead the mismatch log) is
+    // refused. Without the digest check, the altered file parses.
+    assert_eq!(read[0].values, Some(values.select(pcrs).unwrap()));
+    assert!(
+        text.contains("\"sceau-pcr-values\":{\"7\":\"90f4b395"),
+        "{text}"
+    );
+    let altered = text.replace("\"7\":\"90f4b395", "\"7\":\"90f4b396");
+    assert_eq!(
+        parse_signed_policies(&altered),
+        Err(PolicyError::ValuesNotSigned)
+    );
+    for (bad, why) in [
+        (
+            text.replace(",\"11\":\"", ",\"12\":\""),
+            "a PCR it does not cover",
+        ),
+        (
+            text.replace("\"7\":\"90f4b395", "\"7\":\"90f4"),
+            "a short value",
+        ),
+        (
+            text.replace(",\"11\":\"0000", ",\"7\":\"0000"),
+            "a PCR named twice and one missing",
+        ),
+    ] {
+        // A repeated name is the JSON reader's refusal, the rest the shape's.
+        assert!(parse_signed_policies(&bad).is_err(), "{why}: {bad}");
+    }
+
     // systemd's files may carry other banks, and entries without pkfp.
     let systemd = format!(
         "{{\"sha1\":[{{\"pcrs\":[11],\"pol\":\"{}\",\"sig\":\"AA==\"}}],\"sha256\":[{{\"pcrs\":[11],\"pol\":\"{}\",\"sig\":\"AQID\"}}]}}",

@@ -131,6 +131,14 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
                     signed.key_fingerprint.map_or("(none)".into(), |f| hex(&f))
                 );
                 println!("  signature:          {verdict}");
+                match &signed.values {
+                    Some(values) => {
+                        for (index, value) in values.iter() {
+                            println!("  PCR {index:<2} signed at:    {}", hex(value));
+                        }
+                    }
+                    None => println!("  values:             not in the file (only the digest)"),
+                }
             }
             if refused > 0 {
                 anyhow::bail!(
