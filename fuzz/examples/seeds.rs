@@ -52,7 +52,79 @@ fn main() -> std::io::Result<()> {
     write_all(&root.join("key_files"), key_files_seeds())?;
     write_all(&root.join("boot_policy"), boot_policy_seeds())?;
     write_all(&root.join("recovery_input"), recovery_input_seeds())?;
-    write_all(&root.join("spire_attestation"), spire_attestation_seeds())
+    write_all(&root.join("spire_attestation"), spire_attestation_seeds())?;
+    write_all(&root.join("recovery_share"), recovery_share_seeds())?;
+    write_all(&root.join("protected_file"), protected_file_seeds())
+}
+
+/// Share files: the pinned 2-of-3 shares as `recovery-keygen` made them,
+/// and two 1-of-N shares of the pinned recovery identity, which `split`
+/// makes without randomness (f is the constant polynomial: every share is
+/// the key itself), the second with the largest index.
+fn recovery_share_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use sceau_format::recovery_share::split;
+    let names = |n: usize| -> Vec<String> { (1..=n).map(|i| format!("custodian-{i}")).collect() };
+    let identity = pinned::identity();
+    let solo = split(&identity, 1, &names(1)).expect("1 of 1");
+    let widest = split(&identity, 1, &names(16)).expect("1 of 16");
+    let seeds = vec![
+        (
+            "share-1-of-2-of-3",
+            pinned::SHARE_FILES[0].as_bytes().to_vec(),
+        ),
+        (
+            "share-2-of-2-of-3",
+            pinned::SHARE_FILES[1].as_bytes().to_vec(),
+        ),
+        ("share-1-of-1", solo[0].file().as_bytes().to_vec()),
+        ("share-16-of-1-of-16", widest[15].file().as_bytes().to_vec()),
+    ];
+    for (name, bytes) in &seeds {
+        let text = std::str::from_utf8(bytes).expect("share files are text");
+        assert!(
+            sceau_format::recovery_share::Share::parse(text).is_ok(),
+            "seed {name} parses"
+        );
+    }
+    seeds
+}
+
+/// age files: alice's pinned share file (for the pinned age recipient, so
+/// it opens), the same file unarmored (age's binary format) and with CRLF
+/// line ends, bob's (for another recipient), carol's (a passphrase file,
+/// which the target never opens: see its header) and a share file that is
+/// not an age file at all.
+fn protected_file_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let armored = pinned::PROTECTED_SHARES[0];
+    let text = std::str::from_utf8(armored).expect("armored age files are text");
+    let binary = sceau_format::armor::decode(text, "AGE ENCRYPTED FILE")
+        .expect("an armored age file")
+        .bytes
+        .to_vec();
+    assert!(binary.starts_with(b"age-encryption.org/v1\n"));
+    let crlf = text.replace('\n', "\r\n").into_bytes();
+    let identities = pinned::age_identities();
+    for file in [armored, &binary, &crlf] {
+        let opened = sceau_recover::custody::open(
+            file,
+            "seed",
+            &identities,
+            &mut sceau_recover::custody::Passphrases::new(None),
+        )
+        .expect("alice's share opens in each form");
+        assert_eq!(opened.as_slice(), pinned::SHARE_FILES[0].as_bytes());
+    }
+    vec![
+        ("alice-armored", armored.to_vec()),
+        ("alice-binary", binary),
+        ("alice-crlf", crlf),
+        ("bob-other-recipient", pinned::PROTECTED_SHARES[1].to_vec()),
+        ("carol-passphrase", pinned::PROTECTED_SHARES[2].to_vec()),
+        (
+            "plaintext-share",
+            pinned::SHARE_FILES[0].as_bytes().to_vec(),
+        ),
+    ]
 }
 
 /// The SPIRE attestor's three messages: the pinned software forgery's
@@ -466,6 +538,46 @@ fn pin(dir: &Path) -> std::io::Result<()> {
     }
     for (name, bytes) in files {
         std::fs::write(dir.join(name), bytes)?;
+    }
+    pin_shares(dir)
+}
+
+/// The recovery shares of `sceau_fuzz::pinned`: a fresh throwaway key split
+/// 2 of 3 among alice, bob and carol, and each share as `recovery-keygen`
+/// writes it (alice's for the pinned age recipient, bob's for a recipient
+/// made here and dropped, carol's under the pinned passphrase).
+fn pin_shares(dir: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+
+    use sceau_format::recovery_share::split;
+    use sceau_recover::custody::{Passphrases, Protection, protect};
+
+    let names = ["alice", "bob", "carol"].map(String::from);
+    let shares = split(&RecoveryIdentity::generate(), 2, &names).expect("2 of 3");
+    let other = age::x25519::Identity::generate().to_public().to_string();
+    // carol's passphrase comes from a file, as `--passphrase-fd` gives it.
+    let passphrase_path =
+        std::env::temp_dir().join(format!("sceau-fuzz-pin-passphrase-{}", std::process::id()));
+    std::fs::write(&passphrase_path, format!("{}\n", pinned::SHARE_PASSPHRASE))?;
+    let passphrase_file = std::fs::File::open(&passphrase_path)?;
+    std::fs::remove_file(&passphrase_path)?;
+    let fd = u32::try_from(passphrase_file.as_raw_fd()).expect("an open descriptor");
+    let protections = [
+        Protection::Recipient(pinned::AGE_RECIPIENT.into()),
+        Protection::Recipient(other),
+        Protection::Passphrase,
+    ];
+    for ((name, share), protection) in names.iter().zip(&shares).zip(&protections) {
+        let text = share.file();
+        let file = protect(
+            text.as_bytes(),
+            protection,
+            &mut Passphrases::new(Some(fd)),
+            &format!("{name}'s share"),
+        )
+        .expect("encrypts");
+        std::fs::write(dir.join(format!("{name}.share")), text.as_bytes())?;
+        std::fs::write(dir.join(format!("{name}.share.age")), file)?;
     }
     Ok(())
 }

@@ -19,9 +19,22 @@
 //! * `enroll.request`, `enroll.challenge`, `enroll.expected`: an enrollment
 //!   of member 0's key as SRK with `ek.pub`'s key as EK, and a fake EK
 //!   certificate that holds the EK's point.
+//!
+//! The recovery shares, for the `recovery_share` and `protected_file`
+//! targets (a throwaway recovery key of their own, not `recovery.identity`;
+//! `split` and age encryption draw fresh randomness too):
+//!
+//! * `{alice,bob,carol}.share`: the three plaintext share files of one
+//!   2-of-3 split (`recovery_share::split`, `Share::file`).
+//! * `{alice,bob,carol}.share.age`: the same, each as `recovery-keygen`
+//!   writes it (`custody::protect`, armored): alice's for [`AGE_RECIPIENT`]
+//!   (whose identity, [`AGE_IDENTITY`], the `protected_file` target holds),
+//!   bob's for a recipient whose identity was thrown away, carol's under the
+//!   passphrase [`SHARE_PASSPHRASE`] (scrypt).
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use sceau_format::armor;
 use sceau_format::duplicate::ImportBlob;
@@ -29,9 +42,12 @@ use sceau_format::endorsement::EnrollmentIdentity;
 use sceau_format::enrollment::{EXPECTED_LABEL, Request, response_file};
 use sceau_format::members::{KnownMembers, MEMBER_LABEL, parse_member};
 use sceau_format::recovery_key::RecoveryIdentity;
+use sceau_format::recovery_share::Share;
 use sceau_format::signing_key::SoftwareSigner;
 use sceau_format::storage_key::{StorageKey, coordinates};
 use sceau_format::wrapped::{ClusterEnvelope, RECIPIENTS_ANNOTATION, Role};
+use sceau_recover::custody::AgeIdentities;
+use zeroize::Zeroizing;
 
 /// The DEK sources (base64) the kube-apiserver used for the values in
 /// `tests/fixtures/recovery/vectors.json` (its `seed` and `aes_gcm_key`).
@@ -56,6 +72,28 @@ pub const ANNOTATED_RECIPIENTS: &[u8] = include_bytes!("../pinned/annotated.reci
 pub const REQUEST: &str = include_str!("../pinned/enroll.request");
 pub const CHALLENGE: &str = include_str!("../pinned/enroll.challenge");
 pub const EXPECTED: &str = include_str!("../pinned/enroll.expected");
+/// The plaintext share files of alice, bob and carol: shares 1, 2 and 3 of
+/// a 2-of-3 split.
+pub const SHARE_FILES: [&str; 3] = [
+    include_str!("../pinned/alice.share"),
+    include_str!("../pinned/bob.share"),
+    include_str!("../pinned/carol.share"),
+];
+/// The same shares as age files: alice's for [`AGE_RECIPIENT`], bob's for
+/// another recipient, carol's under [`SHARE_PASSPHRASE`].
+pub const PROTECTED_SHARES: [&[u8]; 3] = [
+    include_bytes!("../pinned/alice.share.age"),
+    include_bytes!("../pinned/bob.share.age"),
+    include_bytes!("../pinned/carol.share.age"),
+];
+/// A throwaway age X25519 identity (`age-keygen`, made once for fuzzing),
+/// the only key the `protected_file` target opens files with.
+pub const AGE_IDENTITY: &str =
+    "AGE-SECRET-KEY-13FLA3K34YT4SMLSQLS4ME8LYLXNGAFC2HXLSG59QPQH5F48P9L3S0LZA05";
+/// [`AGE_IDENTITY`]'s recipient (`age-keygen -y`).
+pub const AGE_RECIPIENT: &str = "age10x2lkkdk87yvqm8uuj3f9hf5h6a05d438zhxqarxrgj4x7fpygusyyys3j";
+/// The passphrase of `carol.share.age`.
+pub const SHARE_PASSPHRASE: &str = "fuzz: carol's throwaway passphrase";
 
 pub fn identity() -> RecoveryIdentity {
     RecoveryIdentity::parse(IDENTITY).expect("the pinned identity parses")
@@ -158,6 +196,24 @@ pub fn known_entries() -> Vec<KnownEntry> {
         .collect()
 }
 
+/// The pinned share files, parsed: shares 1 (alice), 2 (bob) and 3 (carol)
+/// of one 2-of-3 key set.
+pub fn shares() -> Vec<Share> {
+    SHARE_FILES
+        .iter()
+        .map(|file| Share::parse(file).expect("a pinned share file"))
+        .collect()
+}
+
+/// [`AGE_IDENTITY`], as `--age-identity` files give identities to
+/// `custody::open`.
+pub fn age_identities() -> AgeIdentities {
+    AgeIdentities::read(&[PathBuf::from("pinned-fuzz.identity")], |_| {
+        Ok(Zeroizing::new(format!("{AGE_IDENTITY}\n")))
+    })
+    .expect("the pinned age identity parses")
+}
+
 pub fn request() -> Request {
     Request::parse(REQUEST).expect("the pinned request parses")
 }
@@ -202,6 +258,50 @@ mod tests {
         assert!(request.check_certificate().unwrap().is_some());
         parse_challenge(CHALLENGE, &request.member).unwrap();
         verify(&request, EXPECTED, &response()).unwrap();
+    }
+
+    /// The pinned shares are one 2-of-3 key set, any two of which give one
+    /// key; alice's age file opens with the pinned identity to her share
+    /// file, bob's is for another key, carol's is a passphrase file.
+    #[test]
+    fn pinned_shares_combine_and_their_age_files_open_as_described() {
+        use sceau_format::recovery_share::combine;
+        use sceau_recover::custody::{CustodyError, Passphrases, open};
+
+        let shares = shares();
+        let key = shares[0].recovery_key();
+        for (n, share) in shares.iter().enumerate() {
+            assert_eq!(
+                (share.index(), share.threshold(), share.custodians()),
+                (n as u8 + 1, 2, 3)
+            );
+            assert!(share.same_key_set(&shares[0]));
+        }
+        for pair in [[0, 1], [0, 2], [1, 2]] {
+            let chosen: Vec<Share> = pair
+                .iter()
+                .map(|&i| Share::parse(SHARE_FILES[i]).unwrap())
+                .collect();
+            assert_eq!(combine(&chosen).ok().unwrap().public(), &key);
+        }
+        let identities = age_identities();
+        let mut no_passphrase = Passphrases::new(None);
+        let opened = open(
+            PROTECTED_SHARES[0],
+            "alice",
+            &identities,
+            &mut no_passphrase,
+        )
+        .unwrap();
+        assert_eq!(opened.as_slice(), SHARE_FILES[0].as_bytes());
+        let bob = open(PROTECTED_SHARES[1], "bob", &identities, &mut no_passphrase);
+        assert!(matches!(bob, Err(CustodyError::NotForTheseKeys(_))));
+        let carol =
+            age::Decryptor::new_buffered(age::armor::ArmoredReader::new(PROTECTED_SHARES[2]))
+                .unwrap();
+        assert!(carol.is_scrypt());
+        let recipient: age::x25519::Identity = AGE_IDENTITY.parse().unwrap();
+        assert_eq!(recipient.to_public().to_string(), AGE_RECIPIENT);
     }
 
     /// Every pinned member file is endorsed by the pinned enrollment key,
