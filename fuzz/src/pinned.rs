@@ -208,9 +208,12 @@ pub fn shares() -> Vec<Share> {
 /// [`AGE_IDENTITY`], as `--age-identity` files give identities to
 /// `custody::open`.
 pub fn age_identities() -> AgeIdentities {
-    AgeIdentities::read(&[PathBuf::from("pinned-fuzz.identity")], |_| {
-        Ok(Zeroizing::new(format!("{AGE_IDENTITY}\n")))
-    })
+    AgeIdentities::read(
+        &[PathBuf::from("pinned-fuzz.identity")],
+        |_| Ok(Zeroizing::new(format!("{AGE_IDENTITY}\n"))),
+        // No SSH key: nothing is ever asked.
+        &mut sceau_recover::custody::Passphrases::new(Some(u32::MAX)),
+    )
     .expect("the pinned age identity parses")
 }
 

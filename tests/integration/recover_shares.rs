@@ -66,12 +66,12 @@ fn ok(ran: Ran, what: &str) -> Ran {
     ran
 }
 
-/// An age key pair made by `age-keygen`: the identity file (mode 0600) and
-/// its `age1…` recipient.
+/// A custodian's key pair: the private file `--age-identity` takes (mode
+/// 0600) and the `--custodian NAME=HOW` that encrypts to it.
 #[derive(Clone)]
 struct AgeKey {
     identity: PathBuf,
-    recipient: String,
+    spec: String,
 }
 
 fn age_key(dir: &Path, name: &str) -> AgeKey {
@@ -95,7 +95,36 @@ fn age_key(dir: &Path, name: &str) -> AgeKey {
     std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o600)).unwrap();
     AgeKey {
         identity,
-        recipient,
+        spec: format!("age:{recipient}"),
+    }
+}
+
+/// An OpenSSH ed25519 key made by `ssh-keygen` (no passphrase, or
+/// `passphrase`), as a custodian's `ssh:` recipient.
+fn ssh_key(dir: &Path, name: &str, passphrase: &str) -> AgeKey {
+    let identity = dir.join(format!("{name}_ed25519"));
+    ok(
+        run(
+            dir,
+            Path::new("ssh-keygen"),
+            &[
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                passphrase,
+                "-C",
+                name,
+                "-f",
+                identity.to_str().unwrap(),
+            ],
+            None,
+        ),
+        "ssh-keygen",
+    );
+    AgeKey {
+        spec: format!("ssh:{}.pub", identity.display()),
+        identity,
     }
 }
 
@@ -114,7 +143,7 @@ fn split(dir: &Path, label: &str, k: usize, keys: &[AgeKey]) -> KeySet {
     let custodians: Vec<String> = keys
         .iter()
         .enumerate()
-        .map(|(i, key)| format!("c{i}=age:{}", key.recipient))
+        .map(|(i, key)| format!("c{i}={}", key.spec))
         .collect();
     let mut args = vec![
         "recovery-keygen",
@@ -258,20 +287,22 @@ async fn every_k_of_n_subset_recovers_a_real_envelope() {
 /// Each refusal names the file, opens nothing and prints no DEK: a flipped
 /// byte in a share file, a share of another key set, a wrong passphrase, a
 /// share for another custodian's recipient. The control (the same call with
-/// the right files) opens the envelope.
+/// the right files) opens the envelope; the three custodians use the three
+/// kinds of protection (an age key, a passphrase, an SSH key).
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_shares_are_named_by_file() {
     let tmp = TempDir::new("shares-refused");
     let dir = tmp.path();
     let tpm = Swtpm::start(&tmp.subdir("tpm"));
     let alice = age_key(dir, "alice");
-    let carol = age_key(dir, "carol");
+    // Carol's share is encrypted to her SSH key, as age does for ssh-ed25519.
+    let carol = ssh_key(dir, "carol", "");
     let passphrase_file = dir.join("bob.passphrase");
     std::fs::write(&passphrase_file, "correct horse battery staple\n").unwrap();
     let public = dir.join("recovery.pub");
     let shares_dir = dir.join("shares");
-    let alice_spec = format!("alice=age:{}", alice.recipient);
-    let carol_spec = format!("carol=age:{}", carol.recipient);
+    let alice_spec = format!("alice={}", alice.spec);
+    let carol_spec = format!("carol={}", carol.spec);
     ok(
         run(
             dir,
@@ -523,6 +554,88 @@ async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
         refused.stderr.contains("wrong passphrase"),
         "{}",
         refused.stderr
+    );
+
+    // An identity encrypted to a passphrase-protected SSH key: that key's
+    // passphrase comes through the descriptor too.
+    let dave = ssh_key(dir, "dave", "dave's own ssh passphrase");
+    let ssh_identity = dir.join("ssh.identity");
+    let ssh_public = dir.join("ssh.pub");
+    ok(
+        recover_tool(
+            dir,
+            &[
+                "recovery-keygen",
+                "--identity",
+                ssh_identity.to_str().unwrap(),
+                "--public",
+                ssh_public.to_str().unwrap(),
+                "--protect",
+                &dave.spec,
+            ],
+        ),
+        "recovery-keygen --protect ssh:",
+    );
+    let (ssh_dek, ssh_envelope) = envelope_for(&tmp, &tpm, &ssh_public, None, "node-ssh").await;
+    std::fs::write(&fd_input, "dave's own ssh passphrase\n").unwrap();
+    let opened = run(
+        dir,
+        &recover_bin(),
+        &[
+            "recover",
+            "--identity",
+            ssh_identity.to_str().unwrap(),
+            "--age-identity",
+            dave.identity.to_str().unwrap(),
+            "--passphrase-fd",
+            "0",
+            "--envelope",
+            ssh_envelope.to_str().unwrap(),
+        ],
+        Some(&fd_input),
+    );
+    assert!(opened.success, "{}", opened.stderr);
+    assert_eq!(opened.stdout, ssh_dek);
+
+    // An identity written in plaintext (only on request) still opens, with
+    // a warning that says how to encrypt it.
+    let plain_identity = dir.join("plain.identity");
+    let plain_public = dir.join("plain.pub");
+    ok(
+        recover_tool(
+            dir,
+            &[
+                "recovery-keygen",
+                "--identity",
+                plain_identity.to_str().unwrap(),
+                "--public",
+                plain_public.to_str().unwrap(),
+                "--unencrypted-private-key",
+            ],
+        ),
+        "recovery-keygen --unencrypted-private-key",
+    );
+    let (plain_dek, plain_envelope) =
+        envelope_for(&tmp, &tpm, &plain_public, None, "node-plain").await;
+    let opened = recover_tool(
+        dir,
+        &[
+            "recover",
+            "--identity",
+            plain_identity.to_str().unwrap(),
+            "--envelope",
+            plain_envelope.to_str().unwrap(),
+        ],
+    );
+    assert!(opened.success, "{}", opened.stderr);
+    assert_eq!(opened.stdout, plain_dek);
+    assert!(
+        opened
+            .stderr
+            .contains("holds the recovery private key unencrypted")
+            && opened.stderr.contains("age -p"),
+        "{}",
+        opened.stderr
     );
 
     // A passphrase on the command line: refused as a usage error (exit 2),

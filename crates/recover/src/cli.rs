@@ -185,13 +185,14 @@ pub const CUSTODIAN: Flag = Flag::value(
 )
 .long_help(
     "HOW: `passphrase` (the custodian types it now, on the terminal or\n\
-     through --passphrase-fd; scrypt) or `age:age1…` (the custodian's age\n\
-     X25519 recipient, from `age-keygen`). `age -d` opens a share file",
+     through --passphrase-fd; scrypt), `age:age1…` (the custodian's age\n\
+     X25519 recipient, from `age-keygen`) or `ssh:FILE` (the custodian's\n\
+     ssh-ed25519 or ssh-rsa public key). `age -d` opens a share file",
 );
 pub const PROTECT: Flag = Flag::value(
     "--protect",
     "HOW",
-    "How the private key file is encrypted: `passphrase` or `age:age1…`",
+    "How the private key file is encrypted: `passphrase`, `age:age1…` or `ssh:FILE`",
 )
 .default("passphrase")
 .long_help(
@@ -218,9 +219,12 @@ pub const SHARE: Flag = Flag::value(
 pub const AGE_IDENTITY: Flag = Flag::value(
     "--age-identity",
     "FILE",
-    "An age identity file (`age-keygen`) for files encrypted to its recipient",
+    "An age identity (`age-keygen`) or OpenSSH private key that opens files",
 )
-.long_help("Repeatable; refused if group or others can access it");
+.long_help(
+    "Repeatable; refused if group or others can access it. A passphrase-\n\
+     protected SSH key asks for its passphrase first",
+);
 
 const INPUTS: [&Flag; 3] = [&ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON];
 
@@ -1047,7 +1051,7 @@ mod tests {
         let examples: Vec<Command> = [
             "recovery-keygen --identity i --public p",
             "recovery-keygen --identity i --public p --unencrypted-private-key --passphrase-fd 3",
-            "recovery-keygen --public p --custodians 2 --threshold 2 --shares-out d --custodian a=passphrase --custodian b=age:age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p",
+            "recovery-keygen --public p --custodians 3 --threshold 2 --shares-out d --custodian a=passphrase --custodian b=age:age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p --custodian c=ssh:c.pub",
             "recover --identity i --force",
             "recover --share a --share b --age-identity k --passphrase-fd 0 --etcd-json j",
             "share verify --share a --share b --public p --age-identity k",

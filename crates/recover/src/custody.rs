@@ -1,8 +1,9 @@
 //! Private keys at rest. What `sceau-recover` writes that opens envelopes or
 //! decides boot states (a recovery share, the recovery identity, the PCR
 //! policy signing key) is written as an armored age file
-//! (age-encryption.org/v1), encrypted to a passphrase (scrypt) or to an age
-//! X25519 recipient, so that its holder can inspect it with the `age` tool
+//! (age-encryption.org/v1), encrypted to a passphrase (scrypt), to an age
+//! X25519 recipient or to an SSH public key (ssh-ed25519, ssh-rsa: age's
+//! own SSH recipients), so that its holder can inspect it with the `age` tool
 //! and no file on disk is the key itself. The `age` crate does the
 //! cryptography; this module chooses, asks and names.
 //!
@@ -26,6 +27,9 @@ pub enum Protection {
     Passphrase,
     /// An age X25519 recipient (`age1…`), whose identity opens the file.
     Recipient(String),
+    /// An SSH public key file (`id_ed25519.pub`), whose private key opens
+    /// the file.
+    Ssh(PathBuf),
     /// No encryption: only through `--unencrypted-private-key`.
     Unencrypted,
 }
@@ -39,12 +43,21 @@ impl Protection {
         if spec.starts_with("passphrase") {
             return Err(NO_PASSPHRASE_ARGUMENT.into());
         }
+        if let Some(file) = spec.strip_prefix("ssh:") {
+            if file.is_empty() {
+                return Err("ssh: needs the custodian's public key file, ssh:PATH".into());
+            }
+            return Ok(Self::Ssh(PathBuf::from(file)));
+        }
         match spec.strip_prefix("age:") {
             Some(recipient) => recipient
                 .parse::<age::x25519::Recipient>()
                 .map(|_| Self::Recipient(recipient.to_string()))
                 .map_err(|e| format!("not an age X25519 recipient (age1…): {e}")),
-            None => Err("expected `passphrase` or `age:RECIPIENT` (an age1… public key)".into()),
+            None => Err(
+                "expected `passphrase`, `age:RECIPIENT` (an age1… public key) or `ssh:PUBKEY_FILE`"
+                    .into(),
+            ),
         }
     }
 
@@ -53,6 +66,7 @@ impl Protection {
         match self {
             Self::Passphrase => "passphrase".into(),
             Self::Recipient(recipient) => format!("age:{recipient}"),
+            Self::Ssh(file) => format!("ssh:{}", file.display()),
             Self::Unencrypted => "unencrypted".into(),
         }
     }
@@ -69,7 +83,9 @@ pub struct Custodian {
 impl Custodian {
     pub fn parse(spec: &str) -> Result<Self, String> {
         let Some((name, protection)) = spec.split_once('=') else {
-            return Err("expected NAME=passphrase or NAME=age:RECIPIENT".into());
+            return Err(
+                "expected NAME=passphrase, NAME=age:RECIPIENT or NAME=ssh:PUBKEY_FILE".into(),
+            );
         };
         let name_ok = (1..=64).contains(&name.len())
             && name
@@ -207,6 +223,7 @@ fn ask(prompt: &str, what: &str) -> Result<Zeroizing<String>, CustodyError> {
 pub enum Sealer {
     Passphrase(SecretString),
     Recipient(Box<age::x25519::Recipient>),
+    Ssh(Box<age::ssh::Recipient>),
     Plaintext,
 }
 
@@ -229,6 +246,22 @@ impl Sealer {
                     }
                 })?))
             }
+            Protection::Ssh(file) => {
+                let failed = |reason: String| CustodyError::Encrypt {
+                    what: what.into(),
+                    reason: format!("{}: {reason}", file.display()),
+                };
+                // A public key file: its first line is the key.
+                let text = std::fs::read_to_string(file).map_err(|e| failed(e.to_string()))?;
+                let line = text.lines().next().unwrap_or_default().trim();
+                let recipient = line.parse::<age::ssh::Recipient>().map_err(|_| {
+                    failed(
+                        "not an ssh-ed25519 or ssh-rsa public key line (what ssh-keygen writes to .pub)"
+                            .into(),
+                    )
+                })?;
+                Self::Ssh(Box::new(recipient))
+            }
         })
     }
 
@@ -241,6 +274,13 @@ impl Sealer {
                 age::Encryptor::with_user_passphrase(passphrase.clone())
             }
             Self::Recipient(recipient) => age::Encryptor::with_recipients(std::iter::once(
+                recipient.as_ref() as &dyn age::Recipient,
+            ))
+            .map_err(|e| CustodyError::Encrypt {
+                what: what.into(),
+                reason: first_line(&e.to_string()),
+            })?,
+            Self::Ssh(recipient) => age::Encryptor::with_recipients(std::iter::once(
                 recipient.as_ref() as &dyn age::Recipient,
             ))
             .map_err(|e| CustodyError::Encrypt {
@@ -301,24 +341,50 @@ pub struct AgeIdentities {
 
 impl AgeIdentities {
     /// Reads each file (which holds private keys, so it is refused when
-    /// group or others can read it: `read_private`).
+    /// group or others can read it: `read_private`): an age identity file
+    /// (`AGE-SECRET-KEY-1…` lines) or an OpenSSH private key, whose
+    /// passphrase, when it has one, comes from `passphrases`.
     pub fn read(
         files: &[PathBuf],
         read_private: impl Fn(&Path) -> Result<Zeroizing<String>, String>,
+        passphrases: &mut Passphrases,
     ) -> Result<Self, CustodyError> {
-        let mut identities = Vec::new();
+        let mut identities: Vec<Box<dyn age::Identity + Send + Sync>> = Vec::new();
         for file in files {
+            let name = file.display().to_string();
             let bad = |reason: String| CustodyError::BadIdentityFile {
-                file: file.display().to_string(),
+                file: name.clone(),
                 reason,
             };
             let text = read_private(file).map_err(bad)?;
+            if text.contains("-----BEGIN OPENSSH PRIVATE KEY-----") {
+                let key = age::ssh::Identity::from_buffer(text.as_bytes(), Some(name.clone()))
+                    .map_err(|e| bad(first_line(&e.to_string())))?;
+                let key = match key {
+                    age::ssh::Identity::Unencrypted(key) => key,
+                    age::ssh::Identity::Encrypted(key) => {
+                        let passphrase = passphrases.next(&format!("the SSH key {name}"), false)?;
+                        key.decrypt(passphrase)
+                            .map_err(|_| CustodyError::WrongPassphrase(name.clone()))?
+                    }
+                    age::ssh::Identity::Unsupported(_) => {
+                        return Err(bad(
+                            "an SSH key of a kind age cannot use (ssh-ed25519 and ssh-rsa can)"
+                                .into(),
+                        ));
+                    }
+                };
+                identities.push(Box::new(age::ssh::Identity::Unencrypted(key)));
+                continue;
+            }
             let parsed = age::IdentityFile::from_buffer(text.as_bytes())
                 .map_err(|e| bad(first_line(&e.to_string())))?
                 .into_identities()
                 .map_err(|e| bad(first_line(&e.to_string())))?;
             if parsed.is_empty() {
-                return Err(bad("no AGE-SECRET-KEY-1… line".into()));
+                return Err(bad(
+                    "no AGE-SECRET-KEY-1… line and not an OpenSSH private key".into(),
+                ));
             }
             identities.extend(parsed);
         }
@@ -384,7 +450,11 @@ mod tests {
     #[test]
     fn protection_and_custodian_specs_round_trip_and_refuse_a_passphrase_argument() {
         let recipient = age::x25519::Identity::generate().to_public().to_string();
-        for spec in ["passphrase".to_string(), format!("age:{recipient}")] {
+        for spec in [
+            "passphrase".to_string(),
+            format!("age:{recipient}"),
+            "ssh:/etc/keys/carol.pub".to_string(),
+        ] {
             assert_eq!(Protection::parse(&spec).unwrap().spec(), spec);
             let custodian = format!("alice={spec}");
             assert_eq!(Custodian::parse(&custodian).unwrap().spec(), custodian);
@@ -393,6 +463,7 @@ mod tests {
             assert_eq!(Protection::parse(spec), Err(NO_PASSPHRASE_ARGUMENT.into()));
         }
         assert!(Protection::parse("age:age1notakey").is_err());
+        assert!(Protection::parse("ssh:").is_err());
         for bad in [
             "=passphrase",
             "../x=passphrase",

@@ -128,12 +128,15 @@ pub(crate) fn read_protected(
     Ok(zeroize::Zeroizing::new(text.to_string()))
 }
 
-/// The `--age-identity` files of `unlock`, read as private files.
+/// The `--age-identity` files of `unlock`, read as private files (an SSH
+/// key's passphrase, if any, is asked of `passphrases` before the files').
 pub(crate) fn age_identities(
     unlock: &sceau_recover::cli::Unlock,
+    passphrases: &mut sceau_recover::custody::Passphrases,
 ) -> anyhow::Result<sceau_recover::custody::AgeIdentities> {
     Ok(sceau_recover::custody::AgeIdentities::read(
         &unlock.age_identities,
         |file| read_private(file, "age").map_err(|e| format!("{e:#}")),
+        passphrases,
     )?)
 }

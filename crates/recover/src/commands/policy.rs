@@ -71,12 +71,9 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
                     values_file.display()
                 );
             }
-            let pem = read_protected(
-                private,
-                "policy signing",
-                &age_identities(unlock)?,
-                &mut Passphrases::new(unlock.passphrase_fd),
-            )?;
+            let mut passphrases = Passphrases::new(unlock.passphrase_fd);
+            let identities = age_identities(unlock, &mut passphrases)?;
+            let pem = read_protected(private, "policy signing", &identities, &mut passphrases)?;
             let signer =
                 PolicySigner::from_pem(&pem).with_context(|| private.display().to_string())?;
             let signed = SignedPolicy::sign(&signer, pcrs, &values).with_context(|| {

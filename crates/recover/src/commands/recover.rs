@@ -21,8 +21,8 @@ enum Key {
 
 impl Key {
     fn read(options: &RecoverOptions) -> anyhow::Result<Self> {
-        let identities = age_identities(&options.unlock)?;
         let mut passphrases = Passphrases::new(options.unlock.passphrase_fd);
+        let identities = age_identities(&options.unlock, &mut passphrases)?;
         Ok(match &options.key {
             RecoveryKey::Identity(path) => Self::Identity(RecoveryIdentity::parse(
                 &read_protected(path, "recovery", &identities, &mut passphrases)?,

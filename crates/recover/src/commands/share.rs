@@ -84,8 +84,8 @@ fn read_share(
 }
 
 pub fn verify(options: &ShareVerifyOptions) -> anyhow::Result<()> {
-    let identities = age_identities(&options.unlock)?;
     let mut passphrases = Passphrases::new(options.unlock.passphrase_fd);
+    let identities = age_identities(&options.unlock, &mut passphrases)?;
     let shares = read_shares(&options.shares, &identities, &mut passphrases)?;
     let recovery_key = shares[0].recovery_key();
     if let Some(public) = &options.public {
