@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Supply-chain checks, as CI runs them (see audit/README.md):
 #
-#   1. cargo deny --config audit/deny.toml check bans licenses sources
-#      covers licenses, sources (crates.io only) and duplicate or banned crates.
+#   1. cargo deny --workspace --config audit/deny.toml check bans licenses sources
+#      covers licenses, sources (crates.io only) and duplicate or banned crates,
+#      for every package of the workspace (the daemon, sceau-recover, the
+#      SPIRE plugins, the test kit), not only the root package's graph.
 #   2. cargo deny ... check advisories, but only when a RustSec advisory
 #      database is already on disk. The database is a git clone from GitHub,
 #      which this project's CI cannot reach, so it is never fetched here. When
@@ -70,7 +72,7 @@ fi
 
 for i in "${!manifests[@]}"; do
     echo "== cargo deny check bans licenses sources (${manifests[$i]})"
-    cargo deny --offline --locked --manifest-path "${manifests[$i]}" --config "${configs[$i]}" \
+    cargo deny --offline --locked --workspace --manifest-path "${manifests[$i]}" --config "${configs[$i]}" \
         check bans licenses sources
 done
 
