@@ -89,6 +89,23 @@ impl Log for Logger {
     }
 }
 
+/// The most bytes of one attacker-controlled field (a certificate's DN, an
+/// error text from the peer) that a log line or a refusal carries.
+pub const MAX_FIELD_BYTES: usize = 256;
+
+/// `text` cut to [`MAX_FIELD_BYTES`] at a character boundary, with what was
+/// cut said (`…(4130 bytes)`); escaping is [`format_line`]'s job.
+pub fn cap_field(text: &str) -> String {
+    if text.len() <= MAX_FIELD_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_FIELD_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…({} bytes)", &text[..end], text.len())
+}
+
 /// One log line, newline included. Newlines inside `message` become
 /// spaces: the host reads stderr line by line.
 pub fn format_line(level: Level, module: &str, message: &str, at: SystemTime) -> String {
@@ -257,6 +274,22 @@ mod tests {
             body.keys().collect::<Vec<_>>(),
             ["@level", "@message", "@module", "@timestamp"]
         );
+    }
+
+    #[test]
+    fn long_fields_are_capped_at_a_character_boundary() {
+        assert_eq!(cap_field("short"), "short");
+        let exact = "x".repeat(MAX_FIELD_BYTES);
+        assert_eq!(cap_field(&exact), exact);
+        let long = "d".repeat(4096);
+        let capped = cap_field(&long);
+        assert_eq!(capped, format!("{}…(4096 bytes)", "d".repeat(256)));
+        // A two-byte character across the limit is left out whole.
+        let straddling = format!("{}é{}", "x".repeat(255), "y".repeat(10));
+        let capped = cap_field(&straddling);
+        assert!(capped.starts_with(&"x".repeat(255)));
+        assert!(capped.ends_with("…(267 bytes)"), "{capped}");
+        assert!(!capped.contains('é'));
     }
 
     #[test]

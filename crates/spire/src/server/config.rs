@@ -147,24 +147,84 @@ impl ServerConfig {
     }
 }
 
+/// O_NONBLOCK, so that opening a FIFO (or a device that blocks in open)
+/// returns at once and is refused by type below. The value of Linux's
+/// generic ABI (asm-generic/fcntl.h), which the architectures sceau builds
+/// for use; the spire crate does not link libc for one constant.
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "x86",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "s390x",
+        target_arch = "powerpc64",
+    )
+))]
+const O_NONBLOCK: i32 = 0o4000;
+
+/// A configuration file, read safely: opened without blocking (O_NONBLOCK;
+/// std adds O_CLOEXEC), its type checked on the open descriptor (a FIFO, a
+/// directory, a device or a socket is refused with its type named), then
+/// read through that same descriptor, at most [`MAX_FILE_LEN`] bytes of it
+/// whatever its size said.
 fn read_text(path: &Path, key: &str) -> Result<String, ConfigError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let unreadable =
         |e: std::io::Error| ConfigError(format!("{key}: cannot read {}: {e}", path.display()));
-    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(path)
+        .map_err(unreadable)?;
     let metadata = file.metadata().map_err(unreadable)?;
     if !metadata.is_file() {
         return Err(ConfigError(format!(
-            "{key}: {} is not a regular file",
-            path.display()
+            "{key}: {} is {}, not a regular file",
+            path.display(),
+            file_type(&metadata.file_type())
         )));
     }
-    if metadata.len() > MAX_FILE_LEN {
-        return Err(ConfigError(format!(
+    let too_large = || {
+        ConfigError(format!(
             "{key}: {} is larger than {MAX_FILE_LEN} bytes",
             path.display()
-        )));
+        ))
+    };
+    if metadata.len() > MAX_FILE_LEN {
+        return Err(too_large());
     }
-    std::fs::read_to_string(path).map_err(unreadable)
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_LEN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    // The file may have grown since its size was read.
+    if bytes.len() as u64 > MAX_FILE_LEN {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| ConfigError(format!("{key}: {} is not UTF-8 text", path.display())))
+}
+
+/// What a file that is not a regular file is, for the refusal.
+fn file_type(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
 }
 
 /// One lowercase hex SHA-256 per line; blank lines and `#` comments allowed.
@@ -187,4 +247,145 @@ fn read_hashes(path: &Path) -> Result<HashSet<String>, ConfigError> {
         hashes.insert(hash);
     }
     Ok(hashes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sceau_testkit::TempDir;
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
+
+    const HASH: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    /// `ServerConfig::parse` with `ek_hashes_path = path`, in a thread, so
+    /// that a hang fails the test (after 5 s) instead of stalling it; the
+    /// stalled thread is left behind, as the plugin's was.
+    fn parse_with_hashes(path: &Path) -> (Result<ServerConfig, ConfigError>, Duration) {
+        parse_bounded(format!("ek_hashes_path = \"{}\"", path.display()))
+    }
+
+    fn parse_bounded(hcl: String) -> (Result<ServerConfig, ConfigError>, Duration) {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let started = Instant::now();
+        let shown = hcl.clone();
+        std::thread::spawn(move || {
+            let core = CoreConfig {
+                trust_domain: "example.org".into(),
+            };
+            let _ = sender.send(ServerConfig::parse(&core, &hcl));
+        });
+        let result = receiver
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("parsing hung: {shown:?}"));
+        (result, started.elapsed())
+    }
+
+    fn refused(path: &Path) -> String {
+        let (result, took) = parse_with_hashes(path);
+        let error = result.expect_err("a special file was accepted").0;
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert!(!error.contains('\n'), "{error:?}");
+        error
+    }
+
+    fn fifo(dir: &TempDir) -> PathBuf {
+        let path = dir.join("ek-hashes");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .expect("mkfifo runs");
+        assert!(status.success());
+        path
+    }
+
+    // Before O_NONBLOCK, the open of the FIFO blocked until a writer came:
+    // this test failed with "parsing hung".
+    #[test]
+    fn a_fifo_is_refused_at_once() {
+        let dir = TempDir::new("sceau-spire-config");
+        let path = fifo(&dir);
+        assert_eq!(
+            refused(&path),
+            format!(
+                "ek_hashes_path: {} is a FIFO, not a regular file",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_directory_and_a_device_are_refused_with_their_type() {
+        let dir = TempDir::new("sceau-spire-config");
+        assert_eq!(
+            refused(dir.path()),
+            format!(
+                "ek_hashes_path: {} is a directory, not a regular file",
+                dir.path().display()
+            )
+        );
+        assert_eq!(
+            refused(Path::new("/dev/zero")),
+            "ek_hashes_path: /dev/zero is a character device, not a regular file"
+        );
+    }
+
+    #[test]
+    fn the_roots_and_intermediates_paths_are_checked_the_same_way() {
+        let dir = TempDir::new("sceau-spire-config");
+        let path = fifo(&dir);
+        let (result, _) = parse_bounded(format!("ek_roots_path = \"{}\"", path.display()));
+        let error = result.unwrap_err();
+        assert!(error.0.starts_with("ek_roots_path: ") && error.0.contains("is a FIFO"));
+        let roots = dir.join("roots.pem");
+        std::fs::write(&roots, "").unwrap();
+        let (result, _) = parse_bounded(format!(
+            "ek_roots_path = \"{}\"\nek_intermediates_path = \"/dev/zero\"",
+            roots.display()
+        ));
+        let error = result.unwrap_err();
+        assert_eq!(
+            error.0,
+            "ek_intermediates_path: /dev/zero is a character device, not a regular file"
+        );
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused() {
+        let dir = TempDir::new("sceau-spire-config");
+        let path = dir.join("ek-hashes");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(MAX_FILE_LEN + 1).unwrap();
+        assert_eq!(
+            refused(&path),
+            format!(
+                "ek_hashes_path: {} is larger than {MAX_FILE_LEN} bytes",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_regular_file_is_read() {
+        let dir = TempDir::new("sceau-spire-config");
+        let path = dir.join("ek-hashes");
+        std::fs::write(
+            &path,
+            format!("# nodes\n{HASH}\n\n{}  # upper\n", HASH.to_uppercase()),
+        )
+        .unwrap();
+        let (result, _) = parse_with_hashes(&path);
+        let config = result.unwrap();
+        assert_eq!(config.ek_hashes, Some(HashSet::from([HASH.to_string()])));
+        // At the limit exactly, the size passes (the content does not).
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(MAX_FILE_LEN).unwrap();
+        let error = parse_with_hashes(&path).0.unwrap_err();
+        assert!(
+            error
+                .0
+                .ends_with("line 5: not a SHA-256 in hex (64 characters)"),
+            "{error:?}"
+        );
+    }
 }

@@ -12,11 +12,18 @@
 //! - `keys`: RSA and EC keys in TPM and X.509 form, compared by value.
 //! - `x509`: EK certificates, manufacturer roots and intermediates.
 //! - `credential`: TPM2_MakeCredential in software.
+//! - `event_log`: measured boot: the firmware event log, parsed, replayed, read.
 //! - `verify`: the checks, in order.
+//! - `limits`: the answer deadline and the caps on pending challenges.
+//!
+//! A refusal's log line names the EK by its hash as soon as the payload
+//! gives a key (`attestation refused (EK <hash>): …`), `unknown` before.
 
 pub mod config;
 pub mod credential;
+pub mod event_log;
 pub mod keys;
+pub mod limits;
 pub mod structures;
 pub mod verify;
 pub mod x509;
@@ -29,26 +36,47 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use self::config::ServerConfig;
+use self::limits::{ChallengeSlots, Limits};
 use self::verify::Refusal;
 use crate::payload::{ChallengeResponse, Payload};
 use crate::pb::server_attestor::attest_request::Request as Inbound;
 use crate::pb::server_attestor::attest_response::Response as Outbound;
 use crate::pb::server_attestor::node_attestor_server::{NodeAttestor, NodeAttestorServer};
 use crate::pb::server_attestor::{AgentAttributes, AttestRequest, AttestResponse};
+use crate::plugin::log::cap_field;
 use crate::plugin::{ConfigError, CoreConfig, MAX_MESSAGE_BYTES, Plugin, Service};
 
 /// The name agent IDs carry (`spiffe://<td>/spire/agent/sceau_tpm/<hash>`)
 /// and the one both sides are configured under (`NodeAttestor "sceau_tpm"`).
 pub const PLUGIN_NAME: &str = "sceau_tpm";
-/// How long the agent has to send its payload once the stream is open.
-const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long the agent's TPM has to answer the challenge (ActivateCredential
-/// and a quote take well under a second even on slow discrete TPMs).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
-#[derive(Default)]
 pub struct ServerPlugin {
     config: RwLock<Option<Arc<ServerConfig>>>,
+    limits: Limits,
+    slots: ChallengeSlots,
+}
+
+impl Default for ServerPlugin {
+    fn default() -> Self {
+        Self::with_limits(Limits::default())
+    }
+}
+
+impl ServerPlugin {
+    /// A server plugin with other deadlines or caps than the defaults
+    /// (tests use short ones).
+    pub fn with_limits(limits: Limits) -> Self {
+        ServerPlugin {
+            config: RwLock::new(None),
+            limits,
+            slots: ChallengeSlots::new(limits.per_ek, limits.total),
+        }
+    }
+
+    /// The challenges waiting for an answer, and the refusals for capacity.
+    pub fn challenge_slots(&self) -> &ChallengeSlots {
+        &self.slots
+    }
 }
 
 impl Plugin for ServerPlugin {
@@ -94,8 +122,13 @@ impl NodeAttestor for ServerPlugin {
             })?;
         let mut inbound = request.into_inner();
         let (outbound, stream) = mpsc::channel(2);
+        let attestation = Attestation {
+            config,
+            limits: self.limits,
+            slots: self.slots.clone(),
+        };
         tokio::spawn(async move {
-            let result = attest(&config, &mut inbound, &outbound).await;
+            let result = attestation.run(&mut inbound, &outbound).await;
             let message = match result {
                 Ok(attributes) => {
                     log::info!(
@@ -107,9 +140,9 @@ impl NodeAttestor for ServerPlugin {
                         response: Some(Outbound::AgentAttributes(attributes)),
                     })
                 }
-                Err((ek, failure)) => {
-                    log::warn!("attestation refused (EK {ek}): {}", failure.message());
-                    Err(failure)
+                Err(failure) => {
+                    log::warn!("{}", failure.log_line());
+                    Err(failure.status)
                 }
             };
             // The agent may have gone; nothing is left to tell it.
@@ -119,68 +152,156 @@ impl NodeAttestor for ServerPlugin {
     }
 }
 
-/// One attestation. On failure, returns the EK hash (or "unknown") for the
-/// log line with the status.
-async fn attest(
-    config: &ServerConfig,
-    inbound: &mut Streaming<AttestRequest>,
-    outbound: &mpsc::Sender<Result<AttestResponse, Status>>,
-) -> Result<AgentAttributes, (String, Status)> {
-    let unknown = |status: Status| ("unknown".to_string(), status);
-    let payload = match receive(inbound, PAYLOAD_TIMEOUT).await.map_err(unknown)? {
-        Inbound::Payload(bytes) => Payload::decode(&bytes)
-            .map_err(|e| unknown(refused(&Refusal::Malformed(format!("payload: {e}")))))?,
-        Inbound::ChallengeResponse(_) => {
-            return Err(unknown(Status::invalid_argument(
-                "sceau_tpm: a challenge response came before the payload",
-            )));
-        }
-    };
-    let verified = verify::check_payload(config, &payload, SystemTime::now())
-        .map_err(|r| unknown(refused(&r)))?;
-    let ek = verified.pub_hash.clone();
-    let with_ek = |status: Status| (ek.clone(), status);
-    let (pending, challenge) =
-        verify::issue_challenge(config, verified).map_err(|r| with_ek(refused(&r)))?;
-    outbound
-        .send(Ok(AttestResponse {
-            response: Some(Outbound::Challenge(challenge.encode())),
-        }))
-        .await
-        .map_err(|_| with_ek(Status::cancelled("sceau_tpm: the agent went away")))?;
-    let response = match receive(inbound, ANSWER_TIMEOUT).await.map_err(with_ek)? {
-        Inbound::ChallengeResponse(bytes) => ChallengeResponse::decode(&bytes).map_err(|e| {
-            with_ek(refused(&Refusal::Malformed(format!(
-                "challenge response: {e}"
-            ))))
-        })?,
-        Inbound::Payload(_) => {
-            return Err(with_ek(Status::invalid_argument(
-                "sceau_tpm: a second payload came instead of the challenge response",
-            )));
-        }
-    };
-    let selectors = verify::check_response(pending, &response).map_err(|r| with_ek(refused(&r)))?;
-    Ok(AgentAttributes {
-        spiffe_id: format!(
-            "spiffe://{}/spire/agent/{PLUGIN_NAME}/{ek}",
-            config.trust_domain
-        ),
-        selector_values: selectors,
-        can_reattest: true,
-    })
+/// A failed attestation: the status for the host, and what the log line
+/// adds to it.
+#[derive(Debug)]
+pub struct Failure {
+    /// The EK hash, once the payload named a key.
+    pub ek: Option<String>,
+    pub status: Status,
+    /// For a refusal for capacity: how many since the start.
+    pub refused_for_capacity: Option<u64>,
 }
 
+impl From<verify::NamedRefusal> for Failure {
+    /// A refused payload, named by its EK hash when it gave a key.
+    fn from(named: verify::NamedRefusal) -> Self {
+        Failure {
+            ek: named.ek,
+            status: refused(&named.refusal),
+            refused_for_capacity: None,
+        }
+    }
+}
+
+impl Failure {
+    fn unnamed(status: Status) -> Self {
+        Failure {
+            ek: None,
+            status,
+            refused_for_capacity: None,
+        }
+    }
+
+    /// The one log line: `attestation refused (EK <hash>|unknown): <the
+    /// status message>`, then the capacity counter for RESOURCE_EXHAUSTED.
+    /// The peer's text in the message is capped where it enters it (DNs in
+    /// `x509`, the transport's errors in [`receive`]).
+    pub fn log_line(&self) -> String {
+        let mut line = format!(
+            "attestation refused (EK {}): {}",
+            self.ek.as_deref().unwrap_or("unknown"),
+            self.status.message()
+        );
+        if let Some(count) = self.refused_for_capacity {
+            line.push_str(&format!(
+                " ({count} attestations refused for capacity since the plugin started)"
+            ));
+        }
+        line
+    }
+}
+
+/// One attestation's context.
+struct Attestation {
+    config: Arc<ServerConfig>,
+    limits: Limits,
+    slots: ChallengeSlots,
+}
+
+impl Attestation {
+    async fn run(
+        &self,
+        inbound: &mut Streaming<AttestRequest>,
+        outbound: &mpsc::Sender<Result<AttestResponse, Status>>,
+    ) -> Result<AgentAttributes, Failure> {
+        let config = &*self.config;
+        let unnamed = Failure::unnamed;
+        let payload = match receive(inbound, outbound, self.limits.payload_timeout)
+            .await
+            .map_err(unnamed)?
+        {
+            Inbound::Payload(bytes) => Payload::decode(&bytes)
+                .map_err(|e| unnamed(refused(&Refusal::Malformed(format!("payload: {e}")))))?,
+            Inbound::ChallengeResponse(_) => {
+                return Err(unnamed(Status::invalid_argument(
+                    "sceau_tpm: a challenge response came before the payload",
+                )));
+            }
+        };
+        let verified = verify::check_payload_naming_ek(config, &payload, SystemTime::now())
+            .map_err(Failure::from)?;
+        let ek = verified.pub_hash.clone();
+        let with_ek = |status: Status| Failure {
+            ek: Some(ek.clone()),
+            status,
+            refused_for_capacity: None,
+        };
+        // Held until this function returns, whichever way: the slot is
+        // freed by its drop.
+        let _slot = self.slots.try_acquire(&ek).map_err(|full| Failure {
+            ek: Some(ek.clone()),
+            status: Status::resource_exhausted(format!("sceau_tpm: {full}")),
+            refused_for_capacity: Some(full.refused),
+        })?;
+        let (pending, challenge) =
+            verify::issue_challenge(config, verified).map_err(|r| with_ek(refused(&r)))?;
+        outbound
+            .send(Ok(AttestResponse {
+                response: Some(Outbound::Challenge(challenge.encode())),
+            }))
+            .await
+            .map_err(|_| with_ek(Status::cancelled("sceau_tpm: the agent went away")))?;
+        let response = match receive(inbound, outbound, self.limits.answer_timeout)
+            .await
+            .map_err(with_ek)?
+        {
+            Inbound::ChallengeResponse(bytes) => {
+                ChallengeResponse::decode(&bytes).map_err(|e| {
+                    with_ek(refused(&Refusal::Malformed(format!(
+                        "challenge response: {e}"
+                    ))))
+                })?
+            }
+            Inbound::Payload(_) => {
+                return Err(with_ek(Status::invalid_argument(
+                    "sceau_tpm: a second payload came instead of the challenge response",
+                )));
+            }
+        };
+        let selectors =
+            verify::check_response(pending, &response).map_err(|r| with_ek(refused(&r)))?;
+        Ok(AgentAttributes {
+            spiffe_id: format!(
+                "spiffe://{}/spire/agent/{PLUGIN_NAME}/{ek}",
+                config.trust_domain
+            ),
+            selector_values: selectors,
+            can_reattest: true,
+        })
+    }
+}
+
+/// The next message, within `limit`; ends at once when the host drops the
+/// call (the answer side closes) even if the request side stays open.
 async fn receive(
     inbound: &mut Streaming<AttestRequest>,
+    outbound: &mpsc::Sender<Result<AttestResponse, Status>>,
     limit: Duration,
 ) -> Result<Inbound, Status> {
-    match tokio::time::timeout(limit, inbound.message()).await {
+    let next = tokio::select! {
+        next = tokio::time::timeout(limit, inbound.message()) => next,
+        () = outbound.closed() => {
+            return Err(Status::cancelled("sceau_tpm: the agent went away"));
+        }
+    };
+    match next {
         Err(_) => Err(Status::deadline_exceeded(format!(
-            "sceau_tpm: the agent did not answer within {} s",
-            limit.as_secs()
+            "sceau_tpm: the agent did not answer within {} ms",
+            limit.as_millis()
         ))),
-        Ok(Err(status)) => Err(status),
+        // The transport's error, whose text may carry the peer's.
+        Ok(Err(status)) => Err(Status::new(status.code(), cap_field(status.message()))),
         Ok(Ok(None)) => Err(Status::cancelled("sceau_tpm: the agent closed the stream")),
         Ok(Ok(Some(AttestRequest { request: None }))) => Err(Status::invalid_argument(
             "sceau_tpm: an empty message came from the agent",

@@ -83,12 +83,46 @@ const EK_POLICY: [u8; 32] = [
     0xfd, 0x52, 0xd7, 0x6e, 0x06, 0x52, 0x0b, 0x64, 0xf2, 0xa1, 0xda, 0x1b, 0x33, 0x14, 0x69, 0xaa,
 ];
 
+/// A payload's refusal with the EK it names, for the log line: the hash is
+/// known as soon as the EK's public area gives a key, before any check of
+/// its kind, certificate or trust; `None` when it gives none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedRefusal {
+    pub ek: Option<String>,
+    pub refusal: Refusal,
+}
+
+/// The payload checks ([`check_payload_naming_ek`] without the EK hash).
 pub fn check_payload(
     config: &ServerConfig,
     payload: &Payload,
     now: SystemTime,
 ) -> Result<VerifiedPayload, Refusal> {
-    let ek = check_ek_public(&payload.ek_public)?;
+    check_payload_naming_ek(config, payload, now).map_err(|named| named.refusal)
+}
+
+/// The payload checks; a refusal carries the EK hash when the payload
+/// names a key.
+pub fn check_payload_naming_ek(
+    config: &ServerConfig,
+    payload: &Payload,
+    now: SystemTime,
+) -> Result<VerifiedPayload, NamedRefusal> {
+    let (ek_hash, ek) = check_ek_public(&payload.ek_public);
+    let named = |refusal: Refusal| NamedRefusal {
+        ek: ek_hash.clone(),
+        refusal,
+    };
+    let ek = ek.map_err(named)?;
+    check_trusted_payload(config, payload, ek, now).map_err(named)
+}
+
+fn check_trusted_payload(
+    config: &ServerConfig,
+    payload: &Payload,
+    ek: Key,
+    now: SystemTime,
+) -> Result<VerifiedPayload, Refusal> {
     let pub_hash = ek.pub_hash();
     let mut selectors = vec![
         format!("pub_hash:{pub_hash}"),
@@ -135,10 +169,26 @@ pub fn check_payload(
 
 /// The EK's public area: a restricted decryption key bound to its TPM with
 /// the TCG default template's parameters, which the credential depends on
-/// (SHA-256 nameAlg, AES-128-CFB).
-fn check_ek_public(tpmt_public: &[u8]) -> Result<Key, Refusal> {
-    let area = PublicArea::parse(tpmt_public)
-        .map_err(|e| Refusal::Malformed(format!("EK public area: {e}")))?;
+/// (SHA-256 nameAlg, AES-128-CFB). Returns the hash of the key the area
+/// holds, if it holds one, whatever the verdict.
+fn check_ek_public(tpmt_public: &[u8]) -> (Option<String>, Result<Key, Refusal>) {
+    let area = match PublicArea::parse(tpmt_public) {
+        Ok(area) => area,
+        Err(e) => {
+            return (
+                None,
+                Err(Refusal::Malformed(format!("EK public area: {e}"))),
+            );
+        }
+    };
+    let key = Key::from_tpm(&area.key);
+    let hash = key.as_ref().ok().map(Key::pub_hash);
+    let verdict = check_ek_kind(&area)
+        .and_then(|()| key.map_err(|e| Refusal::Malformed(format!("EK key: {e}"))));
+    (hash, verdict)
+}
+
+fn check_ek_kind(area: &PublicArea) -> Result<(), Refusal> {
     if area.name_alg != ALG_SHA256 {
         return Err(Refusal::EkKind("its name algorithm is not SHA-256"));
     }
@@ -167,7 +217,7 @@ fn check_ek_public(tpmt_public: &[u8]) -> Result<Key, Refusal> {
         PublicKey::Rsa { .. } => return Err(Refusal::EkKind("an RSA EK must have 2048 bits")),
         PublicKey::KeyedHash { .. } => return Err(Refusal::EkKind("it is not an RSA or ECC key")),
     }
-    Key::from_tpm(&area.key).map_err(|e| Refusal::Malformed(format!("EK key: {e}")))
+    Ok(())
 }
 
 /// The certificate chains to a root, and certifies exactly `ek`. Returns

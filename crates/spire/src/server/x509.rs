@@ -24,6 +24,7 @@ use x509_cert::ext::pkix::{
 use x509_cert::name::Name;
 
 use super::keys::{Hash, Key};
+use crate::plugin::log::cap_field;
 
 const MAX_CHAIN_DEPTH: usize = 6;
 const MAX_BUNDLE_CERTIFICATES: usize = 1000;
@@ -91,12 +92,12 @@ impl Parsed {
 
     /// A short name for messages: the subject's CN, else its DN.
     pub fn label(&self) -> String {
-        common_name(self.subject()).unwrap_or_else(|| self.subject().to_string())
+        cap_field(&common_name(self.subject()).unwrap_or_else(|| self.subject().to_string()))
     }
 
     /// The issuer's CN, else its DN, for messages.
     pub fn issuer_label(&self) -> String {
-        common_name(self.issuer()).unwrap_or_else(|| self.issuer().to_string())
+        cap_field(&common_name(self.issuer()).unwrap_or_else(|| self.issuer().to_string()))
     }
 
     /// The issuer's CN, for the `issuer:cn:` selector.

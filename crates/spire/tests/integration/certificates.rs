@@ -12,9 +12,13 @@ use std::time::{Duration, SystemTime};
 use crate::pki::Pki;
 
 use sceau_spire::payload::Payload;
+use sceau_spire::plugin::log::{MAX_FIELD_BYTES, format_line};
+use sceau_spire::server::Failure;
 use sceau_spire::server::config::{EkTrust, ServerConfig};
 use sceau_spire::server::keys::Key;
-use sceau_spire::server::verify::{Refusal, VerifiedPayload, check_payload};
+use sceau_spire::server::verify::{
+    NamedRefusal, Refusal, VerifiedPayload, check_payload, check_payload_naming_ek,
+};
 use sceau_spire::server::x509::TrustStore;
 
 fn config(store: TrustStore, hashes: Option<&[&str]>, ek_trust: EkTrust) -> ServerConfig {
@@ -250,4 +254,94 @@ fn a_certificate_for_another_usage_is_refused() {
     let (payload, _) = payload(3, cert);
     let store = TrustStore::from_pem(&pki.pem("root"), &pki.pem("intermediate")).unwrap();
     assert_certificate_refused(check_with(store, &payload), "extended key usage");
+}
+
+// --- What the log line says about a refused payload ----------------------
+
+/// The hclog line the server plugin writes for a refused payload.
+fn log_line_for(result: Result<VerifiedPayload, NamedRefusal>) -> String {
+    let named = result.map(|_| ()).expect_err("the payload was refused");
+    let message = Failure::from(named).log_line();
+    format_line(
+        log::Level::Warn,
+        "sceau-spire-server",
+        &message,
+        SystemTime::now(),
+    )
+}
+
+// Before the EK hash was carried on payload refusals, this line said
+// "(EK unknown)" (seen failing with the hash left off).
+#[test]
+fn a_refusal_for_a_certificate_of_another_key_names_the_ek_hash() {
+    let pki = Pki::new();
+    let (_, genuine) = payload(3, vec![]);
+    let cert = pki.ek_certificate(&genuine, "intermediate", "ek");
+    let (foreign, presented) = payload(4, cert);
+    let store = TrustStore::from_pem(&pki.pem("root"), &pki.pem("intermediate")).unwrap();
+    let result = check_payload_naming_ek(
+        &config(store, None, EkTrust::Either),
+        &foreign,
+        SystemTime::now(),
+    );
+    assert_eq!(
+        result.as_ref().map(|_| ()).unwrap_err(),
+        &NamedRefusal {
+            ek: Some(presented.pub_hash()),
+            refusal: Refusal::CertificateKeyMismatch
+        }
+    );
+    let line = log_line_for(result);
+    assert!(
+        line.contains(&format!(
+            "attestation refused (EK {}): sceau_tpm: the EK certificate certifies another key",
+            presented.pub_hash()
+        )),
+        "{line}"
+    );
+}
+
+// A certificate whose issuer's DN is 4 KiB (64 OUs of 64 characters, no
+// CN): the refusal names it capped to 256 bytes. Without the cap the line
+// is over 4 KiB (seen failing with cap_field left out of x509.rs).
+#[test]
+fn a_4_kib_dn_is_logged_capped() {
+    let pki = Pki::new();
+    let unit = "u".repeat(64);
+    let subject: String = (0..64)
+        .map(|i| format!("/OU={i:02}{}", &unit[2..]))
+        .collect();
+    pki.self_signed_with_subject("rogue", &subject);
+    let (_, ek) = payload(3, vec![]);
+    let cert = pki.ek_certificate(&ek, "rogue", "ek");
+    let (presented, _) = payload(3, cert);
+    let store = TrustStore::from_pem(&pki.pem("root"), &pki.pem("intermediate")).unwrap();
+    let result = check_payload_naming_ek(
+        &config(store, None, EkTrust::Either),
+        &presented,
+        SystemTime::now(),
+    );
+    let Err(NamedRefusal {
+        ek: Some(hash),
+        refusal: Refusal::Certificate(text),
+    }) = &result
+    else {
+        panic!("expected a certificate refusal naming the EK, got {result:?}");
+    };
+    assert_eq!(hash, &ek.pub_hash());
+    let issuer = text.split("(issuer ").nth(1).expect("the issuer is named");
+    assert!(
+        issuer.starts_with("OU=") || issuer.contains("OU="),
+        "{issuer}"
+    );
+    assert!(
+        issuer.contains("…("),
+        "the DN is not marked as cut: {issuer}"
+    );
+    let shown = issuer.split("…(").next().unwrap();
+    assert!(shown.len() <= MAX_FIELD_BYTES, "{} bytes", shown.len());
+    let line = log_line_for(result);
+    assert!(line.len() < 1024, "{} bytes: {line}", line.len());
+    assert!(line.contains(&format!("(EK {})", ek.pub_hash())), "{line}");
+    assert_eq!(line.matches('\n').count(), 1);
 }

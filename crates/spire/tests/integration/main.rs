@@ -1,11 +1,13 @@
 //! The SPIRE plugins' integration tests, in one binary: the go-plugin and
 //! SPIRE protocol against the plugins in-process (`plugin_protocol`), the
 //! agent's TPM steps on swtpm (`agent_tpm`), the server's verdicts on
-//! evidence a real TPM made (`attest`), and EK certificate chains
+//! evidence a real TPM made (`attest`), the server plugin under stalled
+//! attestations (`attest_limits`), and EK certificate chains
 //! (`certificates`). `pki` issues the test certificates with openssl.
 
 mod agent_tpm;
 mod attest;
+mod attest_limits;
 mod certificates;
 mod pki;
 mod plugin_protocol;

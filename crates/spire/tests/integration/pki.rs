@@ -83,6 +83,12 @@ impl Pki {
     }
 
     fn self_signed(&self, name: &str, cn: &str) {
+        self.self_signed_with_subject(name, &format!("/CN={cn}"));
+    }
+
+    /// A self-signed root `name` whose subject is `subject`, in openssl's
+    /// `-subj` form (`/OU=a/OU=b`).
+    pub fn self_signed_with_subject(&self, name: &str, subject: &str) {
         self.run(&[
             "ecparam",
             "-name",
@@ -92,7 +98,7 @@ impl Pki {
             "-out",
             &format!("{name}.key"),
         ]);
-        self.request(name, cn);
+        self.request_with_subject(name, subject);
         self.run(&[
             "x509",
             "-req",
@@ -114,13 +120,17 @@ impl Pki {
 
     /// A certificate request `NAME.csr` for the key `NAME.key`, subject CN.
     fn request(&self, name: &str, cn: &str) {
+        self.request_with_subject(name, &format!("/CN={cn}"));
+    }
+
+    fn request_with_subject(&self, name: &str, subject: &str) {
         self.run(&[
             "req",
             "-new",
             "-key",
             &format!("{name}.key"),
             "-subj",
-            &format!("/CN={cn}"),
+            subject,
             "-config",
             "/dev/null",
             "-out",
