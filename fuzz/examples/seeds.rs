@@ -54,7 +54,8 @@ fn main() -> std::io::Result<()> {
     write_all(&root.join("recovery_input"), recovery_input_seeds())?;
     write_all(&root.join("spire_attestation"), spire_attestation_seeds())?;
     write_all(&root.join("recovery_share"), recovery_share_seeds())?;
-    write_all(&root.join("protected_file"), protected_file_seeds())
+    write_all(&root.join("protected_file"), protected_file_seeds())?;
+    write_all(&root.join("event_log"), event_log_seeds())
 }
 
 /// Share files: the pinned 2-of-3 shares as `recovery-keygen` made them,
@@ -152,6 +153,115 @@ fn spire_attestation_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
+/// The SPIRE server's measured-boot evidence: every real firmware log in
+/// `crates/spire/tests/fixtures/event_log/` (`*.bin`, named without the
+/// extension), and a small SHA-256-only log made here that reaches every
+/// fact (a startup locality, Secure Boot on, a boot application, PCRs 0–7
+/// each closed by a clean separator), much shorter than the real ones.
+fn event_log_seeds() -> Vec<(String, Vec<u8>)> {
+    use sceau_spire::server::event_log::{BOOT_PCRS, Bank, EventLog, Limits};
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/spire/tests/fixtures/event_log");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").file_name())
+        .filter_map(|name| name.to_str()?.strip_suffix(".bin").map(str::to_owned))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no *.bin in {}", dir.display());
+    let mut seeds: Vec<(String, Vec<u8>)> = names
+        .into_iter()
+        .map(|name| {
+            let bytes = std::fs::read(dir.join(format!("{name}.bin"))).expect("a fixture log");
+            (name, bytes)
+        })
+        .collect();
+    seeds.push(("small-sha256".to_owned(), small_event_log()));
+    for (name, bytes) in &seeds {
+        let log = EventLog::parse(bytes, Limits::default())
+            .unwrap_or_else(|e| panic!("seed {name}: {e}"));
+        assert!(log.has_bank(Bank::Sha256), "seed {name}");
+    }
+    let small = EventLog::parse(&seeds.last().expect("small").1, Limits::default()).expect("small");
+    let replayed = small.replay(Bank::Sha256).expect("a SHA-256 replay");
+    let quoted: Vec<(u8, &[u8])> = BOOT_PCRS
+        .iter()
+        .map(|&pcr| (pcr, replayed[usize::from(pcr)].as_slice()))
+        .collect();
+    let facts = small
+        .matches(Bank::Sha256, &quoted)
+        .expect("its own replay")
+        .facts();
+    assert!(facts.complete && facts.secure_boot == Some(true) && !facts.firmware_debugger);
+    assert_eq!(facts.boot_applications, Some(vec![vec![0x42; 32]]));
+    seeds
+}
+
+/// A crypto-agile log with one bank (SHA-256): the Spec ID event, the
+/// startup locality 3, and a short boot (module documentation of
+/// `crates/spire/src/server/event_log.rs`).
+fn small_event_log() -> Vec<u8> {
+    use sceau_spire::server::event_log::ALG_SHA256;
+    use sceau_spire::server::event_log::event_type::*;
+    let mut spec_id = b"Spec ID Event03\0".to_vec();
+    spec_id.extend(0u32.to_le_bytes()); // platformClass
+    spec_id.extend([0, 2, 0, 2]); // version 2.0, errata 0, uintnSize 2
+    spec_id.extend(1u32.to_le_bytes());
+    spec_id.extend(ALG_SHA256.to_le_bytes());
+    spec_id.extend(32u16.to_le_bytes());
+    spec_id.push(0); // vendorInfoSize
+    let mut out = Vec::new();
+    out.extend(0u32.to_le_bytes());
+    out.extend(EV_NO_ACTION.to_le_bytes());
+    out.extend([0; 20]);
+    out.extend(u32::try_from(spec_id.len()).expect("short").to_le_bytes());
+    out.extend(spec_id);
+    /// A TCG_PCR_EVENT2 with its one SHA-256 digest.
+    fn event(out: &mut Vec<u8>, pcr: u32, kind: u32, digest: &[u8], data: &[u8]) {
+        out.extend(pcr.to_le_bytes());
+        out.extend(kind.to_le_bytes());
+        out.extend(1u32.to_le_bytes());
+        out.extend(ALG_SHA256.to_le_bytes());
+        out.extend(digest);
+        out.extend(u32::try_from(data.len()).expect("short").to_le_bytes());
+        out.extend(data);
+    }
+    /// One whose digest is the hash of its data.
+    fn measured(out: &mut Vec<u8>, pcr: u32, kind: u32, data: &[u8]) {
+        event(out, pcr, kind, &sha256(data), data);
+    }
+    event(
+        &mut out,
+        0,
+        EV_NO_ACTION,
+        &[0; 32],
+        b"StartupLocality\0\x03",
+    );
+    measured(&mut out, 0, EV_S_CRTM_VERSION, b"v\0");
+    // UEFI_VARIABLE_DATA: EFI_GLOBAL_VARIABLE, "SecureBoot", one byte: 1.
+    let mut secure_boot = vec![
+        0x61, 0xdf, 0xe4, 0x8b, 0xca, 0x93, 0xd2, 0x11, 0xaa, 0x0d, 0x00, 0xe0, 0x98, 0x03, 0x2b,
+        0x8c,
+    ];
+    secure_boot.extend(10u64.to_le_bytes());
+    secure_boot.extend(1u64.to_le_bytes());
+    secure_boot.extend("SecureBoot".encode_utf16().flat_map(u16::to_le_bytes));
+    secure_boot.push(1);
+    measured(&mut out, 7, EV_EFI_VARIABLE_DRIVER_CONFIG, &secure_boot);
+    for pcr in 0..8 {
+        measured(&mut out, pcr, EV_SEPARATOR, &[0; 4]);
+    }
+    event(
+        &mut out,
+        4,
+        EV_EFI_BOOT_SERVICES_APPLICATION,
+        &[0x42; 32],
+        b"\0\0",
+    );
+    measured(&mut out, 5, EV_EFI_ACTION, b"Exit Boot Services Invocation");
+    out
+}
+
 /// Boot-state binding's files, each after its mode byte: a signed policy
 /// file as sceau writes it (a fixed key, so the seed does not change) and as
 /// systemd-measure writes it (two banks, no fingerprint), `tpm2_pcrread`
@@ -197,10 +307,10 @@ fn boot_policy_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-fn write_all(dir: &Path, seeds: Vec<(&str, Vec<u8>)>) -> std::io::Result<()> {
+fn write_all<N: AsRef<str>>(dir: &Path, seeds: Vec<(N, Vec<u8>)>) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     for (name, bytes) in seeds {
-        std::fs::write(dir.join(name), bytes)?;
+        std::fs::write(dir.join(name.as_ref()), bytes)?;
     }
     Ok(())
 }
