@@ -390,7 +390,7 @@ async fn refused_shares_are_named_by_file() {
             "another key set",
             attempt(&[&share("alice"), &other.shares[1]], &identities, None),
             other.shares[1].clone(),
-            "another key set",
+            "sceau-recover: key set ",
         ),
         (
             "wrong passphrase",
@@ -415,10 +415,10 @@ async fn refused_shares_are_named_by_file() {
         let line = ran
             .stderr
             .lines()
-            .find(|l| l.contains("share refused"))
-            .unwrap_or_else(|| panic!("{what}: no refusal line in {}", ran.stderr));
+            .find(|l| l.contains(&file.display().to_string()) && l.contains(says))
+            .unwrap_or_else(|| panic!("{what}: no line naming the file in {}", ran.stderr));
         assert!(
-            line.contains(&file.display().to_string()) && line.contains(says),
+            line.contains("share refused") || line.contains("key set"),
             "{what}: {line}"
         );
         assert!(
@@ -427,6 +427,155 @@ async fn refused_shares_are_named_by_file() {
             ran.stderr
         );
     }
+}
+
+/// A share forged for a custodian (anyone who knows their recipient can
+/// write one: the real recovery key as C_0, the other commitments made to
+/// fit) verifies alone, and `share verify --public` passes it; what gives
+/// it away is the key set fingerprint, which differs from the one keygen
+/// printed for the ceremony record and `share verify` prints for the
+/// genuine shares. Given to `recover` with genuine shares, the groups are
+/// listed and nothing opens; no genuine share is blamed. Without the
+/// grouping, the genuine shares after the forged first file were refused
+/// as "a share of another key set".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_share_is_told_by_its_key_set_and_blames_no_genuine_share() {
+    let tmp = TempDir::new("shares-forged");
+    let dir = tmp.path();
+    let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("f{i}"))).collect();
+    let public = dir.join("set.pub");
+    let shares_dir = dir.join("set-shares");
+    let custodians: Vec<String> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| format!("c{i}={}", key.spec))
+        .collect();
+    let mut args = vec![
+        "recovery-keygen",
+        "--public",
+        public.to_str().unwrap(),
+        "--custodians",
+        "3",
+        "--threshold",
+        "2",
+        "--shares-out",
+        shares_dir.to_str().unwrap(),
+    ];
+    for custodian in &custodians {
+        args.extend(["--custodian", custodian]);
+    }
+    let keygen = ok(recover_tool(dir, &args), "keygen");
+    let recorded = keygen
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("key set "))
+        .and_then(|l| l.split(':').next())
+        .unwrap_or_else(|| panic!("keygen printed no key set: {}", keygen.stderr))
+        .to_string();
+    let share = |i: usize| shares_dir.join(format!("c{i}.share.age"));
+
+    // The forger writes c0 a share, encrypted with the real `age` to c0's
+    // public recipient.
+    let genuine = ok(
+        run(
+            dir,
+            Path::new("age"),
+            &[
+                "-d",
+                "-i",
+                keys[0].identity.to_str().unwrap(),
+                share(0).to_str().unwrap(),
+            ],
+            None,
+        ),
+        "age -d",
+    );
+    let genuine =
+        sceau_format::recovery_share::Share::parse(std::str::from_utf8(&genuine.stdout).unwrap())
+            .unwrap();
+    let plain = dir.join("forged.share");
+    std::fs::write(&plain, genuine.forged_for_the_same_key().file().as_bytes()).unwrap();
+    let forged = dir.join("forged.share.age");
+    let recipient = keys[0].spec.strip_prefix("age:").unwrap();
+    ok(
+        run(
+            dir,
+            Path::new("age"),
+            &[
+                "-a",
+                "-r",
+                recipient,
+                "-o",
+                forged.to_str().unwrap(),
+                plain.to_str().unwrap(),
+            ],
+            None,
+        ),
+        "age -r",
+    );
+    std::fs::remove_file(&plain).unwrap();
+    set_private(&forged);
+
+    let verify = |file: &Path| {
+        ok(
+            recover_tool(
+                dir,
+                &[
+                    "share",
+                    "verify",
+                    "--share",
+                    file.to_str().unwrap(),
+                    "--public",
+                    public.to_str().unwrap(),
+                    "--age-identity",
+                    keys[0].identity.to_str().unwrap(),
+                ],
+            ),
+            "share verify",
+        )
+    };
+    let shown = |ran: &Ran| {
+        String::from_utf8_lossy(&ran.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("key set ").map(str::to_string))
+            .expect("share verify prints the key set")
+    };
+    assert_eq!(shown(&verify(&share(0))), recorded);
+    assert_ne!(
+        shown(&verify(&forged)),
+        recorded,
+        "a forged share shows the recorded key set"
+    );
+
+    let mut args = vec!["recover".to_string()];
+    for file in [forged.clone(), share(1), share(2)] {
+        args.extend(["--share".into(), file.display().to_string()]);
+    }
+    for key in &keys {
+        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
+    }
+    args.extend(["--envelope".into(), "/dev/null".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ran = recover_tool(dir, &args);
+    assert!(!ran.success && ran.stdout.is_empty(), "{}", ran.stderr);
+    assert!(!ran.stderr.contains("share refused"), "{}", ran.stderr);
+    let genuine_group = format!("key set {recorded} (recovery key ");
+    let line = ran
+        .stderr
+        .lines()
+        .find(|l| l.contains(&genuine_group))
+        .unwrap_or_else(|| panic!("no line for the recorded key set: {}", ran.stderr));
+    assert!(
+        line.contains(&share(1).display().to_string())
+            && line.contains(&share(2).display().to_string())
+            && !line.contains(&forged.display().to_string()),
+        "{line}"
+    );
+    assert!(
+        ran.stderr.contains("2 different key sets"),
+        "{}",
+        ran.stderr
+    );
 }
 
 fn set_private(path: &Path) {
@@ -438,9 +587,13 @@ fn set_private(path: &Path) {
 /// in "passphrase for …: " with the passphrase (read from standard input,
 /// so that it is in no argument), only once the prompt is there, and
 /// prints what the terminal showed. Typing before the prompt would be
-/// echoed by the line discipline whatever the program does.
+/// echoed by the line discipline whatever the program does; and rpassword
+/// writes the prompt a moment before it turns echo off, so the driver, like
+/// a person, types 300 ms after the prompt (typed within microseconds of
+/// it, the passphrase was echoed once in this test: readpassphrase(3), as
+/// ssh uses it, turns echo off first; rpassword's order is kept here).
 const PTY_DRIVER: &str = r#"
-import os, pty, sys
+import os, pty, sys, time
 passphrase = sys.stdin.readline().rstrip("\n").encode()
 pid, fd = pty.fork()
 if pid == 0:
@@ -456,6 +609,7 @@ while True:
     shown += chunk
     if shown.count(b"passphrase for") > answered:
         answered += 1
+        time.sleep(0.3)
         os.write(fd, passphrase + b"\n")
 _, status = os.waitpid(pid, 0)
 sys.stdout.write(shown.decode("utf-8", "replace"))

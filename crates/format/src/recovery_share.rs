@@ -53,6 +53,8 @@ pub enum ShareError {
     Malformed(&'static str),
     #[error("share file: the name line does not match the recovery key the share commits to")]
     PinMismatch,
+    #[error("share file: the share line does not match the share it carries")]
+    ShapeLineMismatch,
     #[error(
         "share {index} does not match its key set's commitments: the share or its commitments were altered"
     )]
@@ -126,9 +128,24 @@ impl Share {
 
     /// Whether both shares come from one split: same shape, same commitments.
     pub fn same_key_set(&self, other: &Share) -> bool {
-        self.threshold == other.threshold
-            && self.custodians == other.custodians
-            && self.commitments == other.commitments
+        self.key_set() == other.key_set()
+    }
+
+    /// The key set's fingerprint: SHA-256 over K, N and every commitment.
+    /// C_0 alone (the recovery key) says which key a share opens, but anyone
+    /// who knows a custodian's recipient can write them a share with C_0
+    /// and made-up other commitments that verifies alone; the fingerprint,
+    /// printed at keygen for the ceremony record and by `share verify` for
+    /// each custodian, is what tells the genuine set from such a forgery.
+    pub fn key_set(&self) -> [u8; 32] {
+        use sha2::{Digest as _, Sha256};
+        let mut hash = Sha256::new();
+        hash.update(b"sceau recovery key set v1\0");
+        hash.update([self.threshold, self.custodians]);
+        for point in &self.commitments {
+            hash.update(point.to_encoded_point(true).as_bytes());
+        }
+        hash.finalize().into()
     }
 
     /// The plaintext share file (to be encrypted to its custodian).
@@ -149,13 +166,7 @@ impl Share {
             ],
             &[
                 ("custodian", self.custodian.clone()),
-                (
-                    "share",
-                    format!(
-                        "{} of {}, any {} open",
-                        self.index, self.custodians, self.threshold
-                    ),
-                ),
+                ("share", self.shape_line()),
                 ("name", hex(self.recovery_key().name())),
             ],
             &bytes,
@@ -216,10 +227,52 @@ impl Share {
             Some(name) if name.eq_ignore_ascii_case(&hex(share.recovery_key().name())) => {}
             _ => return Err(ShareError::PinMismatch),
         }
+        // The line custodians read with `age -d` must say what the block
+        // does (N is in no equation, so only this check binds it there).
+        if armored.header("share") != Some(share.shape_line().as_str()) {
+            return Err(ShareError::ShapeLineMismatch);
+        }
         if ProjectivePoint::GENERATOR * **share.value != share.committed_value() {
             return Err(ShareError::DoesNotVerify { index });
         }
         Ok(share)
+    }
+
+    /// What anyone who knows this custodian's recipient can write them: a
+    /// share of the same recovery key (C_0) with a value of the forger's
+    /// choosing and C_1 made to fit, so that it verifies alone. Only its
+    /// key set fingerprint gives it away. For the tests that show so.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn forged_for_the_same_key(&self) -> Share {
+        assert!(self.threshold >= 2, "a threshold-1 share has no C_1 to fit");
+        let value = Scalar::random(&mut crate::random::SystemRandom);
+        let x = Scalar::from(u64::from(self.index));
+        // f(i)·G = C_0 + C_1·i + Σ_{j≥2} C_j·iʲ: solve for C_1.
+        let mut rest = ProjectivePoint::from(self.commitments[0]);
+        let mut power = x * x;
+        for commitment in &self.commitments[2..] {
+            rest += ProjectivePoint::from(*commitment) * power;
+            power *= x;
+        }
+        let inverse = Option::<Scalar>::from(x.invert()).expect("index ≥ 1");
+        let mut commitments = self.commitments.clone();
+        commitments[1] = ((ProjectivePoint::GENERATOR * value - rest) * inverse).to_affine();
+        Share {
+            threshold: self.threshold,
+            custodians: self.custodians,
+            index: self.index,
+            value: Box::new(Zeroizing::new(value)),
+            commitments,
+            custodian: self.custodian.clone(),
+        }
+    }
+
+    /// `2 of 3, any 2 open`: the `share:` line of the file.
+    fn shape_line(&self) -> String {
+        format!(
+            "{} of {}, any {} open",
+            self.index, self.custodians, self.threshold
+        )
     }
 
     /// Σ C_j·iʲ: what f(i)·G must be.
@@ -407,6 +460,24 @@ mod tests {
         );
     }
 
+    /// A share forged for the same recovery key verifies alone (C_0 is
+    /// all it shares with the genuine set) but has another key set
+    /// fingerprint, and does not combine with genuine shares.
+    #[test]
+    fn a_forged_share_of_the_same_key_shows_another_key_set() {
+        let identity = RecoveryIdentity::generate();
+        let shares = split(&identity, 2, &names(3)).unwrap();
+        let forged = reparsed(&shares[0]).forged_for_the_same_key();
+        let forged = Share::parse(&forged.file()).expect("a forgery verifies alone");
+        assert_eq!(forged.recovery_key(), shares[0].recovery_key());
+        assert_ne!(forged.key_set(), shares[0].key_set());
+        assert_eq!(shares[1].key_set(), shares[0].key_set());
+        assert_eq!(
+            combine(&[forged, reparsed(&shares[1])]).err(),
+            Some(CombineError::MixedKeySets)
+        );
+    }
+
     #[test]
     fn shares_of_two_key_sets_and_a_repeated_share_are_refused() {
         let one = split(&RecoveryIdentity::generate(), 2, &names(3)).unwrap();
@@ -441,12 +512,10 @@ mod tests {
         }
     }
 
-    /// Every byte of a share's block is checked: flipping any one either
-    /// breaks the structure or fails the commitments. The one exception is
-    /// N, the custodian count: no equation involves it (only K and the
-    /// index do), so a share with another N parses, and `combine` refuses it
-    /// beside its siblings as another key set. The age encryption around
-    /// the file is what authenticates all of it.
+    /// Every byte of a share's block is checked: flipping any one breaks
+    /// the structure, fails the commitments, or (N, the custodian count,
+    /// which no equation involves) no longer matches the file's `share:`
+    /// line. Without that line check, flipping N parses.
     #[test]
     fn every_flipped_byte_is_refused() {
         use base64::Engine as _;
@@ -455,7 +524,7 @@ mod tests {
         let text = share.file();
         let armored = armor::decode(&text, SHARE_LABEL).unwrap();
         let block = base64::engine::general_purpose::STANDARD.encode(&*armored.bytes);
-        for at in (0..armored.bytes.len()).filter(|&at| at != 2) {
+        for at in 0..armored.bytes.len() {
             let mut bytes = armored.bytes.to_vec();
             bytes[at] ^= 0x01;
             let flipped = base64::engine::general_purpose::STANDARD.encode(&bytes);

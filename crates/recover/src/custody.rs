@@ -147,8 +147,13 @@ pub enum CustodyError {
     Encrypt { what: String, reason: String },
 }
 
+/// What `--passphrase-fd` may hold: passphrases, one a line.
+const MAX_PASSPHRASE_INPUT: u64 = 64 * 1024;
+
 /// Where passphrases come from: the terminal (echo off), or one line each
-/// from a file descriptor, read to its end at the first request.
+/// from a file descriptor, read to its end at the first request. The
+/// descriptor is opened anew through /proc/self/fd, so a regular file is
+/// read from its start, whatever its offset.
 pub struct Passphrases {
     fd: Option<u32>,
     lines: Option<std::vec::IntoIter<Zeroizing<String>>>,
@@ -189,9 +194,27 @@ impl Passphrases {
                 fd,
                 reason: e.to_string(),
             };
-            let mut file = std::fs::File::open(format!("/proc/self/fd/{fd}")).map_err(fd_error)?;
+            let file = std::fs::File::open(format!("/proc/self/fd/{fd}")).map_err(fd_error)?;
+            // A terminal would show what is typed: that is what the prompt
+            // with echo off is for.
+            if std::io::IsTerminal::is_terminal(&file) {
+                return Err(CustodyError::PassphraseFd {
+                    fd,
+                    reason: "is a terminal, where the passphrase would echo: leave out --passphrase-fd to be asked with echo off".into(),
+                });
+            }
             let mut text = Zeroizing::new(String::new());
-            file.read_to_string(&mut text).map_err(fd_error)?;
+            file.take(MAX_PASSPHRASE_INPUT + 1)
+                .read_to_string(&mut text)
+                .map_err(fd_error)?;
+            if text.len() as u64 > MAX_PASSPHRASE_INPUT {
+                return Err(CustodyError::PassphraseFd {
+                    fd,
+                    reason: format!(
+                        "more than {MAX_PASSPHRASE_INPUT} bytes: not a list of passphrases"
+                    ),
+                });
+            }
             let lines: Vec<Zeroizing<String>> = text
                 .lines()
                 .map(|line| Zeroizing::new(line.trim_end_matches('\r').to_string()))
@@ -433,6 +456,10 @@ pub fn open(
         age::DecryptError::DecryptionFailed | age::DecryptError::KeyDecryptionFailed if scrypt => {
             CustodyError::WrongPassphrase(file.into())
         }
+        age::DecryptError::ExcessiveWork { required, .. } => CustodyError::TooMuchWork {
+            file: file.into(),
+            required,
+        },
         other => damaged(other.to_string()),
     })?;
     let mut plaintext = Zeroizing::new(Vec::new());

@@ -577,25 +577,28 @@ pub fn clone3_without_arguments() -> std::io::Error {
 /// Locks every page the process has mapped, and every page it maps from
 /// now on, into RAM (mlockall): `sceau-recover` does so before it touches a
 /// private key, so that the key and its temporaries on the heap and the
-/// stack are never written to swap. Done only as root or with an unlimited
-/// RLIMIT_MEMLOCK: under a finite limit, MCL_FUTURE would make a later
-/// allocation past the limit fail, and the tool abort halfway; the error
-/// then says so, and nothing is locked.
+/// stack are never written to swap. Done only with CAP_IPC_LOCK in the
+/// effective set or an unlimited RLIMIT_MEMLOCK: under a finite limit,
+/// MCL_FUTURE would make a later allocation past it fail (scrypt's 256 MiB)
+/// and the tool abort halfway; root in a container without CAP_IPC_LOCK is
+/// such a case, so the capability is read, not the uid. The error then
+/// says so, and nothing is locked.
 pub fn lock_all_memory() -> std::io::Result<()> {
+    const CAP_IPC_LOCK: u32 = 14;
     let status = std::fs::read_to_string("/proc/self/status")?;
-    let root = status
+    let may_lock = status
         .lines()
-        .find_map(|line| line.strip_prefix("Uid:"))
-        .and_then(|uids| uids.split_whitespace().nth(1))
-        == Some("0");
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|caps| u64::from_str_radix(caps.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0);
     let limits = std::fs::read_to_string("/proc/self/limits")?;
     let unlimited = limits
         .lines()
         .find(|line| line.starts_with("Max locked memory"))
         .is_some_and(|line| line.split_whitespace().nth(3) == Some("unlimited"));
-    if !root && !unlimited {
+    if !may_lock && !unlimited {
         return Err(std::io::Error::other(
-            "RLIMIT_MEMLOCK is finite and the process is not root",
+            "RLIMIT_MEMLOCK is finite and the process lacks CAP_IPC_LOCK",
         ));
     }
     // SAFETY: mlockall takes flags only and reads or writes no memory of ours.

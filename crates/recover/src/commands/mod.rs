@@ -76,8 +76,7 @@ pub(crate) fn read_private(
 ) -> anyhow::Result<zeroize::Zeroizing<String>> {
     use std::io::Read as _;
     use std::os::unix::fs::PermissionsExt as _;
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mode = file
         .metadata()
         .with_context(|| format!("reading {}", path.display()))?
@@ -90,9 +89,19 @@ pub(crate) fn read_private(
             mode = mode & 0o7777,
         );
     }
+    // Key files are a few KiB; a larger one is not what was meant, and
+    // would be held (locked) in memory whole.
+    const MAX_PRIVATE_FILE: u64 = 1024 * 1024;
     let mut text = zeroize::Zeroizing::new(String::new());
-    file.read_to_string(&mut text)
+    file.take(MAX_PRIVATE_FILE + 1)
+        .read_to_string(&mut text)
         .with_context(|| format!("reading {}", path.display()))?;
+    if text.len() as u64 > MAX_PRIVATE_FILE {
+        anyhow::bail!(
+            "{} is over {MAX_PRIVATE_FILE} bytes: not a {what} key file",
+            path.display()
+        );
+    }
     Ok(text)
 }
 

@@ -7,7 +7,7 @@ use sceau_format::key_id::hex;
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::recovery_share;
 use sceau_recover::cli::{RecoveryKeygenOptions, RecoveryPrivate};
-use sceau_recover::custody::{Custodian, Passphrases, Sealer};
+use sceau_recover::custody::{Custodian, Passphrases, Protection, Sealer};
 
 use super::{write_key_pair, write_new};
 
@@ -29,7 +29,7 @@ pub fn run(options: &RecoveryKeygenOptions) -> anyhow::Result<()> {
                 hex(identity.public().name()),
                 path.display(),
                 match protection {
-                    sceau_recover::custody::Protection::Unencrypted => "UNENCRYPTED",
+                    Protection::Unencrypted => "UNENCRYPTED",
                     _ => "an age file",
                 },
                 options.public.display()
@@ -67,12 +67,26 @@ fn split(
             );
         }
     }
-    if !dir.exists() {
-        use std::os::unix::fs::DirBuilderExt as _;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir)
-            .with_context(|| format!("creating {}", dir.display()))?;
+    // An existing directory must be a real one that only its owner can
+    // write: anyone else could replace a share before it is handed over.
+    match dir.symlink_metadata() {
+        Ok(meta) => {
+            use std::os::unix::fs::PermissionsExt as _;
+            if !meta.is_dir() {
+                anyhow::bail!(
+                    "--shares-out {} is not a directory (a symlink is not followed: give the real path)",
+                    dir.display()
+                );
+            }
+            if meta.permissions().mode() & 0o022 != 0 {
+                anyhow::bail!(
+                    "--shares-out {} is writable by group or others, who could swap a share: use a directory only you can write (chmod 700)",
+                    dir.display()
+                );
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("--shares-out {}", dir.display())),
     }
     let names: Vec<String> = custodians.iter().map(|c| c.name.clone()).collect();
     let sealers = custodians
@@ -90,8 +104,19 @@ fn split(
     }
     let public = identity.public_file();
     let name = hex(identity.public().name());
+    let key_set = hex(&shares[0].key_set());
     drop(shares);
     drop(identity);
+    // Created only now that nothing can fail before the writes, and removed
+    // again with the shares if a write fails.
+    let created_dir = !dir.exists();
+    if created_dir {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
     let mut written = Vec::new();
     let mut write_all = || -> anyhow::Result<()> {
         for (custodian, file) in custodians.iter().zip(&files) {
@@ -104,23 +129,46 @@ fn split(
     if let Err(error) = write_all() {
         // Shares without their public file are a key nobody wraps for; the
         // files were created by this run (O_EXCL), so they are removed.
+        let mut left = Vec::new();
         for path in &written {
-            let _ = std::fs::remove_file(path);
+            if let Err(e) = std::fs::remove_file(path) {
+                left.push(format!("{} ({e})", path.display()));
+            }
         }
-        return Err(error.context("no share kept"));
+        if created_dir && left.is_empty() {
+            let _ = std::fs::remove_dir(dir);
+        }
+        return Err(if left.is_empty() {
+            error.context("no share kept")
+        } else {
+            error.context(format!(
+                "these shares could not be removed: delete them by hand: {}",
+                left.join(", ")
+            ))
+        });
     }
     eprintln!(
         "recovery key {name} split: any {threshold} of {} shares open it; the key itself was written nowhere",
         custodians.len()
     );
+    eprintln!(
+        "key set {key_set}: write it in the ceremony record; `sceau-recover share verify` prints it for every genuine share"
+    );
+    if threshold == 1 {
+        eprintln!(
+            "warning: a threshold of 1 lets each custodian open every Secret alone: that is custody by copies, not dual control"
+        );
+    }
     for (custodian, share) in custodians.iter().zip(1..) {
         eprintln!(
             "  share {share}: {} for {} ({})",
             share_path(custodian).display(),
             custodian.name,
             match &custodian.protection {
-                sceau_recover::custody::Protection::Recipient(r) => format!("age recipient {r}"),
-                _ => "passphrase".into(),
+                Protection::Recipient(r) => format!("age recipient {r}"),
+                Protection::Ssh(file) => format!("SSH key {}", file.display()),
+                Protection::Passphrase => "passphrase".into(),
+                Protection::Unencrypted => "UNENCRYPTED".into(),
             }
         );
     }

@@ -12,8 +12,11 @@ use sceau_recover::custody::{self, AgeIdentities, Passphrases};
 
 use super::{age_identities, read_private};
 
+/// One key set's fingerprint and the shares given of it, with their files.
+type KeySetGroup<'a> = ([u8; 32], Vec<&'a (PathBuf, Share)>);
+
 /// Decrypts and checks every share; one refusal line per bad file. The
-/// shares must also be of one key set (the first file's) and distinct.
+/// shares must also be of one key set and distinct.
 pub(crate) fn read_shares(
     files: &[PathBuf],
     identities: &AgeIdentities,
@@ -30,22 +33,43 @@ pub(crate) fn read_shares(
             }
         }
     }
-    for (n, (file, share)) in shares.iter().enumerate() {
-        let (first_file, first) = &shares[0];
-        if !share.same_key_set(first) {
-            refused += 1;
+    // Shares of several key sets: each group is listed, none is blamed.
+    // Which set is genuine is not for the first file to decide: a share
+    // forged for one custodian (with the real recovery key as C_0 and
+    // other commitments of the forger's choosing) verifies alone. The
+    // ceremony record's key set fingerprint, which `share verify` prints
+    // for each genuine share, decides.
+    let mut sets: Vec<KeySetGroup> = Vec::new();
+    for entry in &shares {
+        let key_set = entry.1.key_set();
+        match sets.iter_mut().find(|(set, _)| *set == key_set) {
+            Some((_, members)) => members.push(entry),
+            None => sets.push((key_set, vec![entry])),
+        }
+    }
+    if sets.len() > 1 {
+        for (key_set, members) in &sets {
+            let share = &members[0].1;
+            let files: Vec<String> = members
+                .iter()
+                .map(|(f, _)| f.display().to_string())
+                .collect();
             eprintln!(
-                "sceau-recover: share refused: {}: a share of another key set (recovery key {}, {} of {} to open) than {} (recovery key {}, {} of {})",
-                file.display(),
+                "sceau-recover: key set {} (recovery key {}, any {} of {}): {}",
+                hex(key_set),
                 hex(share.recovery_key().name()),
                 share.threshold(),
                 share.custodians(),
-                first_file.display(),
-                hex(first.recovery_key().name()),
-                first.threshold(),
-                first.custodians()
+                files.join(", ")
             );
-        } else if let Some((earlier, _)) = shares[..n]
+        }
+        anyhow::bail!(
+            "the shares are of {} different key sets (listed above): keep only those of the key set in the ceremony record, which `share verify` prints; nothing was opened",
+            sets.len()
+        );
+    }
+    for (n, (file, share)) in shares.iter().enumerate() {
+        if let Some((earlier, _)) = shares[..n]
             .iter()
             .find(|(_, earlier)| earlier.index() == share.index())
         {
@@ -126,5 +150,8 @@ pub fn verify(options: &ShareVerifyOptions) -> anyhow::Result<()> {
             ""
         }
     );
+    // The one figure to compare with the ceremony record: a share that
+    // verifies alone but was forged shows another key set.
+    println!("key set {}", hex(&shares[0].key_set()));
     Ok(())
 }
