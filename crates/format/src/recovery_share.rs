@@ -108,8 +108,9 @@ impl Share {
         self.custodians
     }
 
-    /// The custodian's name as keygen wrote it (a header line, authenticated
-    /// only by the encryption around the file).
+    /// The custodian's name as the file's header line says: bound to
+    /// nothing (age protects a file's integrity, not who wrote it), so it
+    /// is shown, never trusted.
     pub fn custodian(&self) -> &str {
         &self.custodian
     }

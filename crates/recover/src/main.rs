@@ -57,7 +57,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     );
     if holds_a_private_key && let Err(error) = sceau_sys::lock_all_memory() {
         eprintln!(
-            "sceau-recover: warning: memory not locked against swap ({error}): run as root, or on a machine without swap"
+            "sceau-recover: warning: memory not locked against swap ({error}): run with CAP_IPC_LOCK (root outside a restricted container), or on a machine without swap"
         );
     }
     match command {

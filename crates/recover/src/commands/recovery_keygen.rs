@@ -156,7 +156,7 @@ fn split(
     );
     if threshold == 1 {
         eprintln!(
-            "warning: a threshold of 1 lets each custodian open every Secret alone: that is custody by copies, not dual control"
+            "sceau-recover: warning: a threshold of 1 lets each custodian open every Secret alone: that is custody by copies, not dual control"
         );
     }
     for (custodian, share) in custodians.iter().zip(1..) {
