@@ -14,6 +14,10 @@
 # Two boots of the same image: kernel "new" (bookworm-backports 6.12, Landlock
 # ABI 6, the real ruleset enforced) and kernel "old" (bookworm 6.1, Landlock
 # ABI 2, what sceau does on an older ABI). SCEAU_VM_KERNELS="new" boots one.
+# Then two boots for boot-state binding (tests/vm/guest-binding.sh): UEFI
+# firmware (OVMF) that measures the Secure Boot state into PCR 7, one disk
+# and one swtpm state kept across them, so the second is a reboot of the
+# first. SCEAU_VM_BINDING=0 leaves them out.
 #
 # The guest image is cached in $SCEAU_VM_CACHE (default
 # ${XDG_CACHE_HOME:-~/.cache}/sceau-vm), keyed by a hash of the scripts that
@@ -29,7 +33,12 @@ repo=$(pwd)
 source scripts/lib.sh
 
 t_start=$SECONDS
-kernels=${SCEAU_VM_KERNELS:-new old}
+kernels=${SCEAU_VM_KERNELS-new old}
+binding=${SCEAU_VM_BINDING:-1}
+# Debian's ovmf package: UEFI without Secure Boot, with the TPM 2.0 support
+# that measures into PCRs 0-7 (SeaBIOS puts only a separator into PCR 7).
+ovmf_code=/usr/share/OVMF/OVMF_CODE_4M.fd
+ovmf_vars=/usr/share/OVMF/OVMF_VARS_4M.fd
 # The guest's bound on its checks (install, serve, upgrade, purge), passed
 # through the kernel command line (systemd.setenv=) to its runner; the host's
 # bound on the whole boot leaves two minutes around it for boot and poweroff.
@@ -41,7 +50,7 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
 # --- prerequisites: installed, never skipped --------------------------------
-SCEAU_PACKAGES+=(mmdebstrap debian-archive-keyring qemu-system-x86 swtpm e2fsprogs coreutils)
+SCEAU_PACKAGES+=(mmdebstrap debian-archive-keyring qemu-system-x86 swtpm e2fsprogs coreutils ovmf)
 install_packages
 require_cargo
 
@@ -60,6 +69,8 @@ mapfile -t debs < <(sed -n 's/^built: //p' "$logdir/package.log")
 # The SPIRE agent's TPM work through the guest's /dev/tpmrm0: a
 # test-only example, debug build (the test step has built it), stripped.
 cargo build --locked --quiet -p sceau-spire --example attest_once
+# The boot-binding boots keep an envelope across the reboot with it.
+cargo build --locked --quiet -p sceau-testkit --example kms_envelope
 t_cargo=$((SECONDS - t0))
 
 # --- the cached guest image --------------------------------------------------
@@ -127,11 +138,12 @@ trap 'exit 143' TERM
 
 # --- the payload disk: the packages, the repo's units, the checks ------------
 mkdir -p "$work/payload/units"
-install -m 0644 "${debs[@]}" tests/vm/guest-checks.sh "$work/payload/"
+install -m 0644 "${debs[@]}" tests/vm/guest-checks.sh tests/vm/guest-binding.sh "$work/payload/"
 # The units as the repository has them, to compare with what the package
 # installed.
 install -m 0644 systemd/*.socket systemd/*.service "$work/payload/units/"
 strip -o "$work/payload/attest_once" target/debug/examples/attest_once
+strip -o "$work/payload/kms_envelope" target/debug/examples/kms_envelope
 size_mb=$(($(du -sm "$work/payload" | cut -f1) + 32))
 mkfs.ext4 -q -F -L payload -E root_owner=0:0 -d "$work/payload" "$work/payload.img" "${size_mb}M"
 
@@ -147,14 +159,35 @@ record() { # LINE
     esac
 }
 
-boot() { # KIND (new|old)
-    local kind=$1 version serial qerr rc t0
-    version=$([ "$kind" = new ] && echo "$kernel_new" || echo "$kernel_old")
+boot() { # NAME (new|old|bind1|bind2)
+    local kind=$1 kernel version serial qerr rc t0 tpmstate
+    local root="file=$cache/base.img,if=none,id=root,format=raw,snapshot=on" firmware=() phase=""
+    kernel=$kind
+    tpmstate=$work/tpm-$kind
+    case $kind in
+    bind*)
+        # One machine booted twice: its own copy of the disk (sparse, about
+        # a second), one NVRAM for OVMF's variables, one TPM state.
+        kernel=new
+        phase=" sceau_vm.phase=$kind"
+        tpmstate=$work/tpm-bind
+        [ -e "$work/bind-root.img" ] || cp --sparse=always "$cache/base.img" "$work/bind-root.img"
+        [ -e "$work/bind-vars.fd" ] || cp "$ovmf_vars" "$work/bind-vars.fd"
+        root="file=$work/bind-root.img,if=none,id=root,format=raw"
+        firmware=(-drive "if=pflash,format=raw,unit=0,readonly=on,file=$ovmf_code"
+            -drive "if=pflash,format=raw,unit=1,file=$work/bind-vars.fd")
+        ;;
+    esac
+    version=$([ "$kernel" = new ] && echo "$kernel_new" || echo "$kernel_old")
     serial=$logdir/serial-$kind.log
     qerr=$logdir/qemu-$kind.err
-    echo "== booting kernel $kind ($version) with a fresh swtpm"
-    mkdir -p "$work/tpm-$kind"
-    swtpm socket --tpm2 --tpmstate dir="$work/tpm-$kind" \
+    if [ -n "$phase" ]; then
+        echo "== booting $kind: kernel $kernel ($version) through OVMF, $([ "$kind" = bind1 ] && echo "a fresh swtpm" || echo "the same disk and swtpm state again")"
+    else
+        echo "== booting kernel $kind ($version) with a fresh swtpm"
+    fi
+    mkdir -p "$tpmstate"
+    swtpm socket --tpm2 --tpmstate dir="$tpmstate" \
         --ctrl type=unixio,path="$work/swtpm-$kind.sock" \
         --log file="$logdir/swtpm-$kind.log",level=1 --terminate &
     swtpm_pid=$!
@@ -168,9 +201,9 @@ boot() { # KIND (new|old)
         -machine q35 "${accel[@]}" -smp 2 -m 1024 \
         -nodefaults -display none -no-reboot -monitor none \
         -chardev stdio,id=ser0,signal=off -serial chardev:ser0 \
-        -kernel "$cache/vmlinuz-$kind" \
-        -append "root=/dev/nvme0n1 rw console=ttyS0,115200 panic=-1 quiet loglevel=4 systemd.show_status=0 sceau_vm.kernel=$kind systemd.setenv=SCEAU_VM_GUEST_TIMEOUT=$guest_timeout" \
-        -drive file="$cache/base.img",if=none,id=root,format=raw,snapshot=on \
+        "${firmware[@]}" -kernel "$cache/vmlinuz-$kernel" \
+        -append "root=/dev/nvme0n1 rw console=ttyS0,115200 panic=-1 quiet loglevel=4 systemd.show_status=0 sceau_vm.kernel=$kernel$phase systemd.setenv=SCEAU_VM_GUEST_TIMEOUT=$guest_timeout" \
+        -drive "$root" \
         -device nvme,drive=root,serial=root \
         -drive file="$work/payload.img",if=none,id=payload,format=raw,readonly=on \
         -device virtio-blk-pci,drive=payload \
@@ -208,13 +241,15 @@ boot() { # KIND (new|old)
     fi
 }
 
-for kind in $kernels; do
+boots=$kernels
+[ "$binding" = 0 ] || boots="$boots bind1 bind2"
+for kind in $boots; do
     boot "$kind"
 done
 
 for line in "${report[@]}"; do echo "$line"; done
 timing="timing: image $image_state ${t_image}s, packages and cargo ${t_cargo}s"
-for kind in $kernels; do
+for kind in $boots; do
     var=t_boot_$kind
     timing+=", boot+checks $kind ${!var}s"
 done
