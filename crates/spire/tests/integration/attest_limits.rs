@@ -264,7 +264,8 @@ async fn a_stall_ends_at_the_answer_deadline_and_frees_its_slot() {
 #[test]
 fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
     use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
-    use sceau_spire::server::config::{EkTrust, ServerConfig};
+    use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
+    use sceau_spire::server::event_log::Bank;
     use sceau_spire::server::keys::Key;
     use sceau_spire::server::limits::ANSWER_TIMEOUT;
     use sceau_spire::server::structures::PublicArea;
@@ -279,6 +280,7 @@ fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
         let settings = TpmSettings {
             tcti: proxy.tcti().parse().unwrap(),
             ek_algorithm: algorithm,
+            event_log_path: None,
         };
         let (mut agent, payload) = Attestation::begin(&settings).unwrap();
         let ek = Key::from_tpm(&PublicArea::parse(&payload.ek_public).unwrap().key).unwrap();
@@ -288,6 +290,8 @@ fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
             trust_store: None,
             ek_trust: EkTrust::Either,
             quote_pcrs: vec![0, 7],
+            measured_boot: MeasuredBoot::Off,
+            measured_boot_bank: Bank::Sha256,
         };
         let verified = check_payload(&config, &payload, std::time::SystemTime::now()).unwrap();
         let (pending, challenge) = issue_challenge(&config, verified).unwrap();
