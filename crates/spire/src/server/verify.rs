@@ -754,6 +754,57 @@ pub(crate) mod tests {
         }
     }
 
+    /// A real log, checked as the server checks a response's: quoted PCRs
+    /// 0–7 at the values its own replay gives (the fixtures come without
+    /// their TPM's quote).
+    fn check_fixture(name: &str) -> Result<Vec<String>, Refusal> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/event_log")
+            .join(name);
+        let log = std::fs::read(&path).unwrap();
+        // Within the payload limit with room to spare: six times over.
+        assert!(
+            log.len() * 6 < crate::payload::MAX_EVENT_LOG_LEN,
+            "{name}: {}",
+            log.len()
+        );
+        let replayed = EventLog::parse(&log, event_log::Limits::default())
+            .unwrap()
+            .replay(Bank::Sha256)
+            .unwrap();
+        let quoted: Vec<(u8, &[u8])> = (0..8u8)
+            .map(|pcr| (pcr, replayed[usize::from(pcr)].as_slice()))
+            .collect();
+        check_event_log(MeasuredBoot::Required, Bank::Sha256, &quoted, &log)
+    }
+
+    #[test]
+    fn real_logs_give_their_secure_boot_state_and_boot_applications() {
+        let ovmf = check_fixture("ovmf-sb-on.bin").unwrap();
+        assert_eq!(ovmf.first().unwrap(), "secureboot:enabled", "{ovmf:?}");
+        let gce = check_fixture("gce-ubuntu-2104-sb-off.bin").unwrap();
+        assert_eq!(gce.first().unwrap(), "secureboot:disabled", "{gce:?}");
+        assert!(gce.iter().any(|s| s.starts_with("boot_app:sha256:")));
+        let shim = check_fixture("shim-mok-sb-on.bin").unwrap();
+        assert_eq!(shim.first().unwrap(), "secureboot:enabled", "{shim:?}");
+        assert!(
+            shim.iter()
+                .filter(|s| s.starts_with("boot_app:sha256:"))
+                .count()
+                >= 2,
+            "{shim:?}"
+        );
+        for selectors in [&ovmf, &gce, &shim] {
+            assert!(selectors.last().unwrap().starts_with("eventlog:"));
+        }
+        // Only PCRs 0, 4, 5 and 7 and one separator: some boot PCRs are
+        // never extended, so the quote of them is refused as unextended.
+        assert!(matches!(
+            check_fixture("partial-sb-on.bin"),
+            Err(Refusal::Unextended { .. })
+        ));
+    }
+
     #[test]
     fn a_wrong_credential_is_refused_before_the_quote() {
         let f = forgery(AK_ATTRIBUTES, &[]);
