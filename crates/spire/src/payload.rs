@@ -39,11 +39,13 @@ const RESPONSE_TAG: &[u8; 4] = b"STR1";
 /// certificate (a few KiB at most) and TPM structures of a few hundred
 /// bytes each.
 pub const MAX_MESSAGE_LEN: usize = 16 * 1024;
-/// The largest event log a response may carry. Real firmware logs are
-/// 2.6–38 KB (the test fixtures, from go-attestation, tpm2-tools and OVMF;
-/// at most 112 events, the largest 12 KB) and are cited up to about 80 KB;
-/// 256 KiB leaves more than six times the largest measured, and a dbx or
-/// db several times today's, without letting a response grow unbounded.
+/// The largest event log a response may carry. The five real firmware
+/// logs in tests/fixtures/event_log (from go-attestation, tpm2-tools and
+/// OVMF) measure 12–38 KB, 15–106 events, the largest event 12 KB (a dbx);
+/// `server::event_log`'s survey of ten logs found at most 112 events, and
+/// logs are cited up to about 80 KB. 256 KiB leaves more than six times
+/// the largest measured, and room for a dbx or db several times today's,
+/// without letting a response grow unbounded.
 pub const MAX_EVENT_LOG_LEN: usize = 256 * 1024;
 /// The largest response: every other field, the log's length and the log.
 pub const MAX_RESPONSE_LEN: usize = MAX_MESSAGE_LEN + 4 + MAX_EVENT_LOG_LEN;

@@ -498,3 +498,49 @@ impl From<tss_esapi::Error> for AgentTpmError {
         Self::step("PCR selection", TpmError::new("PCR selection", error))
     }
 }
+
+#[cfg(test)]
+mod event_log_tests {
+    use super::*;
+    use sceau_testkit::TempDir;
+    use std::time::{Duration, Instant};
+
+    /// `read_event_log` in a thread, so that a blocking open fails the test
+    /// (after 5 s) instead of hanging it.
+    fn read_bounded_in_time(path: &Path) -> Vec<u8> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = path.to_path_buf();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            let _ = sender.send(read_event_log(&path));
+        });
+        let bytes = receiver
+            .recv_timeout(Duration::from_secs(5))
+            .expect("reading the event log hung");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        bytes
+    }
+
+    #[test]
+    fn a_log_is_read_and_anything_else_sends_none() {
+        let dir = TempDir::new("sceau-spire-agent-log");
+        let log = dir.join("binary_bios_measurements");
+        std::fs::write(&log, b"a log").unwrap();
+        assert_eq!(read_bounded_in_time(&log), b"a log");
+        assert!(read_bounded_in_time(&dir.join("missing")).is_empty());
+        assert!(read_bounded_in_time(dir.path()).is_empty());
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        assert!(read_bounded_in_time(&fifo).is_empty());
+        let large = dir.join("large");
+        let file = std::fs::File::create(&large).unwrap();
+        file.set_len(MAX_EVENT_LOG_LEN as u64 + 1).unwrap();
+        assert!(read_bounded_in_time(&large).is_empty());
+        file.set_len(MAX_EVENT_LOG_LEN as u64).unwrap();
+        assert_eq!(read_bounded_in_time(&large).len(), MAX_EVENT_LOG_LEN);
+    }
+}
