@@ -144,6 +144,7 @@ fn spire_attestation_seeds() -> Vec<(&'static str, Vec<u8>)> {
         quote: vec![0x55; 145],
         quote_signature: vec![0x66; 72],
         pcr_values: vec![[0x77; 32], [0x88; 32]],
+        event_log: Vec::new(),
     };
     let seed = |mode: u8, bytes: Vec<u8>| [vec![mode], bytes].concat();
     vec![

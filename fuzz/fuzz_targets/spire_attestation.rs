@@ -21,7 +21,8 @@ use std::time::SystemTime;
 
 use libfuzzer_sys::fuzz_target;
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
-use sceau_spire::server::config::{EkTrust, ServerConfig};
+use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
+use sceau_spire::server::event_log::Bank;
 use sceau_spire::server::verify::{check_payload, check_response, issue_challenge, test_support};
 
 struct Fixture {
@@ -40,6 +41,8 @@ fn fixture() -> &'static Fixture {
                 trust_store: None,
                 ek_trust: EkTrust::Either,
                 quote_pcrs: vec![0, 7],
+                measured_boot: MeasuredBoot::Off,
+                measured_boot_bank: Bank::Sha256,
             },
             forged,
         }

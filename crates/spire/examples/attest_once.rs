@@ -13,7 +13,8 @@ use std::time::{Instant, SystemTime};
 
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
-use sceau_spire::server::config::{EkTrust, ServerConfig};
+use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
+use sceau_spire::server::event_log::Bank;
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::{check_payload, check_response, issue_challenge};
@@ -49,6 +50,7 @@ fn attest(tcti: &str, algorithm: &str) -> Result<String, String> {
     let settings = TpmSettings {
         tcti: tcti.parse().map_err(|e| format!("{e}"))?,
         ek_algorithm,
+        event_log_path: None,
     };
     let started = Instant::now();
     let (mut agent, payload) = Attestation::begin(&settings).map_err(|e| e.to_string())?;
@@ -62,6 +64,8 @@ fn attest(tcti: &str, algorithm: &str) -> Result<String, String> {
         trust_store: None,
         ek_trust: EkTrust::Either,
         quote_pcrs: vec![0, 7],
+        measured_boot: MeasuredBoot::Off,
+        measured_boot_bank: Bank::Sha256,
     };
     let verified =
         check_payload(&config, &payload, SystemTime::now()).map_err(|e| e.to_string())?;

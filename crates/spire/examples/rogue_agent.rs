@@ -104,7 +104,11 @@ fn parse(hcl: &str) -> Result<RogueConfig, ConfigError> {
             Err(ConfigError("attack replay needs replay_file".into()))
         }
         _ => Ok(RogueConfig {
-            settings: TpmSettings { tcti, ek_algorithm },
+            settings: TpmSettings {
+                tcti,
+                ek_algorithm,
+                event_log_path: None,
+            },
             attack,
             foreign_ek_certificate,
             replay_file,

@@ -9,10 +9,12 @@
 //! - `server`: the server plugin. It needs no TPM: it checks the EK (allow
 //!   list, certificate chain, certificate key = EK key), the AK (a TPM
 //!   creation attestation), makes a credential in software, checks the
-//!   answer and the quote, and names the agent.
+//!   answer and the quote (and, with `measured_boot`, the firmware event
+//!   log against it), and names the agent.
 //! - `agent`: the agent plugin. It uses the node's TPM through the daemon's
 //!   TPM layer (TCTI, SRK, salted sessions): EK and its certificate, an ECC AK
-//!   certified by TPM2_CertifyCreation, TPM2_ActivateCredential, TPM2_Quote.
+//!   certified by TPM2_CertifyCreation, TPM2_ActivateCredential, TPM2_Quote,
+//!   and the firmware event log beside a quote of PCRs 0–7.
 //!
 //! docs/spire.md is the operator's guide; ARCHITECTURE.md places the crate.
 

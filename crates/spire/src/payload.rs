@@ -7,11 +7,22 @@
 //!                            ‖ AK TPMT_PUBLIC ‖ TPMS_CREATION_DATA ‖ TPMS_ATTEST ‖ TPMT_SIGNATURE
 //! challenge (server → agent) "STC1" ‖ credentialBlob ‖ secret ‖ nonce ‖ PCR indices
 //! response  (agent → server) "STR1" ‖ credential ‖ quote TPMS_ATTEST ‖ TPMT_SIGNATURE ‖ PCR values
+//!                            [‖ event log]
 //! ```
 //!
-//! Every field but the PCR lists is a TPM2B (a big-endian u16 length, then
-//! the bytes); a PCR list is a u8 count then that many entries (an index
-//! byte in the challenge, a TPM2B digest in the response). The TPM
+//! Every field but the PCR lists and the event log is a TPM2B (a big-endian
+//! u16 length, then the bytes); a PCR list is a u8 count then that many
+//! entries (an index byte in the challenge, a TPM2B digest in the
+//! response). The event log is optional and last: a big-endian u32 length
+//! (a log outgrows a u16), then the TCG PC Client firmware event log
+//! (crypto-agile). It rides in the response, beside the quote it is
+//! checked against, rather than in the payload: the server names the PCRs
+//! to quote only in the challenge, so only then does the agent know whether
+//! a log is wanted (a quote covering PCRs 0–7), and the log read right
+//! after the quote describes the same boot as the PCR values it must replay
+//! to, not the one of an attestation started a minute earlier. A response
+//! without it is exactly what agents before measured boot send, so they
+//! still attest with servers that do not require a log. The TPM
 //! structures inside are exactly what the TPM produced, unmodified, so the
 //! server can hash and verify them. Parsing is bounded: every length is
 //! checked against what is left and against a per-field limit, and trailing
@@ -24,9 +35,20 @@ const PAYLOAD_TAG: &[u8; 4] = b"STP1";
 const CHALLENGE_TAG: &[u8; 4] = b"STC1";
 const RESPONSE_TAG: &[u8; 4] = b"STR1";
 
-/// The largest message either side accepts: an EK certificate (a few KiB at
-/// most) and TPM structures of a few hundred bytes each.
+/// The largest message either side accepts, the event log aside: an EK
+/// certificate (a few KiB at most) and TPM structures of a few hundred
+/// bytes each.
 pub const MAX_MESSAGE_LEN: usize = 16 * 1024;
+/// The largest event log a response may carry. The five real firmware
+/// logs in tests/fixtures/event_log (from go-attestation, tpm2-tools and
+/// OVMF) measure 12–38 KB, 15–106 events, the largest event 12 KB (a dbx);
+/// `server::event_log`'s survey of ten logs found at most 112 events, and
+/// logs are cited up to about 80 KB. 256 KiB leaves more than six times
+/// the largest measured, and room for a dbx or db several times today's,
+/// without letting a response grow unbounded.
+pub const MAX_EVENT_LOG_LEN: usize = 256 * 1024;
+/// The largest response: every other field, the log's length and the log.
+pub const MAX_RESPONSE_LEN: usize = MAX_MESSAGE_LEN + 4 + MAX_EVENT_LOG_LEN;
 /// The largest DER certificate accepted.
 pub const MAX_CERTIFICATE_LEN: usize = 8 * 1024;
 /// The largest TPM structure accepted in any field (an RSA-4096 TPMT_PUBLIC
@@ -41,8 +63,8 @@ pub const PCR_DIGEST_LEN: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
-    #[error("the message is {0} bytes; at most {MAX_MESSAGE_LEN} are accepted")]
-    TooLong(usize),
+    #[error("the message is {len} bytes; at most {max} are accepted")]
+    TooLong { len: usize, max: usize },
     #[error("not a sceau_tpm {0} (wrong tag or version)")]
     Tag(&'static str),
     #[error("malformed {what}: {source}")]
@@ -110,6 +132,9 @@ pub struct ChallengeResponse {
     pub quote_signature: Vec<u8>,
     /// The quoted PCRs' SHA-256 values, in the challenge's order.
     pub pcr_values: Vec<[u8; PCR_DIGEST_LEN]>,
+    /// The firmware event log, as the kernel exposes it; empty: none sent
+    /// (not asked, none on the node, or an agent that predates it).
+    pub event_log: Vec<u8>,
 }
 
 impl Payload {
@@ -126,7 +151,7 @@ impl Payload {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, PayloadError> {
-        let mut r = open(bytes, PAYLOAD_TAG, "payload")?;
+        let mut r = open(bytes, MAX_MESSAGE_LEN, PAYLOAD_TAG, "payload")?;
         let payload = Self {
             ek_public: required(&mut r, "EK public area", MAX_TPM_STRUCTURE_LEN)?,
             ek_certificate: field(&mut r, "EK certificate", MAX_CERTIFICATE_LEN)?,
@@ -159,7 +184,7 @@ impl Challenge {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, PayloadError> {
-        let mut r = open(bytes, CHALLENGE_TAG, "challenge")?;
+        let mut r = open(bytes, MAX_MESSAGE_LEN, CHALLENGE_TAG, "challenge")?;
         let credential_blob = required(&mut r, "credential blob", MAX_TPM_STRUCTURE_LEN)?;
         let encrypted_secret = required(&mut r, "encrypted secret", MAX_TPM_STRUCTURE_LEN)?;
         let nonce = exact::<SECRET_LEN>(&mut r, "nonce")?;
@@ -193,11 +218,15 @@ impl ChallengeResponse {
         for value in &self.pcr_values {
             out.tpm2b(value);
         }
+        if !self.event_log.is_empty() {
+            out.u32(u32::try_from(self.event_log.len()).expect("a log under 4 GiB"))
+                .raw(&self.event_log);
+        }
         out.finish()
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, PayloadError> {
-        let mut r = open(bytes, RESPONSE_TAG, "challenge response")?;
+        let mut r = open(bytes, MAX_RESPONSE_LEN, RESPONSE_TAG, "challenge response")?;
         let credential = Zeroizing::new(field(&mut r, "credential", SECRET_LEN)?);
         let quote = field(&mut r, "quote", MAX_TPM_STRUCTURE_LEN)?;
         let quote_signature = field(&mut r, "quote signature", MAX_TPM_STRUCTURE_LEN)?;
@@ -213,23 +242,48 @@ impl ChallengeResponse {
         for _ in 0..count {
             pcr_values.push(exact::<PCR_DIGEST_LEN>(&mut r, "PCR value")?);
         }
+        let event_log = if r.remaining() == 0 {
+            Vec::new()
+        } else {
+            let what = "event log";
+            let len = r.u32(what).map_err(wire(what))?;
+            let len = usize::try_from(len).unwrap_or(usize::MAX);
+            if len > MAX_EVENT_LOG_LEN {
+                return Err(PayloadError::FieldTooLong {
+                    what,
+                    len,
+                    max: MAX_EVENT_LOG_LEN,
+                });
+            }
+            // Sent only when there is one: a present but empty log is not
+            // what an agent writes.
+            if len == 0 {
+                return Err(PayloadError::Missing(what));
+            }
+            r.take(len, what).map_err(wire(what))?.to_vec()
+        };
         close(r, "challenge response")?;
         Ok(Self {
             credential,
             quote,
             quote_signature,
             pcr_values,
+            event_log,
         })
     }
 }
 
 fn open<'a>(
     bytes: &'a [u8],
+    max: usize,
     tag: &[u8; 4],
     what: &'static str,
 ) -> Result<Reader<'a>, PayloadError> {
-    if bytes.len() > MAX_MESSAGE_LEN {
-        return Err(PayloadError::TooLong(bytes.len()));
+    if bytes.len() > max {
+        return Err(PayloadError::TooLong {
+            len: bytes.len(),
+            max,
+        });
     }
     let mut r = Reader::new(bytes);
     match r.take(tag.len(), "tag") {
@@ -306,8 +360,83 @@ mod tests {
             quote: vec![11; 140],
             quote_signature: vec![12; 72],
             pcr_values: vec![[13; 32], [14; 32], [15; 32]],
+            event_log: Vec::new(),
         };
         assert_eq!(ChallengeResponse::decode(&r.encode()).unwrap(), r);
+        let with_log = ChallengeResponse {
+            event_log: vec![16; 40_000],
+            ..r
+        };
+        assert_eq!(
+            ChallengeResponse::decode(&with_log.encode()).unwrap(),
+            with_log
+        );
+    }
+
+    fn response_with_log(len: usize) -> ChallengeResponse {
+        ChallengeResponse {
+            credential: Zeroizing::new(vec![1; 32]),
+            quote: vec![2; 140],
+            quote_signature: vec![3; 72],
+            pcr_values: vec![[4; 32]; 8],
+            event_log: vec![5; len],
+        }
+    }
+
+    // What an agent before measured boot sends is what a response without
+    // a log encodes to: the log adds nothing when empty.
+    #[test]
+    fn a_response_without_a_log_is_the_old_encoding() {
+        let old = response_with_log(0);
+        let bytes = old.encode();
+        let mut expected = b"STR1".to_vec();
+        expected.extend([0, 32]);
+        expected.extend([1; 32]);
+        assert!(bytes.starts_with(&expected));
+        assert_eq!(bytes.len(), 4 + 34 + 142 + 74 + 1 + 8 * 34);
+        assert_eq!(ChallengeResponse::decode(&bytes).unwrap().event_log, b"");
+    }
+
+    #[test]
+    fn the_event_log_is_bounded() {
+        let largest = response_with_log(MAX_EVENT_LOG_LEN);
+        assert_eq!(
+            ChallengeResponse::decode(&largest.encode()).unwrap(),
+            largest
+        );
+        let mut bytes = response_with_log(MAX_EVENT_LOG_LEN + 1).encode();
+        assert_eq!(
+            ChallengeResponse::decode(&bytes),
+            Err(PayloadError::FieldTooLong {
+                what: "event log",
+                len: MAX_EVENT_LOG_LEN + 1,
+                max: MAX_EVENT_LOG_LEN
+            })
+        );
+        // A log that claims more than is left, or that is cut short (cut
+        // before its length, it is a response without a log).
+        bytes.truncate(bytes.len() - 2);
+        assert!(ChallengeResponse::decode(&bytes).is_err());
+        let cut = response_with_log(100).encode();
+        for len in cut.len() - 103..cut.len() {
+            assert!(ChallengeResponse::decode(&cut[..len]).is_err(), "{len}");
+        }
+        // An empty log is never written, so never accepted.
+        let mut empty = response_with_log(0).encode();
+        empty.extend([0; 4]);
+        assert_eq!(
+            ChallengeResponse::decode(&empty),
+            Err(PayloadError::Missing("event log"))
+        );
+        // Nothing else may grow to the response's size.
+        let padded = vec![0; MAX_MESSAGE_LEN + 1];
+        assert_eq!(
+            Payload::decode(&padded),
+            Err(PayloadError::TooLong {
+                len: MAX_MESSAGE_LEN + 1,
+                max: MAX_MESSAGE_LEN
+            })
+        );
     }
 
     #[test]

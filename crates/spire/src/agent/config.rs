@@ -1,12 +1,15 @@
 //! The agent plugin's `plugin_data`:
 //!
 //! ```hcl
-//! tcti         = "device:/dev/tpmrm0"   # as `sceau --tcti`
-//! ek_algorithm = "rsa"                  # or "ecc"
+//! tcti           = "device:/dev/tpmrm0"   # as `sceau --tcti`
+//! ek_algorithm   = "rsa"                  # or "ecc"
+//! event_log_path = "/sys/kernel/security/tpm0/binary_bios_measurements"
 //! ```
 //!
-//! Both keys are optional; any other key is refused, so a typo does not
-//! silently fall back to a default.
+//! Every key is optional; any other key is refused, so a typo does not
+//! silently fall back to a default. `event_log_path = ""` sends no event
+//! log; otherwise the file is read when a challenge asks a quote of PCRs
+//! 0–7 (a server with `measured_boot` on), and a missing file sends none.
 
 use sceau_tpm::Tcti;
 
@@ -16,7 +19,10 @@ use crate::plugin::{ConfigError, hcl};
 /// The TPM the agent uses when `tcti` is not set: the kernel's resource
 /// manager, which the second connection for CertifyCreation needs.
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
-const KEYS: &[&str] = &["tcti", "ek_algorithm"];
+/// Where Linux exposes the firmware's TCG event log (securityfs; root, or
+/// a group the administrator grants, may read it).
+pub const DEFAULT_EVENT_LOG_PATH: &str = "/sys/kernel/security/tpm0/binary_bios_measurements";
+const KEYS: &[&str] = &["tcti", "ek_algorithm", "event_log_path"];
 
 /// Parses `plugin_data`.
 pub fn parse(hcl_text: &str) -> Result<TpmSettings, ConfigError> {
@@ -39,7 +45,21 @@ pub fn parse(hcl_text: &str) -> Result<TpmSettings, ConfigError> {
             )));
         }
     };
-    Ok(TpmSettings { tcti, ek_algorithm })
+    let event_log_path = match body.string("event_log_path").map_err(refused)? {
+        None => Some(DEFAULT_EVENT_LOG_PATH.into()),
+        Some(path) if path.is_empty() => None,
+        Some(path) if !path.starts_with('/') => {
+            return Err(ConfigError(format!(
+                "event_log_path {path:?}: an absolute path, or \"\" to send no event log"
+            )));
+        }
+        Some(path) => Some(path.into()),
+    };
+    Ok(TpmSettings {
+        tcti,
+        ek_algorithm,
+        event_log_path,
+    })
 }
 
 #[cfg(test)]
@@ -51,6 +71,22 @@ mod tests {
         let settings = parse("").unwrap();
         assert_eq!(settings.tcti.to_string(), DEFAULT_TCTI);
         assert_eq!(settings.ek_algorithm, EkAlgorithm::Rsa2048);
+        assert_eq!(
+            settings.event_log_path.as_deref(),
+            Some(std::path::Path::new(DEFAULT_EVENT_LOG_PATH))
+        );
+    }
+
+    #[test]
+    fn the_event_log_path_is_set_or_disabled() {
+        let settings = parse("event_log_path = \"/run/log.bin\"").unwrap();
+        assert_eq!(
+            settings.event_log_path.as_deref(),
+            Some(std::path::Path::new("/run/log.bin"))
+        );
+        assert_eq!(parse("event_log_path = \"\"").unwrap().event_log_path, None);
+        let err = parse("event_log_path = \"log.bin\"").unwrap_err();
+        assert!(err.0.starts_with("event_log_path \"log.bin\": "), "{err}");
     }
 
     #[test]

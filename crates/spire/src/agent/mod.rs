@@ -7,7 +7,8 @@
 //! loaded. TPM work runs in `spawn_blocking`; attestations are serialized so
 //! that a TPM without a resource manager never holds two at once.
 //!
-//! - `config`: the `plugin_data` keys (`tcti`, `ek_algorithm`);
+//! - `config`: the `plugin_data` keys (`tcti`, `ek_algorithm`,
+//!   `event_log_path`);
 //! - `tpm`: the TPM commands, blocking;
 //! - `raw`: TPM2_CertifyCreation, which tss-esapi 7.7 lacks.
 
@@ -103,9 +104,13 @@ impl Plugin for AgentPlugin {
     fn configure(&self, _core: &CoreConfig, hcl: &str) -> Result<(), ConfigError> {
         let settings = Arc::new(config::parse(hcl)?);
         log::info!(
-            "configured: TPM at {}, {} EK",
+            "configured: TPM at {}, {} EK, event log {}",
             settings.tcti,
-            settings.ek_algorithm
+            settings.ek_algorithm,
+            settings
+                .event_log_path
+                .as_deref()
+                .map_or_else(|| "not sent".into(), |p| p.display().to_string())
         );
         *self
             .settings

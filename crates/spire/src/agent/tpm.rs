@@ -31,8 +31,11 @@ use tss_esapi::structures::{
 use tss_esapi::traits::Marshall as _;
 use tss_esapi::tss2_esys::{TPMS_CREATION_DATA, TPMT_TK_CREATION};
 
+use std::path::{Path, PathBuf};
+
 use super::raw::{RawChannel, RawError};
-use crate::payload::{Challenge, ChallengeResponse, PCR_DIGEST_LEN, Payload};
+use crate::payload::{Challenge, ChallengeResponse, MAX_EVENT_LOG_LEN, PCR_DIGEST_LEN, Payload};
+use crate::plugin::file::read_bounded;
 
 /// TPM2_PCR_Read returns at most eight digests per call (TPML_DIGEST).
 const PCRS_PER_READ: usize = 8;
@@ -70,7 +73,14 @@ impl EkAlgorithm {
 pub struct TpmSettings {
     pub tcti: Tcti,
     pub ek_algorithm: EkAlgorithm,
+    /// The firmware event log sent with a quote of PCRs 0–7 (`None`: never
+    /// sent).
+    pub event_log_path: Option<PathBuf>,
 }
+
+/// The PCRs the firmware measures the boot into; a challenge whose quote
+/// covers them all is one a measured-boot server sent, and gets the log.
+const BOOT_PCRS: std::ops::RangeInclusive<u8> = 0..=7;
 
 /// A failed attestation step, as one line for SPIRE's log. The TPM's own
 /// return code and the TSS's text are not in it: only the step and the
@@ -135,6 +145,7 @@ pub struct Attestation {
     ak: Option<KeyHandle>,
     ek: Option<EndorsementKey>,
     answered: bool,
+    event_log_path: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Attestation {
@@ -180,6 +191,7 @@ impl Attestation {
             ak: None,
             ek: None,
             answered: false,
+            event_log_path: settings.event_log_path.clone(),
         };
         let payload = attestation.make_payload(&raw, settings.ek_algorithm, ak_template)?;
         Ok((attestation, payload))
@@ -270,6 +282,7 @@ impl Attestation {
             quote: Vec::new(),
             quote_signature: Vec::new(),
             pcr_values: Vec::new(),
+            event_log: Vec::new(),
         };
         if !challenge.quote_pcrs.is_empty() {
             let mut quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs)?;
@@ -283,8 +296,38 @@ impl Attestation {
             response.quote = quoted.attest;
             response.quote_signature = quoted.signature;
             response.pcr_values = quoted.values;
+            let boot_quoted = BOOT_PCRS.clone().all(|p| challenge.quote_pcrs.contains(&p));
+            if let (true, Some(path)) = (boot_quoted, &self.event_log_path) {
+                response.event_log = read_event_log(path);
+            }
         }
         Ok(response)
+    }
+}
+
+/// The event log at `path`, read after the quote so that both describe the
+/// same boot; empty (and one log line) when there is none to send. A
+/// missing log is not an error here: the server decides whether it needs
+/// one (`measured_boot = "required"` refuses, `"optional"` attests without
+/// its selectors), and its refusal names the absence.
+pub fn read_event_log(path: &Path) -> Vec<u8> {
+    match read_bounded(path, MAX_EVENT_LOG_LEN as u64) {
+        Ok(bytes) if bytes.is_empty() => {
+            log::warn!("the event log {} is empty; none sent", path.display());
+            Vec::new()
+        }
+        Ok(bytes) => bytes,
+        Err(e) if e.is_not_found() => {
+            log::info!(
+                "no event log at {} (no TPM firmware log, or securityfs not mounted); none sent",
+                path.display()
+            );
+            Vec::new()
+        }
+        Err(e) => {
+            log::warn!("event log not sent: {e}");
+            Vec::new()
+        }
     }
 }
 
@@ -453,5 +496,51 @@ fn pcr_selection(pcrs: &[u8]) -> Result<tss_esapi::structures::PcrSelectionList,
 impl From<tss_esapi::Error> for AgentTpmError {
     fn from(error: tss_esapi::Error) -> Self {
         Self::step("PCR selection", TpmError::new("PCR selection", error))
+    }
+}
+
+#[cfg(test)]
+mod event_log_tests {
+    use super::*;
+    use sceau_testkit::TempDir;
+    use std::time::{Duration, Instant};
+
+    /// `read_event_log` in a thread, so that a blocking open fails the test
+    /// (after 5 s) instead of hanging it.
+    fn read_bounded_in_time(path: &Path) -> Vec<u8> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = path.to_path_buf();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            let _ = sender.send(read_event_log(&path));
+        });
+        let bytes = receiver
+            .recv_timeout(Duration::from_secs(5))
+            .expect("reading the event log hung");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        bytes
+    }
+
+    #[test]
+    fn a_log_is_read_and_anything_else_sends_none() {
+        let dir = TempDir::new("sceau-spire-agent-log");
+        let log = dir.join("binary_bios_measurements");
+        std::fs::write(&log, b"a log").unwrap();
+        assert_eq!(read_bounded_in_time(&log), b"a log");
+        assert!(read_bounded_in_time(&dir.join("missing")).is_empty());
+        assert!(read_bounded_in_time(dir.path()).is_empty());
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        assert!(read_bounded_in_time(&fifo).is_empty());
+        let large = dir.join("large");
+        let file = std::fs::File::create(&large).unwrap();
+        file.set_len(MAX_EVENT_LOG_LEN as u64 + 1).unwrap();
+        assert!(read_bounded_in_time(&large).is_empty());
+        file.set_len(MAX_EVENT_LOG_LEN as u64).unwrap();
+        assert_eq!(read_bounded_in_time(&large).len(), MAX_EVENT_LOG_LEN);
     }
 }

@@ -12,8 +12,10 @@
 //! - `services`: Init, Config, broker, controller, stdio, health, router;
 //! - `serve`: the HTTP/2 server and its stop;
 //! - `log`: hclog JSON lines on stderr;
-//! - `hcl`: the configuration's HCL subset.
+//! - `hcl`: the configuration's HCL subset;
+//! - `file`: files named by a configuration, read without blocking and bounded.
 
+pub mod file;
 pub mod handshake;
 pub mod hcl;
 pub mod log;
@@ -37,10 +39,13 @@ pub use serve::{
 pub use services::CONFIG_SERVICE_NAME;
 
 /// The largest gRPC message a plugin process decodes. Our messages are at
-/// most 16 KiB; the plumbing's services use this limit, and a plugin's
-/// own service should too:
+/// most 16 KiB, but a challenge response with the firmware event log is at
+/// most [`crate::payload::MAX_RESPONSE_LEN`] (272 KiB and 4 bytes); 16 KiB
+/// more covers the protobuf framing of the request around it. The
+/// plumbing's services use this limit, and a plugin's own service should
+/// too:
 /// `NodeAttestorServer::from_arc(self).max_decoding_message_size(MAX_MESSAGE_BYTES)`.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+pub const MAX_MESSAGE_BYTES: usize = crate::payload::MAX_RESPONSE_LEN + 16 * 1024;
 
 /// What SPIRE's host tells every plugin in Configure and Validate.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

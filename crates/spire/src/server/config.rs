@@ -6,26 +6,34 @@
 //! ek_intermediates_path = "/etc/spire/sceau/ek-intermediates.pem"
 //! ek_trust              = "either"                            # or "both"
 //! quote_pcrs            = [0, 7]                              # optional
+//! measured_boot         = "off"                               # or "optional", "required"
+//! measured_boot_bank    = "sha256"
 //! ```
 //!
-//! At least one trust source is required. The files are read when SPIRE
+//! At least one trust source is required. With `measured_boot` on, PCRs
+//! 0–7 are added to `quote_pcrs` (the event log's facts come from them,
+//! and an unextended bank is seen on them); Validate says so. The files are read when SPIRE
 //! configures the plugin (at load, and again on reconfiguration), so a
 //! changed allow list takes effect on SIGUSR1 with `plugin_data_file`.
 
 use std::collections::HashSet;
 use std::path::Path;
 
+use super::event_log::{BOOT_PCRS, Bank};
 use super::x509::TrustStore;
 use crate::payload::PCR_COUNT;
+use crate::plugin::file::read_bounded;
 use crate::plugin::hcl::Body;
 use crate::plugin::{ConfigError, CoreConfig};
 
-const KEYS: [&str; 5] = [
+const KEYS: [&str; 7] = [
     "ek_hashes_path",
     "ek_roots_path",
     "ek_intermediates_path",
     "ek_trust",
     "quote_pcrs",
+    "measured_boot",
+    "measured_boot_bank",
 ];
 /// The largest allow list or PEM bundle read.
 const MAX_FILE_LEN: u64 = 4 * 1024 * 1024;
@@ -39,14 +47,32 @@ pub enum EkTrust {
     Both,
 }
 
+/// Whether the agent's firmware event log is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MeasuredBoot {
+    /// Never read; an agent's log is ignored.
+    #[default]
+    Off,
+    /// Checked when the agent sends one (a log that does not replay to the
+    /// quote is refused); an agent without one attests without the log's
+    /// selectors.
+    Optional,
+    /// An agent without a log is refused.
+    Required,
+}
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub trust_domain: String,
     pub ek_hashes: Option<HashSet<String>>,
     pub trust_store: Option<TrustStore>,
     pub ek_trust: EkTrust,
-    /// SHA-256 PCRs to quote, increasing; empty: no quote.
+    /// SHA-256 PCRs to quote, increasing; empty: no quote. PCRs 0–7 are in
+    /// it when `measured_boot` is on.
     pub quote_pcrs: Vec<u8>,
+    pub measured_boot: MeasuredBoot,
+    /// The bank the log is replayed in and checked against the quote.
+    pub measured_boot_bank: Bank,
 }
 
 impl ServerConfig {
@@ -120,6 +146,35 @@ impl ServerConfig {
                 })?;
             quote_pcrs.push(index);
         }
+        let measured_boot = match body.string("measured_boot").map_err(error)?.as_deref() {
+            None | Some("off") => MeasuredBoot::Off,
+            Some("optional") => MeasuredBoot::Optional,
+            Some("required") => MeasuredBoot::Required,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "measured_boot is `{other}`; it must be \"off\", \"optional\" or \"required\""
+                )));
+            }
+        };
+        // The quote is of the TPM's SHA-256 bank (TPM2_Quote with one PCR
+        // selection), so that is the one bank whose quoted values a log can
+        // be checked against; the key exists so that a configuration
+        // states it, and so that others can be added with their quotes.
+        let measured_boot_bank = match body.string("measured_boot_bank").map_err(error)?.as_deref()
+        {
+            None | Some("sha256") => Bank::Sha256,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "measured_boot_bank is `{other}`; only \"sha256\" is supported (the bank the agent quotes)"
+                )));
+            }
+        };
+        // Added rather than demanded: the log's facts come from PCRs 0–7
+        // and the unextended-bank check looks at them, so a measured-boot
+        // configuration without them would mean nothing.
+        if measured_boot != MeasuredBoot::Off {
+            quote_pcrs.extend(BOOT_PCRS);
+        }
         quote_pcrs.sort_unstable();
         quote_pcrs.dedup();
         Ok(Self {
@@ -128,6 +183,8 @@ impl ServerConfig {
             trust_store,
             ek_trust,
             quote_pcrs,
+            measured_boot,
+            measured_boot_bank,
         })
     }
 
@@ -143,88 +200,29 @@ impl ServerConfig {
         if self.quote_pcrs.is_empty() {
             notes.push("no quote is asked (quote_pcrs is empty)".into());
         }
+        match self.measured_boot {
+            MeasuredBoot::Off => {}
+            mode => notes.push(format!(
+                "measured boot {}: the event log is replayed in the {} bank; PCRs 0-7 are quoted (quote_pcrs {:?})",
+                if mode == MeasuredBoot::Required {
+                    "required"
+                } else {
+                    "optional"
+                },
+                self.measured_boot_bank,
+                self.quote_pcrs
+            )),
+        }
         notes
     }
 }
 
-/// O_NONBLOCK, so that opening a FIFO (or a device that blocks in open)
-/// returns at once and is refused by type below. The value of Linux's
-/// generic ABI (asm-generic/fcntl.h), which the architectures sceau builds
-/// for use; the spire crate does not link libc for one constant.
-#[cfg(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "x86",
-        target_arch = "arm",
-        target_arch = "riscv64",
-        target_arch = "s390x",
-        target_arch = "powerpc64",
-    )
-))]
-const O_NONBLOCK: i32 = 0o4000;
-
-/// A configuration file, read safely: opened without blocking (O_NONBLOCK;
-/// std adds O_CLOEXEC), its type checked on the open descriptor (a FIFO, a
-/// directory, a device or a socket is refused with its type named), then
-/// read through that same descriptor, at most [`MAX_FILE_LEN`] bytes of it
-/// whatever its size said.
+/// A configuration file as text, read through [`read_bounded`] (no
+/// blocking open, regular files only, at most [`MAX_FILE_LEN`] bytes).
 fn read_text(path: &Path, key: &str) -> Result<String, ConfigError> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let unreadable =
-        |e: std::io::Error| ConfigError(format!("{key}: cannot read {}: {e}", path.display()));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(O_NONBLOCK)
-        .open(path)
-        .map_err(unreadable)?;
-    let metadata = file.metadata().map_err(unreadable)?;
-    if !metadata.is_file() {
-        return Err(ConfigError(format!(
-            "{key}: {} is {}, not a regular file",
-            path.display(),
-            file_type(&metadata.file_type())
-        )));
-    }
-    let too_large = || {
-        ConfigError(format!(
-            "{key}: {} is larger than {MAX_FILE_LEN} bytes",
-            path.display()
-        ))
-    };
-    if metadata.len() > MAX_FILE_LEN {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_LEN + 1)
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    // The file may have grown since its size was read.
-    if bytes.len() as u64 > MAX_FILE_LEN {
-        return Err(too_large());
-    }
+    let bytes = read_bounded(path, MAX_FILE_LEN).map_err(|e| ConfigError(format!("{key}: {e}")))?;
     String::from_utf8(bytes)
         .map_err(|_| ConfigError(format!("{key}: {} is not UTF-8 text", path.display())))
-}
-
-/// What a file that is not a regular file is, for the refusal.
-fn file_type(kind: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt as _;
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a special file"
-    }
 }
 
 /// One lowercase hex SHA-256 per line; blank lines and `#` comments allowed.
@@ -362,6 +360,50 @@ mod tests {
                 "ek_hashes_path: {} is larger than {MAX_FILE_LEN} bytes",
                 path.display()
             )
+        );
+    }
+
+    fn parse_hcl(hcl: &str) -> Result<ServerConfig, ConfigError> {
+        let core = CoreConfig {
+            trust_domain: "example.org".into(),
+        };
+        let dir = TempDir::new("sceau-spire-config");
+        let path = dir.join("ek-hashes");
+        std::fs::write(&path, format!("{HASH}\n")).unwrap();
+        ServerConfig::parse(
+            &core,
+            &format!("ek_hashes_path = \"{}\"\n{hcl}", path.display()),
+        )
+    }
+
+    #[test]
+    fn measured_boot_is_off_by_default_and_adds_the_boot_pcrs() {
+        let off = parse_hcl("quote_pcrs = [7, 11]").unwrap();
+        assert_eq!(off.measured_boot, MeasuredBoot::Off);
+        assert_eq!(off.quote_pcrs, vec![7, 11]);
+        let on = parse_hcl("quote_pcrs = [7, 11]\nmeasured_boot = \"required\"").unwrap();
+        assert_eq!(on.measured_boot, MeasuredBoot::Required);
+        assert_eq!(on.measured_boot_bank, Bank::Sha256);
+        assert_eq!(on.quote_pcrs, vec![0, 1, 2, 3, 4, 5, 6, 7, 11]);
+        assert!(
+            on.notes()
+                .iter()
+                .any(|n| n.starts_with("measured boot required"))
+        );
+        let optional =
+            parse_hcl("measured_boot = \"optional\"\nmeasured_boot_bank = \"sha256\"").unwrap();
+        assert_eq!(optional.measured_boot, MeasuredBoot::Optional);
+        assert_eq!(optional.quote_pcrs, vec![0, 1, 2, 3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn unknown_measured_boot_values_are_refused() {
+        let error = parse_hcl("measured_boot = \"on\"").unwrap_err();
+        assert!(error.0.starts_with("measured_boot is `on`"), "{error:?}");
+        let error = parse_hcl("measured_boot_bank = \"sha1\"").unwrap_err();
+        assert!(
+            error.0.starts_with("measured_boot_bank is `sha1`"),
+            "{error:?}"
         );
     }
 

@@ -12,7 +12,8 @@
 //! - `keys`: RSA and EC keys in TPM and X.509 form, compared by value.
 //! - `x509`: EK certificates, manufacturer roots and intermediates.
 //! - `credential`: TPM2_MakeCredential in software.
-//! - `event_log`: measured boot: the firmware event log, parsed, replayed, read.
+//! - `event_log`: measured boot: the firmware event log, parsed, replayed,
+//!   read (`verify::check_event_log` uses it after the quote).
 //! - `verify`: the checks, in order.
 //! - `limits`: the answer deadline and the caps on pending challenges.
 //!

@@ -9,7 +9,10 @@
 //! 2. [`issue_challenge`]: a credential for the EK bound to the AK's Name,
 //!    with a fresh secret, and a fresh nonce for the quote.
 //! 3. [`check_response`]: the secret, compared in constant time, and the
-//!    quote over the nonce and the asked PCRs, signed by the AK.
+//!    quote over the nonce and the asked PCRs, signed by the AK; with
+//!    `measured_boot` on, the event log: parsed within bounds, the quoted
+//!    boot PCRs not unextended, every quoted PCR equal to the log's replay,
+//!    then what the log says as selectors ([`measured_boot_selectors`]).
 //!
 //! Each refusal is a [`Refusal`] whose text is one line for the log and the
 //! gRPC status; none carries TPM return codes.
@@ -20,8 +23,9 @@ use sceau_format::wire::{ALG_AES, ALG_CFB, ALG_SHA256, NAME_LEN, sha256_name};
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
-use super::config::{EkTrust, ServerConfig};
+use super::config::{EkTrust, MeasuredBoot, ServerConfig};
 use super::credential::{self, Credential};
+use super::event_log::{self, Bank, EventLog, Facts, PcrCheckError};
 use super::keys::Key;
 use super::structures::{
     Attestation, Attested, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE, Signature,
@@ -55,6 +59,14 @@ pub enum Refusal {
     Credential,
     #[error("the quote is not acceptable: {0}")]
     Quote(&'static str),
+    #[error("measured boot is required and the agent sent no event log")]
+    NoEventLog,
+    #[error(
+        "PCR {pcr} ({bank}) is all zeros or all ones: the firmware never extended it, so the bank says nothing about the boot"
+    )]
+    Unextended { pcr: u8, bank: Bank },
+    #[error("the event log does not match the quote: {0}")]
+    EventLog(PcrCheckError),
 }
 
 /// What a payload that passed every check established.
@@ -74,6 +86,8 @@ pub struct Pending {
     credential: Credential,
     nonce: [u8; SECRET_LEN],
     quote_pcrs: Vec<u8>,
+    measured_boot: MeasuredBoot,
+    measured_boot_bank: Bank,
 }
 
 /// The TCG default EK policy, PolicySecret(TPM_RH_ENDORSEMENT) (EK
@@ -346,6 +360,8 @@ pub fn issue_challenge(
             credential,
             nonce,
             quote_pcrs: config.quote_pcrs.clone(),
+            measured_boot: config.measured_boot,
+            measured_boot_bank: config.measured_boot_bank,
         },
         challenge,
     ))
@@ -409,7 +425,83 @@ pub fn check_response(
             sceau_format::key_id::hex(value)
         ));
     }
+    if pending.measured_boot != MeasuredBoot::Off {
+        let quoted: Vec<(u8, &[u8])> = pending
+            .quote_pcrs
+            .iter()
+            .copied()
+            .zip(response.pcr_values.iter().map(|v| v.as_slice()))
+            .collect();
+        selectors.extend(check_event_log(
+            pending.measured_boot,
+            pending.measured_boot_bank,
+            &quoted,
+            &response.event_log,
+        )?);
+    }
     Ok(selectors)
+}
+
+/// The measured-boot check of a verified quote: `quoted` are its (PCR,
+/// value) pairs in `bank`, which include PCRs 0–7 (the configuration adds
+/// them). Returns the log's selectors; none when the log is optional and
+/// absent.
+pub fn check_event_log(
+    mode: MeasuredBoot,
+    bank: Bank,
+    quoted: &[(u8, &[u8])],
+    log: &[u8],
+) -> Result<Vec<String>, Refusal> {
+    if log.is_empty() {
+        return match mode {
+            MeasuredBoot::Required => Err(Refusal::NoEventLog),
+            MeasuredBoot::Optional | MeasuredBoot::Off => Ok(Vec::new()),
+        };
+    }
+    // The payload codec bounds the log's size to MAX_EVENT_LOG_LEN; the
+    // parser bounds its events, each event's size, and the size again.
+    let limits = event_log::Limits {
+        max_log_bytes: crate::payload::MAX_EVENT_LOG_LEN,
+        ..event_log::Limits::default()
+    };
+    let parsed =
+        EventLog::parse(log, limits).map_err(|e| Refusal::Malformed(format!("event log: {e}")))?;
+    // Before the replay: a bank the firmware never touched matches any log
+    // software extends into it, so its agreement proves nothing.
+    if let Some(pcr) = event_log::unextended(quoted) {
+        return Err(Refusal::Unextended { pcr, bank });
+    }
+    let verified = parsed.matches(bank, quoted).map_err(Refusal::EventLog)?;
+    Ok(measured_boot_selectors(bank, &verified.facts()))
+}
+
+/// The selectors a verified log gives: `secureboot:enabled|disabled|unknown`,
+/// `boot_app:<bank>:<hex>` per boot application (in boot order, repeats
+/// kept once), `eventlog:complete|incomplete`.
+pub fn measured_boot_selectors(bank: Bank, facts: &Facts) -> Vec<String> {
+    let mut selectors = vec![
+        match facts.secure_boot {
+            Some(true) => "secureboot:enabled",
+            Some(false) => "secureboot:disabled",
+            None => "secureboot:unknown",
+        }
+        .to_string(),
+    ];
+    for digest in facts.boot_applications.iter().flatten() {
+        let selector = format!("boot_app:{bank}:{}", sceau_format::key_id::hex(digest));
+        if !selectors.contains(&selector) {
+            selectors.push(selector);
+        }
+    }
+    selectors.push(
+        if facts.complete {
+            "eventlog:complete"
+        } else {
+            "eventlog:incomplete"
+        }
+        .to_string(),
+    );
+    selectors
 }
 
 /// Payloads a software "TPM" makes, for the tests of this crate and of
@@ -532,6 +624,8 @@ pub(crate) mod tests {
             trust_store: None,
             ek_trust: EkTrust::Either,
             quote_pcrs,
+            measured_boot: MeasuredBoot::Off,
+            measured_boot_bank: Bank::Sha256,
         }
     }
 
@@ -656,7 +750,59 @@ pub(crate) mod tests {
             quote_signature: sign(&f.ak, &quote),
             quote,
             pcr_values: values.to_vec(),
+            event_log: Vec::new(),
         }
+    }
+
+    /// A real log, checked as the server checks a response's: quoted PCRs
+    /// 0–7 at the values its own replay gives (the fixtures come without
+    /// their TPM's quote).
+    fn check_fixture(name: &str) -> Result<Vec<String>, Refusal> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/event_log")
+            .join(name);
+        let log = std::fs::read(&path).unwrap();
+        // Within the payload limit with room to spare: six times over.
+        assert!(
+            log.len() * 6 < crate::payload::MAX_EVENT_LOG_LEN,
+            "{name}: {}",
+            log.len()
+        );
+        let replayed = EventLog::parse(&log, event_log::Limits::default())
+            .unwrap()
+            .replay(Bank::Sha256)
+            .unwrap();
+        let quoted: Vec<(u8, &[u8])> = (0..8u8)
+            .map(|pcr| (pcr, replayed[usize::from(pcr)].as_slice()))
+            .collect();
+        check_event_log(MeasuredBoot::Required, Bank::Sha256, &quoted, &log)
+    }
+
+    #[test]
+    fn real_logs_give_their_secure_boot_state_and_boot_applications() {
+        let ovmf = check_fixture("ovmf-sb-on.bin").unwrap();
+        assert_eq!(ovmf.first().unwrap(), "secureboot:enabled", "{ovmf:?}");
+        let gce = check_fixture("gce-ubuntu-2104-sb-off.bin").unwrap();
+        assert_eq!(gce.first().unwrap(), "secureboot:disabled", "{gce:?}");
+        assert!(gce.iter().any(|s| s.starts_with("boot_app:sha256:")));
+        let shim = check_fixture("shim-mok-sb-on.bin").unwrap();
+        assert_eq!(shim.first().unwrap(), "secureboot:enabled", "{shim:?}");
+        assert!(
+            shim.iter()
+                .filter(|s| s.starts_with("boot_app:sha256:"))
+                .count()
+                >= 2,
+            "{shim:?}"
+        );
+        for selectors in [&ovmf, &gce, &shim] {
+            assert!(selectors.last().unwrap().starts_with("eventlog:"));
+        }
+        // Only PCRs 0, 4, 5 and 7 and one separator: some boot PCRs are
+        // never extended, so the quote of them is refused as unextended.
+        assert!(matches!(
+            check_fixture("partial-sb-on.bin"),
+            Err(Refusal::Unextended { .. })
+        ));
     }
 
     #[test]

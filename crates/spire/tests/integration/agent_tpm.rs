@@ -31,6 +31,7 @@ fn settings(tpm: &Swtpm, ek_algorithm: EkAlgorithm) -> TpmSettings {
     TpmSettings {
         tcti: tpm.tcti().parse().unwrap(),
         ek_algorithm,
+        event_log_path: None,
     }
 }
 
@@ -265,6 +266,7 @@ fn a_tcti_without_a_second_connection_is_refused_up_front() {
     let settings = TpmSettings {
         tcti: "mssim:host=127.0.0.1,port=1".parse().unwrap(),
         ek_algorithm: EkAlgorithm::Rsa2048,
+        event_log_path: None,
     };
     let err = Attestation::begin(&settings).unwrap_err();
     assert!(err.to_string().contains("device:/dev/tpmrm0"), "{err}");
@@ -457,6 +459,7 @@ fn the_credential_never_crosses_the_bus_in_the_clear() {
     let settings = TpmSettings {
         tcti: proxy.tcti().parse().unwrap(),
         ek_algorithm: EkAlgorithm::EccP256,
+        event_log_path: None,
     };
     let (mut attestation, payload) = Attestation::begin(&settings).unwrap();
     let ek = StorageKey::from_tpmt_public(&payload.ek_public).unwrap();

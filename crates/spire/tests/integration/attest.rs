@@ -13,7 +13,8 @@ use std::time::SystemTime;
 use crate::pki::Pki;
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings, ak_template_with};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
-use sceau_spire::server::config::{EkTrust, ServerConfig};
+use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
+use sceau_spire::server::event_log::Bank;
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::structures::{PublicArea, attributes};
 use sceau_spire::server::verify::{
@@ -35,6 +36,7 @@ fn settings(tpm: &Swtpm, ek_algorithm: EkAlgorithm) -> TpmSettings {
     TpmSettings {
         tcti: tpm.tcti().parse().unwrap(),
         ek_algorithm,
+        event_log_path: None,
     }
 }
 
@@ -49,6 +51,8 @@ fn config(store: Option<TrustStore>, hashes: &[String], quote_pcrs: Vec<u8>) -> 
         trust_store: store,
         ek_trust: EkTrust::Either,
         quote_pcrs,
+        measured_boot: MeasuredBoot::Off,
+        measured_boot_bank: Bank::Sha256,
     }
 }
 
@@ -227,6 +231,7 @@ fn a_software_ak_cannot_activate_the_credential() {
         quote: vec![],
         quote_signature: vec![],
         pcr_values: vec![],
+        event_log: Vec::new(),
     };
     assert_eq!(check_response(pending, &answer), Err(Refusal::Credential));
 }

@@ -14,7 +14,8 @@ use crate::pki::Pki;
 use sceau_spire::payload::Payload;
 use sceau_spire::plugin::log::{MAX_FIELD_BYTES, format_line};
 use sceau_spire::server::Failure;
-use sceau_spire::server::config::{EkTrust, ServerConfig};
+use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
+use sceau_spire::server::event_log::Bank;
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::verify::{
     NamedRefusal, Refusal, VerifiedPayload, check_payload, check_payload_naming_ek,
@@ -28,6 +29,8 @@ fn config(store: TrustStore, hashes: Option<&[&str]>, ek_trust: EkTrust) -> Serv
         trust_store: Some(store),
         ek_trust,
         quote_pcrs: vec![],
+        measured_boot: MeasuredBoot::Off,
+        measured_boot_bank: Bank::Sha256,
     }
 }
 
