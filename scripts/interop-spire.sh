@@ -7,7 +7,7 @@
 # of the module files), and sceau's plugins (cargo build --locked -p
 # sceau-spire -p sceau-testkit). Makes two local TPM manufacturers (CAs, with
 # the test kit's `sceau-rig provision`), "ca" (trusted) and "other-ca" (not),
-# and seven swtpm TPMs holding RSA 2048 and ECC P-256 EK certificates from one
+# and nine swtpm TPMs holding RSA 2048 and ECC P-256 EK certificates from one
 # or the other (the table in the sceau_tpm part below). Then, on loopback and
 # unix sockets in a temporary directory:
 #
@@ -35,6 +35,17 @@
 #   (catrust's genuine EK certificate, read with tpm2_nvread, with stranger's
 #   EK), unrestricted_ak, replay (a first run answers honestly and attests,
 #   recording its answer; a second replays it) and garbage;
+#   measured boot: the agents so far stop, the plugin data gets
+#   measured_boot "required" (SIGUSR1); the mb TPM's PCRs 0-7 are extended
+#   (tpm2_pcrextend) with the digests of a synthetic firmware event log
+#   (crates/spire/examples/synthetic_event_log.rs: Secure Boot on, a
+#   separator in each of PCRs 0-7, a shim), which its agent sends
+#   (event_log_path); a node entry whose only selectors are
+#   secureboot:enabled, boot_app:sha256:<the shim's digest> and
+#   eventlog:complete, and a workload entry under it, give the workload an
+#   X.509 SVID through agent mb; a fresh TPM (mbzero, PCRs 0-7 all zeros) is
+#   refused with a log that extends nothing (the line names PCR 0) and with
+#   no log (the line says so);
 #   sceau-spire-server links no tpm2-tss library (ldd);
 #   SPIRE stops: every plugin process gone, none "failed to exit gracefully",
 #   no plugin socket left in the plugins' TMPDIR.
@@ -85,25 +96,27 @@ check_agent_attested() {
     fi
 }
 
-# check_workload_svid A PARENT_ID: an entry for uid 0 under PARENT_ID; the
-# workload (this script, uid 0) gets spiffe://example.org/workload through agent A.
+# check_workload_svid A PARENT_ID [ID CHECK]: an entry for uid 0 under
+# PARENT_ID; the workload (this script, uid 0) gets ID (default
+# spiffe://example.org/workload) through agent A. CHECK (default
+# workload-svid) names the check.
 check_workload_svid() {
-    local name=$1 parent=$2 out
-    server_cli entry create -parentID "$parent" -spiffeID spiffe://example.org/workload \
+    local name=$1 parent=$2 id=${3:-spiffe://example.org/workload} check=${4:-workload-svid} out
+    server_cli entry create -parentID "$parent" -spiffeID "$id" \
         -selector unix:uid:0 >"$tmp/entry.out" 2>&1 || {
-        fail workload-entry "spire-server entry create: $(head -c 300 "$tmp/entry.out")"
+        fail "${check%-svid}-entry" "spire-server entry create: $(head -c 300 "$tmp/entry.out")"
         return
     }
     # The agent learns of the entry at its next sync (every 5 s); retry the fetch.
     for _ in $(seq 30); do
         out=$("$spire_bin/spire-agent" api fetch x509 -socketPath "$(agent_socket "$name")" -timeout 5s 2>&1 || true)
-        grep -qF "SPIFFE ID:		spiffe://example.org/workload" <<<"$out" && break
+        grep -qF "SPIFFE ID:		$id" <<<"$out" && break
         sleep 1
     done
-    if grep -qF "SPIFFE ID:		spiffe://example.org/workload" <<<"$out"; then
-        pass "workload-svid (spire-agent api fetch x509 through agent $name: $(grep -aE 'SVID Valid After|SVID Valid Until' <<<"$out" | tr -s '\t ' ' ' | tr '\n' ';'))"
+    if grep -qF "SPIFFE ID:		$id" <<<"$out"; then
+        pass "$check (spire-agent api fetch x509 through agent $name: $(grep -aE 'SVID Valid After|SVID Valid Until' <<<"$out" | tr -s '\t ' ' ' | tr '\n' ';'))"
     else
-        fail workload-svid "no SVID for spiffe://example.org/workload within 30 s: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+        fail "$check" "no SVID for $id within 30 s: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
     fi
 }
 
@@ -168,15 +181,17 @@ fi
 # ecc       | ca              |                               | yes
 # stranger  | ca              |                               | no
 # hashonly  | other-ca        |                               | yes
+# mb        | ca              | no (measured boot, either)    |
+# mbzero    | ca              | no (measured boot, either)    |
 echo "== TPMs (sceau-rig provision): CA ca is trusted, CA other-ca is not"
-for tpm in rsa ecc catrust stranger; do provision_tpm "$tpm" ca; done
+for tpm in rsa ecc catrust stranger mb mbzero; do provision_tpm "$tpm" ca; done
 for tpm in hashtrust rogue hashonly; do provision_tpm "$tpm" other-ca; done
-for tpm in rsa ecc catrust stranger hashtrust rogue hashonly; do start_tpm "$tpm"; done
+for tpm in rsa ecc catrust stranger hashtrust rogue hashonly mb mbzero; do start_tpm "$tpm"; done
 
 # What tpm2-tools and openssl read from the TPMs, before any plugin uses them.
 # PCR 7 of the rsa TPM is extended first, so that its quoted value is not zero.
 declare -A hash
-for tpm in rsa catrust stranger hashtrust rogue hashonly; do hash[$tpm]=$(ek_hash "$tpm" 0x01c00002); done
+for tpm in rsa catrust stranger hashtrust rogue hashonly mb mbzero; do hash[$tpm]=$(ek_hash "$tpm" 0x01c00002); done
 hash[ecc]=$(ek_hash ecc 0x01c0000a)
 # catrust's genuine EK certificate, which the rogue agent's foreign_ek_key
 # attack presents with another TPM's EK.
@@ -199,7 +214,9 @@ echo "   ecc TPM: P-256 EK SHA-256 ${hash[ecc]}"
 plugin_data=$tmp/server/sceau_tpm.hcl
 hashes=$tmp/server/ek-hashes
 mkdir -p "$tmp/server"
-write_plugin_data() { # write_plugin_data TRUST TPM...: those TPMs' EKs listed
+# write_plugin_data TRUST TPM...: those TPMs' EKs listed, and the lines of
+# $plugin_data_extra (if set) added to the plugin data.
+write_plugin_data() {
     local trust=$1 tpm
     shift
     {
@@ -212,6 +229,7 @@ ek_intermediates_path = "$tmp/ca/intermediates.pem"
 ek_hashes_path = "$hashes"
 ek_trust = "$trust"
 quote_pcrs = [0, 7]
+${plugin_data_extra:-}
 EOF
 }
 write_plugin_data either rsa hashtrust hashonly
@@ -222,14 +240,16 @@ write_server_config "    NodeAttestor \"sceau_tpm\" {
     }"
 start_server
 
-# write_tpm_agent TPM ALGORITHM: agent TPM's config, on that TPM's swtpm.
+# write_tpm_agent TPM ALGORITHM [HCL [AGENT]]: agent AGENT's (default TPM's)
+# config, on that TPM's swtpm, HCL added to its plugin_data.
 write_tpm_agent() {
-    write_agent_config "$1" "    NodeAttestor \"sceau_tpm\" {
+    write_agent_config "${4:-$1}" "    NodeAttestor \"sceau_tpm\" {
         plugin_cmd = \"$agent_plugin\"
         plugin_checksum = \"$agent_checksum\"
         plugin_data {
             tcti = \"$(tpm_tcti "$1")\"
             ek_algorithm = \"$2\"
+            ${3:-}
         }
     }"
 }
@@ -429,6 +449,69 @@ expect_refusal rogue-unrestricted-ak-refused rogue-unrestricted "$stranger_id" "
 echo "== rogue agent, attack garbage: 512 random bytes as the payload"
 write_rogue_agent rogue-garbage garbage
 expect_refusal rogue-garbage-refused rogue-garbage "$stranger_id" "malformed payload"
+
+# ---------------------------------------------------------------- measured boot
+# The agents attested so far send no event log: under measured_boot
+# "required" their next re-attestation would be refused, and that refusal
+# could be the line expect_refusal reads below. They stop first.
+echo "== measured boot: the agents attested so far stop; the plugin data gets measured_boot \"required\" (SIGUSR1)"
+for name in "${!agent_pid[@]}"; do stop_agent "$name"; done
+plugin_data_extra='measured_boot = "required"
+measured_boot_bank = "sha256"'
+reconfigure reconfigure-measured-boot-required either rsa hashtrust hashonly
+
+# The mb TPM's PCRs are extended with the synthetic log's digests, as the
+# firmware would have; mbzero's are left as swtpm starts them (all zeros).
+mb_log=$tmp/mb-binary_bios_measurements
+mbzero_log=$tmp/mbzero-binary_bios_measurements
+"$event_log_tool" secure-boot "$mb_log" >"$tmp/mb-extends"
+"$event_log_tool" empty "$mbzero_log" >"$tmp/mbzero-extends"
+shim=$(sed -n 's/^shim //p' "$tmp/mb-extends")
+mapfile -t mb_extends < <(grep -v '^shim ' "$tmp/mb-extends")
+for extend in "${mb_extends[@]}"; do
+    TPM2TOOLS_TCTI=$(tpm_tcti mb) tpm2_pcrextend "$extend" >/dev/null
+done
+echo "   mb: a $(stat -c %s "$mb_log")-byte log; ${#mb_extends[@]} events extended into PCRs $(printf '%s\n' "${mb_extends[@]}" | cut -d: -f1 | sort -un | paste -sd,); shim $shim"
+echo "   mbzero: a $(stat -c %s "$mbzero_log")-byte log (the Spec ID event alone), $(grep -vc '^shim ' "$tmp/mbzero-extends" || true) events"
+
+# A node entry (parent: the server) selected by the measured-boot selectors
+# alone, and a workload entry under it: the workload gets that SVID through
+# agent mb only if the server gave agent mb all three selectors.
+mb_node=spiffe://example.org/measured-boot-node
+mb_selectors=(sceau_tpm:secureboot:enabled "sceau_tpm:boot_app:sha256:$shim" sceau_tpm:eventlog:complete)
+if server_cli entry create -node -spiffeID "$mb_node" "${mb_selectors[@]/#/-selector=}" >"$tmp/mb-node-entry.out" 2>&1; then
+    pass "measured-boot-node-entry ($mb_node, selected by ${mb_selectors[*]} only)"
+else
+    fail measured-boot-node-entry "spire-server entry create -node: $(head -c 300 "$tmp/mb-node-entry.out")"
+fi
+
+mb_id=$(agent_id mb)
+echo "== agent mb: PCRs 0-7 extended with the log's digests, event_log_path the log (measured_boot required)"
+write_tpm_agent mb rsa "event_log_path = \"$mb_log\""
+start_agent mb
+if check_agent_attested mb "$mb_id" sceau_tpm; then
+    mb_shown=$(selectors_of "$mb_id")
+    missing=()
+    for selector in "${mb_selectors[@]}"; do
+        grep -qxF "$selector" <<<"$mb_shown" || missing+=("$selector")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        pass "agent-mb-measured-boot-selectors (${mb_selectors[*]})"
+    else
+        fail agent-mb-measured-boot-selectors "missing ${missing[*]}; the server shows: $(tr '\n' ' ' <<<"$mb_shown")"
+    fi
+    check_workload_svid mb "$mb_node" spiffe://example.org/measured-boot-workload measured-boot-workload-svid
+fi
+
+mbzero_id=$(agent_id mbzero)
+echo "== agent mbzero: a fresh TPM (PCRs 0-7 all zeros), a log that extends nothing"
+write_tpm_agent mbzero rsa "event_log_path = \"$mbzero_log\"" mbzero-unextended
+expect_refusal agent-mbzero-unextended-refused mbzero-unextended "$mbzero_id" \
+    "PCR 0 (sha256) is all zeros or all ones"
+echo "== agent mbzero: no event log (event_log_path \"\")"
+write_tpm_agent mbzero rsa 'event_log_path = ""' mbzero-no-log
+expect_refusal agent-mbzero-no-log-refused mbzero-no-log "$mbzero_id" \
+    "measured boot is required and the agent sent no event log"
 
 check_clean_stop
 finish interop-spire

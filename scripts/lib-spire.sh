@@ -76,16 +76,18 @@ build_spire() {
 }
 
 # build_plugins: sceau's SPIRE plugins, the test-only rogue agent plugin
-# (crates/spire/examples/rogue_agent.rs) and the test kit (cargo build
-# --locked); sets server_plugin, agent_plugin, rogue_plugin and their sha256
-# checksums.
+# (crates/spire/examples/rogue_agent.rs), the synthetic event log writer
+# (crates/spire/examples/synthetic_event_log.rs) and the test kit (cargo
+# build --locked); sets server_plugin, agent_plugin, rogue_plugin and their
+# sha256 checksums, and event_log_tool.
 build_plugins() {
-    echo "== building sceau-spire (with its rogue_agent example) and sceau-testkit (cargo build --locked)"
+    echo "== building sceau-spire (with its rogue_agent and synthetic_event_log examples) and sceau-testkit (cargo build --locked)"
     cargo build --locked --quiet -p sceau-spire -p sceau-testkit
-    cargo build --locked --quiet -p sceau-spire --example rogue_agent
+    cargo build --locked --quiet -p sceau-spire --example rogue_agent --example synthetic_event_log
     server_plugin=$PWD/target/debug/sceau-spire-server
     agent_plugin=$PWD/target/debug/sceau-spire-agent
     rogue_plugin=$PWD/target/debug/examples/rogue_agent
+    event_log_tool=$PWD/target/debug/examples/synthetic_event_log
     server_checksum=$(sha256sum "$server_plugin" | cut -d' ' -f1)
     agent_checksum=$(sha256sum "$agent_plugin" | cut -d' ' -f1)
     rogue_checksum=$(sha256sum "$rogue_plugin" | cut -d' ' -f1)

@@ -4,7 +4,8 @@
 //! evidence a real TPM made (`attest`), the server plugin under stalled
 //! attestations (`attest_limits`), EK certificate chains
 //! (`certificates`), and measured boot with a firmware event log
-//! (`measured_boot`). `pki` issues the test certificates with openssl.
+//! (`measured_boot`, on the synthetic log of `synthetic_log`). `pki`
+//! issues the test certificates with openssl.
 
 mod agent_tpm;
 mod attest;
@@ -13,3 +14,4 @@ mod certificates;
 mod measured_boot;
 mod pki;
 mod plugin_protocol;
+mod synthetic_log;
