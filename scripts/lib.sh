@@ -8,9 +8,10 @@
 # the test kit's EK-certificate TPMs (ek_ca) need gnutls-bin (certtool, which
 # swtpm_localca runs to make its CA) and openssl (their tests' own verifier);
 # age (age and age-keygen) is the custodians' tool: the tests make their age
-# keys with it and open share files with it, as a custodian would.
+# keys with it and open share files with it, as a custodian would;
+# openssh-client brings ssh-keygen, for the custodians' SSH keys.
 SCEAU_PACKAGES=(libtss2-dev libssl-dev pkg-config gcc binutils swtpm swtpm-tools tpm2-tools systemd util-linux procps python3
-    gnutls-bin openssl zsh man-db groff-base dpkg-dev lintian age)
+    gnutls-bin openssl zsh man-db groff-base dpkg-dev lintian age openssh-client)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).
 install_packages() {

@@ -578,6 +578,26 @@ async fn a_forged_share_is_told_by_its_key_set_and_blames_no_genuine_share() {
     );
 }
 
+/// `recovery-keygen` of one identity file, `LABEL.identity` and
+/// `LABEL.pub`, protected as `protection` says.
+fn identity_keygen(dir: &Path, label: &str, protection: &[&str]) -> (PathBuf, PathBuf) {
+    let identity = dir.join(format!("{label}.identity"));
+    let public = dir.join(format!("{label}.pub"));
+    let mut args = vec![
+        "recovery-keygen",
+        "--identity",
+        identity.to_str().unwrap(),
+        "--public",
+        public.to_str().unwrap(),
+    ];
+    args.extend(protection);
+    ok(
+        recover_tool(dir, &args),
+        &format!("recovery-keygen {protection:?}"),
+    );
+    (identity, public)
+}
+
 fn set_private(path: &Path) {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -713,23 +733,7 @@ async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
     // An identity encrypted to a passphrase-protected SSH key: that key's
     // passphrase comes through the descriptor too.
     let dave = ssh_key(dir, "dave", "dave's own ssh passphrase");
-    let ssh_identity = dir.join("ssh.identity");
-    let ssh_public = dir.join("ssh.pub");
-    ok(
-        recover_tool(
-            dir,
-            &[
-                "recovery-keygen",
-                "--identity",
-                ssh_identity.to_str().unwrap(),
-                "--public",
-                ssh_public.to_str().unwrap(),
-                "--protect",
-                &dave.spec,
-            ],
-        ),
-        "recovery-keygen --protect ssh:",
-    );
+    let (ssh_identity, ssh_public) = identity_keygen(dir, "ssh", &["--protect", &dave.spec]);
     let (ssh_dek, ssh_envelope) = envelope_for(&tmp, &tpm, &ssh_public, None, "node-ssh").await;
     std::fs::write(&fd_input, "dave's own ssh passphrase\n").unwrap();
     let opened = run(
@@ -753,22 +757,8 @@ async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
 
     // An identity written in plaintext (only on request) still opens, with
     // a warning that says how to encrypt it.
-    let plain_identity = dir.join("plain.identity");
-    let plain_public = dir.join("plain.pub");
-    ok(
-        recover_tool(
-            dir,
-            &[
-                "recovery-keygen",
-                "--identity",
-                plain_identity.to_str().unwrap(),
-                "--public",
-                plain_public.to_str().unwrap(),
-                "--unencrypted-private-key",
-            ],
-        ),
-        "recovery-keygen --unencrypted-private-key",
-    );
+    let (plain_identity, plain_public) =
+        identity_keygen(dir, "plain", &["--unencrypted-private-key"]);
     let (plain_dek, plain_envelope) =
         envelope_for(&tmp, &tpm, &plain_public, None, "node-plain").await;
     let opened = recover_tool(
