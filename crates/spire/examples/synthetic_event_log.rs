@@ -27,7 +27,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(error) = std::fs::write(path, &log.bytes) {
+    if let Err(error) = std::fs::write(path, log.bytes()) {
         eprintln!("synthetic_event_log: {path}: {error}");
         return ExitCode::FAILURE;
     }

@@ -10,14 +10,24 @@
 //! agent's call behind them.
 //!
 //! So a challenge is issued only with a [`Slot`]: at most
-//! [`MAX_PENDING_PER_EK`] for one EK and [`MAX_PENDING`] in all, each held
-//! for at most [`ANSWER_TIMEOUT`]. Past a cap the attestation is refused at
-//! once with RESOURCE_EXHAUSTED, which spire-agent retries with backoff
-//! (only PERMISSION_DENIED is final). The slot is released when it is
-//! dropped, so on every way out of an attestation: the answer, the
-//! deadline, a refusal, the agent going away, the task being dropped.
+//! [`MAX_PENDING_PER_EK`] for one EK, each held for at most
+//! [`ANSWER_TIMEOUT`], and in two pools. An EK that has answered a
+//! challenge since the plugin started has proven that its sender holds the
+//! TPM; its challenges take places among [`MAX_PENDING_PROVEN`] kept for
+//! such EKs. Every other EK's take places among [`MAX_PENDING`]. A sender
+//! who only has public data never answers, so its EKs are never proven:
+//! however many trusted EKs it sends, it fills the second pool only, and
+//! the nodes that attested before (spire-agent re-attests them to renew
+//! their SVIDs) keep theirs. Past a cap the attestation is refused at once
+//! with RESOURCE_EXHAUSTED, which spire-agent retries with backoff (only
+//! PERMISSION_DENIED is final). The slot is released when it is dropped,
+//! so on every way out of an attestation: the answer, the deadline, a
+//! refusal, the agent going away, the task being dropped.
+//!
+//! The proven EKs are remembered in memory only, up to [`MAX_PROVEN_EKS`]:
+//! after a restart every node is in the shared pool until it attests once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -45,10 +55,19 @@ pub const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// attestation in flight; two lets an agent that restarted mid-attestation
 /// attest again at once while its abandoned attempt runs out.
 pub const MAX_PENDING_PER_EK: usize = 2;
-/// Challenges waiting for an answer in all: a quarter of the connection's
-/// stream limit (64), so that stalled attestations can never take the
-/// streams that other agents' attestations, Configure and health need.
+/// Challenges waiting for an answer for EKs not yet proven: a quarter of
+/// the connection's stream limit (64), so that stalled attestations can
+/// never take the streams that other agents' attestations, Configure and
+/// health need.
 pub const MAX_PENDING: usize = 16;
+/// Challenges waiting for an answer for proven EKs: another quarter. Both
+/// pools full leave half the streams (less go-plugin's two) to other calls.
+pub const MAX_PENDING_PROVEN: usize = 16;
+/// Proven EKs remembered: a 64-character hash each, about 1 MiB in all at
+/// the limit, past which a new EK is no longer remembered (it still
+/// attests, in the shared pool). Above the node count of any cluster one
+/// SPIRE server serves.
+pub const MAX_PROVEN_EKS: usize = 8192;
 
 /// The bounds one server plugin applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +75,10 @@ pub struct Limits {
     pub payload_timeout: Duration,
     pub answer_timeout: Duration,
     pub per_ek: usize,
+    /// Pending challenges for EKs not yet proven.
     pub total: usize,
+    /// Pending challenges for proven EKs.
+    pub proven_total: usize,
 }
 
 impl Default for Limits {
@@ -66,6 +88,7 @@ impl Default for Limits {
             answer_timeout: ANSWER_TIMEOUT,
             per_ek: MAX_PENDING_PER_EK,
             total: MAX_PENDING,
+            proven_total: MAX_PENDING_PROVEN,
         }
     }
 }
@@ -74,14 +97,18 @@ impl Default for Limits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cap {
     PerEk,
+    /// The pool of EKs not yet proven.
     Total,
+    /// The pool of proven EKs.
+    Proven,
 }
 
 /// A challenge refused because a cap is reached.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", match .cap {
     Cap::PerEk => format!("{} challenges for this EK already wait for an answer (the limit); try again later", .limit),
-    Cap::Total => format!("{} challenges already wait for an answer (the server's limit); try again later", .limit),
+    Cap::Total => format!("{} challenges already wait for an answer (the server's limit for EKs that have not attested since it started); try again later", .limit),
+    Cap::Proven => format!("{} challenges already wait for an answer (the server's limit for EKs that attested before); try again later", .limit),
 })]
 pub struct Full {
     pub cap: Cap,
@@ -94,23 +121,24 @@ pub struct Full {
 #[derive(Debug, Default)]
 struct State {
     by_ek: HashMap<String, usize>,
+    /// Pending in the pool of EKs not yet proven, and in the proven pool.
     pending: usize,
+    pending_proven: usize,
     refused: u64,
+    proven: HashSet<String>,
 }
 
 /// The pending challenges of one server plugin; clones share the count.
 #[derive(Debug, Clone)]
 pub struct ChallengeSlots {
-    per_ek: usize,
-    total: usize,
+    limits: Limits,
     state: Arc<Mutex<State>>,
 }
 
 impl ChallengeSlots {
-    pub fn new(per_ek: usize, total: usize) -> Self {
+    pub fn new(limits: Limits) -> Self {
         ChallengeSlots {
-            per_ek,
-            total,
+            limits,
             state: Arc::default(),
         }
     }
@@ -124,10 +152,16 @@ impl ChallengeSlots {
     pub fn try_acquire(&self, ek: &str) -> Result<Slot, Full> {
         let mut state = self.lock();
         let for_ek = state.by_ek.get(ek).copied().unwrap_or(0);
-        let cap = if for_ek >= self.per_ek {
-            Some((Cap::PerEk, self.per_ek))
-        } else if state.pending >= self.total {
-            Some((Cap::Total, self.total))
+        let proven = state.proven.contains(ek);
+        let (in_pool, pool_cap, pool) = if proven {
+            (state.pending_proven, self.limits.proven_total, Cap::Proven)
+        } else {
+            (state.pending, self.limits.total, Cap::Total)
+        };
+        let cap = if for_ek >= self.limits.per_ek {
+            Some((Cap::PerEk, self.limits.per_ek))
+        } else if in_pool >= pool_cap {
+            Some((pool, pool_cap))
         } else {
             None
         };
@@ -140,16 +174,44 @@ impl ChallengeSlots {
             });
         }
         *state.by_ek.entry(ek.to_owned()).or_insert(0) += 1;
-        state.pending += 1;
+        if proven {
+            state.pending_proven += 1;
+        } else {
+            state.pending += 1;
+        }
         Ok(Slot {
             state: self.state.clone(),
             ek: ek.to_owned(),
+            proven,
         })
     }
 
-    /// Challenges waiting for an answer now.
+    /// Records that `ek`'s sender answered a challenge with it (the
+    /// credential activated, the quote verified): its later challenges
+    /// take places in the proven pool. Call only after the whole answer
+    /// passed; a refusal after the challenge proves nothing about who
+    /// holds the TPM.
+    pub fn prove(&self, ek: &str) {
+        let mut state = self.lock();
+        if state.proven.len() < MAX_PROVEN_EKS {
+            state.proven.insert(ek.to_owned());
+        }
+    }
+
+    /// Challenges waiting for an answer now, in both pools.
     pub fn pending(&self) -> usize {
-        self.lock().pending
+        let state = self.lock();
+        state.pending + state.pending_proven
+    }
+
+    /// Challenges waiting for an answer now for proven EKs.
+    pub fn pending_proven(&self) -> usize {
+        self.lock().pending_proven
+    }
+
+    /// EKs proven since the start.
+    pub fn proven(&self) -> usize {
+        self.lock().proven.len()
     }
 
     /// Challenges waiting for an answer for `ek` now.
@@ -168,12 +230,18 @@ impl ChallengeSlots {
 pub struct Slot {
     state: Arc<Mutex<State>>,
     ek: String,
+    /// Which pool the place is in.
+    proven: bool,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.pending = state.pending.saturating_sub(1);
+        if self.proven {
+            state.pending_proven = state.pending_proven.saturating_sub(1);
+        } else {
+            state.pending = state.pending.saturating_sub(1);
+        }
         if let Some(count) = state.by_ek.get_mut(&self.ek) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -187,12 +255,21 @@ impl Drop for Slot {
 mod tests {
     use super::*;
 
+    fn slots(per_ek: usize, total: usize) -> ChallengeSlots {
+        ChallengeSlots::new(Limits {
+            per_ek,
+            total,
+            proven_total: total,
+            ..Limits::default()
+        })
+    }
+
     const A: &str = "aa";
     const B: &str = "bb";
 
     #[test]
     fn one_ek_gets_at_most_its_cap_and_others_are_not_affected() {
-        let slots = ChallengeSlots::new(2, 16);
+        let slots = slots(2, 16);
         let first = slots.try_acquire(A).unwrap();
         let _second = slots.try_acquire(A).unwrap();
         let full = slots.try_acquire(A).unwrap_err();
@@ -214,7 +291,7 @@ mod tests {
 
     #[test]
     fn the_total_cap_holds_across_eks_and_counts_refusals() {
-        let slots = ChallengeSlots::new(2, 3);
+        let slots = slots(2, 3);
         let held: Vec<Slot> = ["1", "2", "3"]
             .iter()
             .map(|ek| slots.try_acquire(ek).unwrap())
@@ -234,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_slot_is_released_when_its_task_ends_any_way() {
-        let slots = ChallengeSlots::new(1, 1);
+        let slots = slots(1, 1);
         // A panic while the slot is held (unwinding drops it).
         let shared = slots.clone();
         let panicked = std::thread::spawn(move || {
@@ -266,9 +343,66 @@ mod tests {
     fn the_deadline_and_caps_are_the_documented_ones() {
         let limits = Limits::default();
         assert_eq!(limits.answer_timeout, Duration::from_secs(5));
-        assert_eq!((limits.per_ek, limits.total), (2, 16));
-        // Well below the streams one connection carries, less the broker's
-        // and stdio's.
-        assert!(limits.total * 2 <= crate::plugin::MAX_CONCURRENT_STREAMS as usize - 2);
+        assert_eq!(
+            (limits.per_ek, limits.total, limits.proven_total),
+            (2, 16, 16)
+        );
+        // Both pools full take at most half the streams one connection
+        // carries; the other half, less the broker's and stdio's, stays
+        // free for other calls.
+        assert!(
+            (limits.total + limits.proven_total) * 2
+                <= crate::plugin::MAX_CONCURRENT_STREAMS as usize
+        );
+    }
+
+    // Without the second pool (every EK counted in `pending`), the proven
+    // EK is refused here: seen failing with "a proven EK has its own
+    // places".
+    #[test]
+    fn a_proven_ek_has_places_that_unproven_eks_cannot_take() {
+        let slots = slots(2, 3);
+        let stalls: Vec<Slot> = ["1", "2", "3"]
+            .iter()
+            .map(|ek| slots.try_acquire(ek).unwrap())
+            .collect();
+        assert_eq!(slots.try_acquire("4").unwrap_err().cap, Cap::Total);
+        // An EK that has not answered is not proven by a challenge alone.
+        assert_eq!(slots.try_acquire(A).unwrap_err().cap, Cap::Total);
+        slots.prove(A);
+        let first = slots
+            .try_acquire(A)
+            .expect("a proven EK has its own places");
+        let _second = slots.try_acquire(A).unwrap();
+        assert_eq!(slots.try_acquire(A).unwrap_err().cap, Cap::PerEk);
+        assert_eq!((slots.pending(), slots.pending_proven()), (5, 2));
+        drop(first);
+        drop(stalls);
+        assert_eq!((slots.pending(), slots.pending_proven()), (1, 1));
+        // The proven pool has its own cap.
+        for ek in ["b1", "b2", "b3"] {
+            slots.prove(ek);
+        }
+        let _b1 = slots.try_acquire("b1").unwrap();
+        let _b2 = slots.try_acquire("b2").unwrap();
+        let full = slots.try_acquire("b3").unwrap_err();
+        assert_eq!((full.cap, full.limit), (Cap::Proven, 3));
+        assert!(full.to_string().contains("for EKs that attested before"));
+        assert_eq!(slots.proven(), 4);
+    }
+
+    #[test]
+    fn proven_eks_are_remembered_up_to_the_limit() {
+        let slots = slots(2, 1);
+        for n in 0..MAX_PROVEN_EKS + 10 {
+            slots.prove(&format!("{n:064x}"));
+        }
+        assert_eq!(slots.proven(), MAX_PROVEN_EKS);
+        let _held = slots.try_acquire("x").unwrap();
+        // Past the limit an EK is not remembered: it shares the other pool.
+        let late = format!("{:064x}", MAX_PROVEN_EKS + 1);
+        assert_eq!(slots.try_acquire(&late).unwrap_err().cap, Cap::Total);
+        let early = format!("{:064x}", 1);
+        let _ = slots.try_acquire(&early).expect("remembered");
     }
 }

@@ -70,7 +70,7 @@ impl ServerPlugin {
         ServerPlugin {
             config: RwLock::new(None),
             limits,
-            slots: ChallengeSlots::new(limits.per_ek, limits.total),
+            slots: ChallengeSlots::new(limits),
         }
     }
 
@@ -272,6 +272,10 @@ impl Attestation {
         };
         let selectors =
             verify::check_response(pending, &response).map_err(|r| with_ek(refused(&r)))?;
+        // Only now: the sender activated the credential made for this EK,
+        // which takes the EK's private key inside its TPM; public data
+        // cannot do that.
+        self.slots.prove(&ek);
         Ok(AgentAttributes {
             spiffe_id: format!(
                 "spiffe://{}/spire/agent/{PLUGIN_NAME}/{ek}",

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sceau_rpc::client::{Bodies, Connection};
+use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
 use sceau_spire::payload::{Challenge, Payload};
 use sceau_spire::pb::health::HealthCheckRequest;
 use sceau_spire::pb::health::health_client::HealthClient;
@@ -19,9 +20,11 @@ use sceau_spire::pb::server_attestor::node_attestor_client::NodeAttestorClient;
 use sceau_spire::pb::server_attestor::{AttestRequest, attest_request, attest_response};
 use sceau_spire::plugin::{self, CoreConfig, Plugin as _, PluginSocket, SocketOptions};
 use sceau_spire::server::ServerPlugin;
-use sceau_spire::server::limits::{Limits, MAX_PENDING, MAX_PENDING_PER_EK};
+use sceau_spire::server::keys::Key;
+use sceau_spire::server::limits::{ANSWER_TIMEOUT, Limits, MAX_PENDING, MAX_PENDING_PER_EK};
+use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::test_support::forgery_with_ek;
-use sceau_testkit::TempDir;
+use sceau_testkit::{Swtpm, TempDir};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http::Uri;
@@ -102,7 +105,7 @@ struct Stall {
 /// Opens an attestation with the payload of the software EK `ek`; returns
 /// it held open once the challenge came, or the status it was refused
 /// with, and how long that took.
-async fn attest(served: &Served, ek: u8) -> (Result<Stall, Status>, Duration) {
+async fn attest(connection: &Connection, ek: u8) -> (Result<Stall, Status>, Duration) {
     let started = Instant::now();
     let payload: Payload = forgery_with_ek(ek).0;
     let (requests, outgoing) = mpsc::channel(1);
@@ -112,7 +115,7 @@ async fn attest(served: &Served, ek: u8) -> (Result<Stall, Status>, Duration) {
         })
         .await
         .unwrap();
-    let mut client = NodeAttestorClient::with_origin(served.connection.clone(), origin());
+    let mut client = NodeAttestorClient::with_origin(connection.clone(), origin());
     let result = tokio::time::timeout(CALL_TIMEOUT, async {
         let mut answers = client
             .attest(ReceiverStream::new(outgoing))
@@ -138,8 +141,8 @@ async fn attest(served: &Served, ek: u8) -> (Result<Stall, Status>, Duration) {
     (result, started.elapsed())
 }
 
-async fn refused_at_once(served: &Served, ek: u8) -> Status {
-    let (result, took) = attest(served, ek).await;
+async fn refused_at_once(connection: &Connection, ek: u8) -> Status {
+    let (result, took) = attest(connection, ek).await;
     let status = match result {
         Ok(_) => panic!("EK {ek}: a challenge was issued past the cap"),
         Err(status) => status,
@@ -149,9 +152,9 @@ async fn refused_at_once(served: &Served, ek: u8) -> Status {
     status
 }
 
-async fn wait_for_no_pending(served: &Served) {
+async fn wait_for_no_pending(plugin: &ServerPlugin) {
     let deadline = Instant::now() + CALL_TIMEOUT;
-    while served.plugin.challenge_slots().pending() != 0 {
+    while plugin.challenge_slots().pending() != 0 {
         assert!(Instant::now() < deadline, "the slots were never released");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -170,9 +173,9 @@ async fn past_the_caps_attestations_are_refused_at_once_until_stalls_are_cancell
     // One EK's cap: two stalls, then a refusal; another EK is not affected.
     let mut stalls = Vec::new();
     for _ in 0..MAX_PENDING_PER_EK {
-        stalls.push(attest(&served, 10).await.0.expect("a challenge"));
+        stalls.push(attest(&served.connection, 10).await.0.expect("a challenge"));
     }
-    let status = refused_at_once(&served, 10).await;
+    let status = refused_at_once(&served.connection, 10).await;
     assert!(
         status.message().contains("for this EK"),
         "{}",
@@ -182,12 +185,12 @@ async fn past_the_caps_attestations_are_refused_at_once_until_stalls_are_cancell
     // The server's cap: 16 stalls in all (two EKs each).
     for ek in 11..(10 + MAX_PENDING as u8 / 2) {
         for _ in 0..2 {
-            stalls.push(attest(&served, ek).await.0.expect("a challenge"));
+            stalls.push(attest(&served.connection, ek).await.0.expect("a challenge"));
         }
     }
     assert_eq!(stalls.len(), MAX_PENDING);
     assert_eq!(served.plugin.challenge_slots().pending(), MAX_PENDING);
-    let status = refused_at_once(&served, 30).await;
+    let status = refused_at_once(&served.connection, 30).await;
     assert!(
         status.message().contains("the server's limit"),
         "{}",
@@ -212,14 +215,14 @@ async fn past_the_caps_attestations_are_refused_at_once_until_stalls_are_cancell
     // The stalls' agents go away: every slot is released, and a new
     // attestation gets its challenge.
     drop(stalls);
-    wait_for_no_pending(&served).await;
-    let fresh = attest(&served, 30)
+    wait_for_no_pending(&served.plugin).await;
+    let fresh = attest(&served.connection, 30)
         .await
         .0
         .expect("a challenge after the stalls");
     assert_eq!(served.plugin.challenge_slots().pending(), 1);
     drop(fresh);
-    wait_for_no_pending(&served).await;
+    wait_for_no_pending(&served.plugin).await;
 }
 
 // With the deadline removed (answer_timeout ignored), the stall never ends
@@ -232,8 +235,8 @@ async fn a_stall_ends_at_the_answer_deadline_and_frees_its_slot() {
         ..Limits::default()
     };
     let served = serve(limits, [1, 2]).await;
-    let mut stall = attest(&served, 1).await.0.expect("a challenge");
-    refused_at_once(&served, 2).await;
+    let mut stall = attest(&served.connection, 1).await.0.expect("a challenge");
+    refused_at_once(&served.connection, 2).await;
     let started = Instant::now();
     let ended = tokio::time::timeout(CALL_TIMEOUT, stall.answers.message())
         .await
@@ -248,8 +251,8 @@ async fn a_stall_ends_at_the_answer_deadline_and_frees_its_slot() {
     // Well under the 5 s default: the 300 ms deadline ended it, on a
     // loaded machine too.
     assert!(started.elapsed() < Duration::from_secs(4));
-    wait_for_no_pending(&served).await;
-    attest(&served, 2)
+    wait_for_no_pending(&served.plugin).await;
+    attest(&served.connection, 2)
         .await
         .0
         .expect("a challenge once the stall timed out");
@@ -267,7 +270,6 @@ fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
     use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
     use sceau_spire::server::event_log::Bank;
     use sceau_spire::server::keys::Key;
-    use sceau_spire::server::limits::ANSWER_TIMEOUT;
     use sceau_spire::server::structures::PublicArea;
     use sceau_spire::server::verify::{check_payload, check_response, issue_challenge};
     use sceau_testkit::tpm_proxy::Profile;
@@ -353,7 +355,7 @@ async fn answer_with_log(stall: Stall, log_len: usize) -> Status {
 async fn the_largest_event_log_crosses_the_transport_and_one_byte_more_is_refused() {
     use sceau_spire::payload::MAX_EVENT_LOG_LEN;
     let served = serve(Limits::default(), [3]).await;
-    let (stall, _) = attest(&served, 3).await;
+    let (stall, _) = attest(&served.connection, 3).await;
     let status = answer_with_log(stall.expect("a challenge"), MAX_EVENT_LOG_LEN).await;
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     assert!(
@@ -362,8 +364,8 @@ async fn the_largest_event_log_crosses_the_transport_and_one_byte_more_is_refuse
             .contains("the credential was not activated"),
         "{status:?}"
     );
-    wait_for_no_pending(&served).await;
-    let (stall, _) = attest(&served, 3).await;
+    wait_for_no_pending(&served.plugin).await;
+    let (stall, _) = attest(&served.connection, 3).await;
     let status = answer_with_log(stall.expect("a challenge"), MAX_EVENT_LOG_LEN + 1).await;
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(
@@ -372,4 +374,272 @@ async fn the_largest_event_log_crosses_the_transport_and_one_byte_more_is_refuse
             .contains(&format!("event log is {} bytes", MAX_EVENT_LOG_LEN + 1)),
         "{status:?}"
     );
+}
+
+/// The server plugin served on a thread of its own with its own runtime,
+/// as SPIRE runs it in a process of its own: its tasks and threads can be
+/// counted apart from the test's, and the agent's blocking TPM work on the
+/// test's side never holds the server up.
+struct ServerThread {
+    plugin: Arc<ServerPlugin>,
+    runtime: tokio::runtime::Handle,
+    socket: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: TempDir,
+}
+
+/// The name of the server's thread and of any its runtime starts.
+const SERVER_THREAD: &str = "sceau-stalls";
+
+impl ServerThread {
+    fn start(limits: Limits, allowed: &[String]) -> Self {
+        let dir = TempDir::new("sceau-spire-stalls");
+        let list = dir.join("ek-hashes");
+        std::fs::write(&list, allowed.join("\n") + "\n").unwrap();
+        let plugin = Arc::new(ServerPlugin::with_limits(limits));
+        plugin
+            .configure(
+                &CoreConfig {
+                    trust_domain: "example.org".into(),
+                },
+                &format!("ek_hashes_path = \"{}\"", list.display()),
+            )
+            .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name(SERVER_THREAD)
+            .build()
+            .unwrap();
+        let handle = runtime.handle().clone();
+        let socket = {
+            let _entered = handle.enter();
+            PluginSocket::bind(&SocketOptions {
+                dir: Some(dir.subdir("socket")),
+                group: None,
+            })
+            .unwrap()
+        };
+        let path = socket.path().to_owned();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let served = plugin.clone();
+        let thread = std::thread::Builder::new()
+            .name(SERVER_THREAD.into())
+            .spawn(move || {
+                runtime
+                    .block_on(plugin::serve(served, socket, async {
+                        let _ = stopped.await;
+                    }))
+                    .unwrap();
+            })
+            .unwrap();
+        ServerThread {
+            plugin,
+            runtime: handle,
+            socket: path,
+            stop: Some(stop),
+            thread: Some(thread),
+            _dir: dir,
+        }
+    }
+
+    /// Tasks alive in the server's runtime.
+    fn tasks(&self) -> usize {
+        self.runtime.metrics().num_alive_tasks()
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Threads of this process named `name` (the kernel keeps 15 bytes).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == &name[..name.len().min(15)])
+        .count()
+}
+
+/// A node with a TPM (swtpm) whose agent plugin code attests over the
+/// plugin connection: payload, challenge, the TPM's answer, the result.
+struct GenuineNode {
+    _dir: TempDir,
+    _tpm: Swtpm,
+    settings: TpmSettings,
+}
+
+impl GenuineNode {
+    fn start() -> (Self, String) {
+        let dir = TempDir::new("sceau-spire-genuine");
+        let tpm = Swtpm::start(dir.path());
+        let settings = TpmSettings {
+            tcti: tpm.tcti().parse().unwrap(),
+            ek_algorithm: EkAlgorithm::EccP256,
+            event_log_path: None,
+        };
+        let (_, payload) = Attestation::begin(&settings).expect("the agent's payload");
+        let ek = Key::from_tpm(&PublicArea::parse(&payload.ek_public).unwrap().key).unwrap();
+        let node = GenuineNode {
+            _dir: dir,
+            _tpm: tpm,
+            settings,
+        };
+        (node, ek.pub_hash())
+    }
+
+    /// One whole attestation; the selectors, or the status it ended with,
+    /// and how long it took.
+    async fn attest(&self, connection: &Connection) -> (Result<Vec<String>, Status>, Duration) {
+        let started = Instant::now();
+        let (mut agent, payload) = Attestation::begin(&self.settings).expect("the agent's payload");
+        let (requests, outgoing) = mpsc::channel(2);
+        requests
+            .send(AttestRequest {
+                request: Some(attest_request::Request::Payload(payload.encode())),
+            })
+            .await
+            .unwrap();
+        let mut client = NodeAttestorClient::with_origin(connection.clone(), origin());
+        let result = tokio::time::timeout(CALL_TIMEOUT, async {
+            let mut answers = client
+                .attest(ReceiverStream::new(outgoing))
+                .await?
+                .into_inner();
+            let Some(attest_response::Response::Challenge(bytes)) =
+                answers.message().await?.and_then(|m| m.response)
+            else {
+                panic!("no challenge");
+            };
+            let challenge = Challenge::decode(&bytes).unwrap();
+            let response = agent.answer(&challenge).expect("the TPM answers");
+            requests
+                .send(AttestRequest {
+                    request: Some(attest_request::Request::ChallengeResponse(
+                        response.encode(),
+                    )),
+                })
+                .await
+                .unwrap();
+            match answers.message().await?.and_then(|m| m.response) {
+                Some(attest_response::Response::AgentAttributes(attributes)) => {
+                    Ok(attributes.selector_values)
+                }
+                other => panic!("expected the agent's attributes, got {other:?}"),
+            }
+        })
+        .await
+        .expect("the genuine attestation hung");
+        (result, started.elapsed())
+    }
+}
+
+// The attack as first seen: 62 stalled attestations (the connection's 64
+// streams less go-plugin's two), each with a trusted EK and a software AK
+// that never answers, here with 62 different EKs so that only the server's
+// caps apply. 16 get a challenge and 46 are refused at once; a node that
+// has attested before still attests, while all 16 stalls still wait (it
+// did not queue behind them); a node that never attested is refused at
+// once and retries. The stalls end at the 5 s deadline, and the server's
+// tasks and threads return to their count before the stalls.
+//
+// Without the proven pool (every EK in one pool of 16, as before), the
+// genuine node's second attestation was refused with RESOURCE_EXHAUSTED:
+// seen failing.
+#[tokio::test]
+async fn sixty_two_stalls_leave_a_node_that_attested_before_unaffected_and_leak_nothing() {
+    const STALLS: u8 = 62;
+    let (node, genuine_ek) = GenuineNode::start();
+    let fresh_ek = STALLS + 1;
+    let mut allowed: Vec<String> = (1..=fresh_ek)
+        .map(|ek| forgery_with_ek(ek).1.pub_hash())
+        .collect();
+    allowed.push(genuine_ek.clone());
+    let server = ServerThread::start(Limits::default(), &allowed);
+    let connection = connect(&server.socket).await;
+
+    // The node attests once before the attack, as every node of a running
+    // cluster has.
+    let (first, normal) = node.attest(&connection).await;
+    first.expect("the genuine node attests");
+    assert_eq!(server.plugin.challenge_slots().proven(), 1);
+    let tasks_before = server.tasks();
+    let threads_before = threads_named(SERVER_THREAD);
+
+    let attack = Instant::now();
+    let mut stalls = Vec::new();
+    let mut refused = 0;
+    for ek in 1..=STALLS {
+        let (result, took) = attest(&connection, ek).await;
+        match result {
+            Ok(stall) => stalls.push(stall),
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                assert!(took < AT_ONCE, "EK {ek}: refused after {took:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((stalls.len(), refused), (MAX_PENDING, 46));
+
+    let (again, under_attack) = node.attest(&connection).await;
+    let selectors = again.expect("the genuine node attests during the stalls");
+    assert!(selectors.contains(&format!("pub_hash:{genuine_ek}")));
+    // Every stall still waits: the node was not served after them.
+    assert_eq!(server.plugin.challenge_slots().pending(), MAX_PENDING);
+    // The count sees the stalls: one task each, at least.
+    let tasks_during = server.tasks();
+    assert!(
+        tasks_during >= tasks_before + MAX_PENDING,
+        "{tasks_during} tasks during the stalls, {tasks_before} before"
+    );
+    assert!(
+        attack.elapsed() < ANSWER_TIMEOUT,
+        "the stalls' deadline passed before the node had attested"
+    );
+    eprintln!(
+        "the genuine node attested in {normal:?} before the stalls and {under_attack:?} with {} stalls pending",
+        MAX_PENDING
+    );
+
+    let status = refused_at_once(&connection, fresh_ek).await;
+    assert!(
+        status.message().contains("EKs that have not attested"),
+        "{}",
+        status.message()
+    );
+
+    for mut stall in stalls {
+        let ended = tokio::time::timeout(CALL_TIMEOUT, stall.answers.message())
+            .await
+            .expect("a stall outlived its deadline")
+            .expect_err("a stall attested");
+        assert_eq!(ended.code(), Code::DeadlineExceeded, "{ended:?}");
+    }
+    let ended_after = attack.elapsed();
+    assert!(
+        ended_after >= ANSWER_TIMEOUT && ended_after < ANSWER_TIMEOUT + AT_ONCE,
+        "the stalls ended {ended_after:?} after the attack began"
+    );
+    wait_for_no_pending(&server.plugin).await;
+
+    // Nothing left behind: the stalls' tasks ended with them, and the
+    // server runs on the threads it had.
+    let deadline = Instant::now() + CALL_TIMEOUT;
+    while server.tasks() > tasks_before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(server.tasks(), tasks_before, "tasks leaked");
+    assert_eq!(threads_named(SERVER_THREAD), threads_before);
+    eprintln!(
+        "server tasks: {tasks_before} before the stalls, {tasks_during} during, the same after; threads: {threads_before}, the same after"
+    );
+    let (last, _) = node.attest(&connection).await;
+    last.expect("the genuine node attests after the stalls");
 }

@@ -8,16 +8,20 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
+use sceau_spire::payload::MAX_EVENT_LOG_LEN;
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
 use sceau_spire::plugin::CoreConfig;
 use sceau_spire::server::config::ServerConfig;
-use sceau_spire::server::event_log::{Bank, PcrCheckError};
+use sceau_spire::server::event_log::event_type::{
+    EV_EFI_BOOT_SERVICES_APPLICATION, EV_EFI_VARIABLE_DRIVER_CONFIG, EV_SEPARATOR,
+};
+use sceau_spire::server::event_log::{ALG_SHA1, Bank, PcrCheckError};
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::{Refusal, check_payload, check_response, issue_challenge};
 use sceau_testkit::{Swtpm, TempDir, Tpm2Tools};
 
-use crate::synthetic_log::{Log, SHIM, hex};
+use crate::synthetic_log::{Log, SHIM, hex, secure_boot_variable};
 
 /// Extends every event's digest into the TPM's SHA-256 bank, as the
 /// firmware would have.
@@ -106,7 +110,7 @@ fn a_log_that_replays_to_the_quote_gives_its_selectors() {
     let node = Node::start("sceau-spire-mb-good");
     let log = Log::secure_boot();
     extend_into(&log, &node.tools());
-    let path = node.write_log(&log.bytes);
+    let path = node.write_log(&log.bytes());
     let selectors = node
         .attest(Some(&path), REQUIRED)
         .unwrap_or_else(|refusal| panic!("refused: {refusal}"));
@@ -130,34 +134,151 @@ fn a_log_that_replays_to_the_quote_gives_its_selectors() {
     }
 }
 
-#[test]
-fn a_log_altered_in_one_byte_is_refused_naming_the_pcr() {
-    let node = Node::start("sceau-spire-mb-altered");
+/// A node whose TPM was extended with the Secure Boot log, as its firmware
+/// would have, and that log.
+fn booted(name: &str) -> (Node, Log) {
+    let node = Node::start(name);
     let log = Log::secure_boot();
     extend_into(&log, &node.tools());
-    let mut altered = log.bytes.clone();
-    // The shim's digest, which PCR 4 is extended with: another shim.
-    let shim = *log.digest_offsets.last().unwrap();
-    altered[shim] ^= 1;
-    let path = node.write_log(&altered);
-    let refusal = node.attest(Some(&path), REQUIRED).unwrap_err();
+    (node, log)
+}
+
+/// The refusal of an attestation whose agent sends `log`, measured boot
+/// required; its line must be one line.
+fn refusal_for(node: &Node, log: &Log) -> Refusal {
+    let path = node.write_log(&log.bytes());
+    let refusal = match node.attest(Some(&path), REQUIRED) {
+        Ok(selectors) => panic!("attested: {selectors:?}"),
+        Err(refusal) => refusal,
+    };
+    assert!(!refusal.to_string().contains('\n'), "{refusal}");
+    refusal
+}
+
+fn assert_mismatch(refusal: &Refusal, pcr: u8) {
     assert!(
         matches!(
-            &refusal,
-            Refusal::EventLog(PcrCheckError::Mismatch {
-                pcr: 4,
-                bank: Bank::Sha256,
-                ..
-            })
+            refusal,
+            Refusal::EventLog(PcrCheckError::Mismatch { pcr: p, bank: Bank::Sha256, .. }) if *p == pcr
         ),
         "{refusal:?}"
     );
     let line = refusal.to_string();
     assert!(
-        line.starts_with("the event log does not match the quote: PCR 4 (sha256): quoted "),
+        line.starts_with(&format!(
+            "the event log does not match the quote: PCR {pcr} (sha256): quoted "
+        )),
         "{line}"
     );
-    assert!(!line.contains('\n'));
+}
+
+// A changed digest: the log says another shim started than the one the
+// firmware measured.
+#[test]
+fn a_changed_event_is_refused_naming_its_pcr() {
+    let (node, mut log) = booted("sceau-spire-mb-changed");
+    let shim = log.position(4, EV_EFI_BOOT_SERVICES_APPLICATION);
+    log.events[shim].digest[0] ^= 1;
+    assert_mismatch(&refusal_for(&node, &log), 4);
+}
+
+// A dropped event: the SecureBoot variable's measurement left out of the
+// log, which would hide what PCR 7 says about it.
+#[test]
+fn a_dropped_event_is_refused_naming_its_pcr() {
+    let (node, mut log) = booted("sceau-spire-mb-dropped");
+    log.events
+        .remove(log.position(7, EV_EFI_VARIABLE_DRIVER_CONFIG));
+    assert_mismatch(&refusal_for(&node, &log), 7);
+}
+
+// A reordered event: the shim moved before PCR 4's separator, which would
+// make it read as firmware measured before the boot.
+#[test]
+fn a_reordered_event_is_refused_naming_its_pcr() {
+    let (node, mut log) = booted("sceau-spire-mb-reordered");
+    let separator = log.position(4, EV_SEPARATOR);
+    let shim = log.position(4, EV_EFI_BOOT_SERVICES_APPLICATION);
+    log.events.swap(separator, shim);
+    assert_mismatch(&refusal_for(&node, &log), 4);
+}
+
+// A log of the SHA-1 bank only, for a server that checks SHA-256: refused
+// before any replay, so its digests need not be real SHA-1 digests.
+#[test]
+fn a_log_of_another_bank_is_refused_naming_the_bank() {
+    let (node, mut log) = booted("sceau-spire-mb-bank");
+    log.alg = ALG_SHA1;
+    for event in &mut log.events {
+        event.digest.truncate(20);
+    }
+    let refusal = refusal_for(&node, &log);
+    assert_eq!(
+        refusal,
+        Refusal::EventLog(PcrCheckError::BankNotInLog(Bank::Sha256))
+    );
+    assert_eq!(
+        refusal.to_string(),
+        "the event log does not match the quote: the event log carries no sha256 digests"
+    );
+}
+
+// A log cut inside its last event, as a partial read or a truncated copy
+// would leave it: refused as malformed, naming the event and its offset.
+#[test]
+fn a_truncated_log_is_refused_naming_where_it_ends() {
+    let (node, log) = booted("sceau-spire-mb-truncated");
+    let mut bytes = log.bytes();
+    bytes.truncate(bytes.len() - 3);
+    let path = node.write_log(&bytes);
+    let refusal = node.attest(Some(&path), REQUIRED).unwrap_err();
+    let line = refusal.to_string();
+    assert!(matches!(refusal, Refusal::Malformed(_)), "{refusal:?}");
+    let last = log.events.len();
+    assert!(
+        line.starts_with(&format!("malformed event log: event {last} at offset "))
+            && line.ends_with("the log ends inside its event data"),
+        "{line}"
+    );
+}
+
+// A log file larger than the payload allows (256 KiB) is not sent at all:
+// the agent logs why, and the server's refusal names the absence. Larger
+// logs never reach the server's parser (attest_limits checks the transport).
+#[test]
+fn an_oversized_log_is_not_sent_and_is_refused_as_absent() {
+    let (node, log) = booted("sceau-spire-mb-oversized");
+    let mut bytes = log.bytes();
+    bytes.resize(MAX_EVENT_LOG_LEN + 1, 0);
+    let path = node.write_log(&bytes);
+    assert_eq!(node.attest(Some(&path), REQUIRED), Err(Refusal::NoEventLog));
+    bytes.truncate(MAX_EVENT_LOG_LEN);
+    let path = node.write_log(&bytes);
+    // At the limit it is sent, and refused for the padding after the last
+    // event, not for its size.
+    let refusal = node.attest(Some(&path), REQUIRED).unwrap_err();
+    assert!(matches!(refusal, Refusal::Malformed(_)), "{refusal:?}");
+}
+
+// The SecureBoot variable's data changed from 1 to 0 under the digest of
+// 1: the replay still matches (the digest is what was extended), but the
+// data was not what was measured, so no Secure Boot state is claimed from
+// it. Without the data check (data_measured in event_log.rs) this reads
+// "secureboot:disabled".
+#[test]
+fn event_data_changed_under_its_digest_claims_no_secure_boot_state() {
+    let (node, mut log) = booted("sceau-spire-mb-data");
+    let variable = log.position(7, EV_EFI_VARIABLE_DRIVER_CONFIG);
+    log.events[variable].data = secure_boot_variable(0);
+    let path = node.write_log(&log.bytes());
+    let selectors = node
+        .attest(Some(&path), REQUIRED)
+        .unwrap_or_else(|refusal| panic!("refused: {refusal}"));
+    assert_eq!(
+        log_selectors(&selectors)[0],
+        "secureboot:unknown",
+        "{selectors:?}"
+    );
 }
 
 #[test]
@@ -183,7 +304,7 @@ fn no_log_is_refused_when_required_and_attests_without_its_selectors_when_option
 #[test]
 fn an_unextended_bank_is_refused_even_when_the_log_replays_to_it() {
     let node = Node::start("sceau-spire-mb-unextended");
-    let path = node.write_log(&Log::new().bytes);
+    let path = node.write_log(&Log::new().bytes());
     assert_eq!(
         node.attest(Some(&path), OPTIONAL),
         Err(Refusal::Unextended {
@@ -198,7 +319,7 @@ fn an_unextended_bank_is_refused_even_when_the_log_replays_to_it() {
 #[test]
 fn with_measured_boot_off_the_log_changes_nothing() {
     let node = Node::start("sceau-spire-mb-off");
-    let path = node.write_log(&Log::new().bytes);
+    let path = node.write_log(&Log::new().bytes());
     let selectors = node
         .attest(Some(&path), "quote_pcrs = [0, 7]")
         .unwrap_or_else(|refusal| panic!("refused: {refusal}"));

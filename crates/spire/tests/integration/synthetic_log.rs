@@ -1,7 +1,9 @@
-//! A synthetic crypto-agile firmware event log (SHA-256 digests only),
-//! written independently of the parser (TCG PC Client PFP, "Event
-//! Logging"). Shared by the measured-boot tests (`measured_boot`) and the
-//! `synthetic_event_log` example that scripts/interop-spire.sh runs.
+//! A synthetic crypto-agile firmware event log (one bank, SHA-256 unless
+//! a test asks for another), written independently of the parser (TCG PC
+//! Client PFP, "Event Logging"). Shared by the measured-boot tests
+//! (`measured_boot`) and the `synthetic_event_log` example that
+//! scripts/interop-spire.sh runs. The events are kept as a list, so that
+//! a test can change, drop or reorder one and write the log again.
 
 use sceau_spire::server::event_log::ALG_SHA256;
 use sceau_spire::server::event_log::event_type::{
@@ -20,25 +22,42 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// One extending event: its PCR, type, digest in the log's one bank, data.
+#[derive(Clone)]
+pub struct Event {
+    pub pcr: u8,
+    pub kind: u32,
+    pub digest: Vec<u8>,
+    pub data: Vec<u8>,
+}
+
 pub struct Log {
-    pub bytes: Vec<u8>,
-    /// (PCR, digest) of every extending event, in order, to extend into
-    /// the TPM.
-    pub extends: Vec<(u8, [u8; 32])>,
-    /// Where each extending event's SHA-256 digest starts in `bytes`.
-    #[allow(dead_code)] // the tests read it, the example does not
-    pub digest_offsets: Vec<usize>,
+    /// The bank's TPM_ALG_ID, as the Spec ID event declares it.
+    pub alg: u16,
+    /// Every extending event, in log order (the Spec ID event is written
+    /// before them).
+    pub events: Vec<Event>,
 }
 
 impl Log {
     /// The Spec ID event alone: a log that extends nothing.
     pub fn new() -> Self {
+        Self {
+            alg: ALG_SHA256,
+            events: Vec::new(),
+        }
+    }
+
+    /// The log's bytes: the Spec ID event (one bank, `alg`, with the
+    /// length of the events' digests), then every event.
+    pub fn bytes(&self) -> Vec<u8> {
+        let digest_len = self.events.first().map_or(32, |e| e.digest.len()) as u16;
         let mut spec = b"Spec ID Event03\0".to_vec();
         spec.extend(0u32.to_le_bytes()); // platformClass
         spec.extend([0, 2, 0, 2]); // minor, major, errata, uintnSize
         spec.extend(1u32.to_le_bytes());
-        spec.extend(ALG_SHA256.to_le_bytes());
-        spec.extend(32u16.to_le_bytes());
+        spec.extend(self.alg.to_le_bytes());
+        spec.extend(digest_len.to_le_bytes());
         spec.push(0); // vendorInfoSize
         let mut bytes = Vec::new();
         bytes.extend(0u32.to_le_bytes());
@@ -46,27 +65,38 @@ impl Log {
         bytes.extend([0; 20]);
         bytes.extend((spec.len() as u32).to_le_bytes());
         bytes.extend(spec);
-        Self {
-            bytes,
-            extends: Vec::new(),
-            digest_offsets: Vec::new(),
+        for event in &self.events {
+            bytes.extend(u32::from(event.pcr).to_le_bytes());
+            bytes.extend(event.kind.to_le_bytes());
+            bytes.extend(1u32.to_le_bytes());
+            bytes.extend(self.alg.to_le_bytes());
+            bytes.extend(&event.digest);
+            bytes.extend((event.data.len() as u32).to_le_bytes());
+            bytes.extend(&event.data);
         }
+        bytes
     }
 
     fn event(&mut self, pcr: u8, kind: u32, digest: [u8; 32], data: &[u8]) {
-        self.bytes.extend(u32::from(pcr).to_le_bytes());
-        self.bytes.extend(kind.to_le_bytes());
-        self.bytes.extend(1u32.to_le_bytes());
-        self.bytes.extend(ALG_SHA256.to_le_bytes());
-        self.digest_offsets.push(self.bytes.len());
-        self.bytes.extend(digest);
-        self.bytes.extend((data.len() as u32).to_le_bytes());
-        self.bytes.extend(data);
-        self.extends.push((pcr, digest));
+        self.events.push(Event {
+            pcr,
+            kind,
+            digest: digest.to_vec(),
+            data: data.to_vec(),
+        });
     }
 
     fn measure(&mut self, pcr: u8, kind: u32, data: &[u8]) {
         self.event(pcr, kind, Sha256::digest(data).into(), data);
+    }
+
+    /// The position in `events` of the first event of `kind` in `pcr`.
+    #[allow(dead_code)] // the tests use it, the example does not
+    pub fn position(&self, pcr: u8, kind: u32) -> usize {
+        self.events
+            .iter()
+            .position(|e| e.pcr == pcr && e.kind == kind)
+            .expect("the synthetic log has that event")
     }
 
     /// A Secure Boot UEFI boot reduced to what the server reads: the
@@ -74,15 +104,7 @@ impl Log {
     /// then the shim (`SHIM`) started from PCR 4.
     pub fn secure_boot() -> Self {
         let mut log = Self::new();
-        let mut variable = EFI_GLOBAL_VARIABLE.to_vec();
-        let name: Vec<u16> = "SecureBoot".encode_utf16().collect();
-        variable.extend((name.len() as u64).to_le_bytes());
-        variable.extend(1u64.to_le_bytes());
-        for unit in name {
-            variable.extend(unit.to_le_bytes());
-        }
-        variable.push(1);
-        log.measure(7, EV_EFI_VARIABLE_DRIVER_CONFIG, &variable);
+        log.measure(7, EV_EFI_VARIABLE_DRIVER_CONFIG, &secure_boot_variable(1));
         for pcr in 0..=7 {
             log.measure(pcr, EV_SEPARATOR, &[0; 4]);
         }
@@ -99,9 +121,23 @@ impl Log {
     /// `tpm2_pcrextend` arguments that extend every event's digest into
     /// the SHA-256 bank, as the firmware would have, in order.
     pub fn pcrextend_args(&self) -> Vec<String> {
-        self.extends
+        assert_eq!(self.alg, ALG_SHA256, "only SHA-256 logs are extended");
+        self.events
             .iter()
-            .map(|(pcr, digest)| format!("{pcr}:sha256={}", hex(digest)))
+            .map(|e| format!("{}:sha256={}", e.pcr, hex(&e.digest)))
             .collect()
     }
+}
+
+/// The SecureBoot variable's UEFI_VARIABLE_DATA with one byte of data.
+pub fn secure_boot_variable(state: u8) -> Vec<u8> {
+    let mut variable = EFI_GLOBAL_VARIABLE.to_vec();
+    let name: Vec<u16> = "SecureBoot".encode_utf16().collect();
+    variable.extend((name.len() as u64).to_le_bytes());
+    variable.extend(1u64.to_le_bytes());
+    for unit in name {
+        variable.extend(unit.to_le_bytes());
+    }
+    variable.push(state);
+    variable
 }
