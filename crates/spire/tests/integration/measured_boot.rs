@@ -325,3 +325,36 @@ fn with_measured_boot_off_the_log_changes_nothing() {
         .unwrap_or_else(|refusal| panic!("refused: {refusal}"));
     assert!(log_selectors(&selectors).is_empty(), "{selectors:?}");
 }
+
+// What the selectors do not prove (audit/threat-model.md, U-32): software
+// with TPM access on a node that booted the Secure Boot log extends PCR 4
+// after boot with a digest of its choosing and appends a matching event to
+// the log it sends. The server accepts it: one more `boot_app:` selector,
+// the log still complete. It cannot make the earlier events say anything
+// else. Pinned here so that the documented limit is the tested one.
+#[test]
+fn software_on_the_node_can_add_a_boot_app_selector_after_boot() {
+    let (node, mut log) = booted("sceau-spire-mb-added");
+    let shim = log.position(4, EV_EFI_BOOT_SERVICES_APPLICATION);
+    let mut added = log.events[shim].clone();
+    added.digest = vec![0xab; 32];
+    node.tools().run(
+        "tpm2_pcrextend",
+        &[&format!("4:sha256={}", hex(&added.digest))],
+    );
+    log.events.push(added);
+    let path = node.write_log(&log.bytes());
+    let selectors = node
+        .attest(Some(&path), REQUIRED)
+        .unwrap_or_else(|refusal| panic!("refused: {refusal}"));
+    assert_eq!(
+        log_selectors(&selectors),
+        [
+            "secureboot:enabled",
+            &format!("boot_app:sha256:{}", hex(&SHIM)),
+            &format!("boot_app:sha256:{}", hex(&[0xab; 32])),
+            "eventlog:complete",
+        ],
+        "{selectors:?}"
+    );
+}
