@@ -17,7 +17,11 @@
 # Then two boots for boot-state binding (tests/vm/guest-binding.sh): UEFI
 # firmware (OVMF) that measures the Secure Boot state into PCR 7, one disk
 # and one swtpm state kept across them, so the second is a reboot of the
-# first. SCEAU_VM_BINDING=0 leaves them out.
+# first. A fifth boot, "secboot", through OVMF with Secure Boot enforced
+# (Debian's snakeoil keys enrolled, the kernel re-signed with the snakeoil
+# key): measured boot on the firmware's own event log
+# (tests/vm/guest-firmware.sh, which bind1 runs too, with Secure Boot off).
+# SCEAU_VM_BINDING=0 leaves out these three.
 #
 # The guest image is cached in $SCEAU_VM_CACHE (default
 # ${XDG_CACHE_HOME:-~/.cache}/sceau-vm), keyed by a hash of the scripts that
@@ -39,6 +43,15 @@ binding=${SCEAU_VM_BINDING:-1}
 # that measures into PCRs 0-7 (SeaBIOS puts only a separator into PCR 7).
 ovmf_code=/usr/share/OVMF/OVMF_CODE_4M.fd
 ovmf_vars=/usr/share/OVMF/OVMF_VARS_4M.fd
+# The same firmware built with Secure Boot (which needs SMM, so that only
+# the firmware can write the variable store), and a variable store with
+# Debian's "snakeoil" test certificate enrolled as PK, KEK and db. The
+# package ships the certificate's private key, for testers to sign images
+# with; its passphrase is in the package's README.Debian.
+ovmf_secboot_code=/usr/share/OVMF/OVMF_CODE_4M.secboot.fd
+ovmf_snakeoil_vars=/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd
+snakeoil_key=/usr/share/ovmf/PkKek-1-snakeoil.key
+snakeoil_cert=/usr/share/ovmf/PkKek-1-snakeoil.pem
 # The guest's bound on its checks (install, serve, upgrade, purge), passed
 # through the kernel command line (systemd.setenv=) to its runner; the host's
 # bound on the whole boot leaves two minutes around it for boot and poweroff.
@@ -50,7 +63,9 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
 # --- prerequisites: installed, never skipped --------------------------------
-SCEAU_PACKAGES+=(mmdebstrap debian-archive-keyring qemu-system-x86 swtpm e2fsprogs coreutils ovmf)
+# sbsigntool (and openssl, for the key) signs the kernel for the Secure Boot
+# boot; pesign computes its Authenticode hash, which the firmware measures.
+SCEAU_PACKAGES+=(mmdebstrap debian-archive-keyring qemu-system-x86 swtpm e2fsprogs coreutils ovmf sbsigntool pesign openssl)
 install_packages
 require_cargo
 
@@ -138,12 +153,66 @@ trap 'exit 143' TERM
 
 # --- the payload disk: the packages, the repo's units, the checks ------------
 mkdir -p "$work/payload/units"
-install -m 0644 "${debs[@]}" tests/vm/guest-checks.sh tests/vm/guest-binding.sh "$work/payload/"
+install -m 0644 "${debs[@]}" tests/vm/guest-checks.sh tests/vm/guest-binding.sh tests/vm/guest-firmware.sh "$work/payload/"
 # The units as the repository has them, to compare with what the package
 # installed.
 install -m 0644 systemd/*.socket systemd/*.service "$work/payload/units/"
 strip -o "$work/payload/attest_once" target/debug/examples/attest_once
 strip -o "$work/payload/kms_envelope" target/debug/examples/kms_envelope
+# QEMU does not hand OVMF the -kernel file as it is, but a copy with four
+# fields of the bzImage setup header filled in, as for any boot loader
+# (x86_load_linux: type_of_loader, the CAN_USE_HEAP flag, heap_end_ptr,
+# cmd_line_ptr). They lie inside the PE headers the Authenticode hash
+# covers, so a signature over the file fails the firmware's check, and
+# OVMF (2022.11) then boots the kernel with its legacy loader, which neither
+# verifies nor measures it. The same four values are written here first
+# (QEMU writing them again changes nothing): the signature then holds, and
+# the hash is the one the firmware measures. The values are QEMU's for a
+# boot protocol >= 2.02 kernel loaded high (real-mode code at 0x10000, the
+# command line at 0x20000).
+qemu_setup_header() { # FILE
+    local protocol flags
+    protocol=$(od -An -tu2 -j518 -N2 "$1" | tr -d ' ')
+    flags=$(od -An -tu1 -j529 -N1 "$1" | tr -d ' ')
+    [ "$protocol" -ge $((0x202)) ] && [ $((flags & 1)) = 1 ] || {
+        echo "the kernel's boot protocol 0x$(printf %x "$protocol"), loadflags 0x$(printf %x "$flags"): not the layout QEMU's values are known for"
+        return 1
+    }
+    printf '\xb0' | dd of="$1" bs=1 seek=$((0x210)) conv=notrunc status=none
+    printf '%b' "\\x$(printf %02x $((flags | 0x80)))" | dd of="$1" bs=1 seek=$((0x211)) conv=notrunc status=none
+    printf '\x00\xfe' | dd of="$1" bs=1 seek=$((0x224)) conv=notrunc status=none
+    printf '\x00\x00\x02\x00' | dd of="$1" bs=1 seek=$((0x228)) conv=notrunc status=none
+}
+sign_kernel() {
+    cp "$cache/vmlinuz-new" "$work/vmlinuz-unsigned"
+    sbattach --remove "$work/vmlinuz-unsigned" 2>/dev/null || true
+    qemu_setup_header "$work/vmlinuz-unsigned" &&
+        openssl pkey -in "$snakeoil_key" -passin pass:snakeoil -out "$work/snakeoil.key" &&
+        sbsign --key "$work/snakeoil.key" --cert "$snakeoil_cert" \
+            --output "$work/vmlinuz-secboot" "$work/vmlinuz-unsigned" &&
+        sbverify --cert "$snakeoil_cert" "$work/vmlinuz-secboot" || return 1
+    local unsigned signed
+    unsigned=$(pesign -h -i "$work/vmlinuz-unsigned" | sed -n 's/^hash: //p')
+    signed=$(pesign -h -i "$work/vmlinuz-secboot" | sed -n 's/^hash: //p')
+    echo "Authenticode SHA-256 as QEMU hands the kernel over: $unsigned; signed with the snakeoil key: $signed"
+    [ -n "$unsigned" ] && [ "$signed" = "$unsigned" ] || return 1
+    echo "$unsigned" >"$work/payload/kernel-authenticode"
+}
+if [ "$binding" != 0 ]; then
+    # Secure Boot verifies the -kernel image against db: the cached kernel
+    # with Debian's signature (whose CA is not in the snakeoil db) replaced
+    # by one made with the snakeoil key. Its Authenticode hash, which
+    # signing leaves alone and which the firmware measures into PCR 4 as it
+    # loads the image (the same in the bind boots, whose unsigned copy QEMU
+    # fills in the same way), goes to the guest to compare with the
+    # boot_app selector.
+    sign_kernel >"$logdir/sbsign.log" 2>&1 || {
+        cat "$logdir/sbsign.log" >&2
+        echo "FAIL secboot kernel: signing with the snakeoil key failed (log above)"
+        echo "0 passed, 1 failed"
+        exit 1
+    }
+fi
 size_mb=$(($(du -sm "$work/payload" | cut -f1) + 32))
 mkfs.ext4 -q -F -L payload -E root_owner=0:0 -d "$work/payload" "$work/payload.img" "${size_mb}M"
 
@@ -159,16 +228,18 @@ record() { # LINE
     esac
 }
 
-boot() { # NAME (new|old|bind1|bind2)
-    local kind=$1 kernel version serial qerr rc t0 tpmstate
+boot() { # NAME (new|old|bind1|bind2|secboot)
+    local kind=$1 kernel version serial qerr rc t0 tpmstate kernel_file machine=q35
     local root="file=$cache/base.img,if=none,id=root,format=raw,snapshot=on" firmware=() phase=""
     kernel=$kind
+    kernel_file=$cache/vmlinuz-$kind
     tpmstate=$work/tpm-$kind
     case $kind in
     bind*)
         # One machine booted twice: its own copy of the disk (sparse, about
         # a second), one NVRAM for OVMF's variables, one TPM state.
         kernel=new
+        kernel_file=$cache/vmlinuz-new
         phase=" sceau_vm.phase=$kind"
         tpmstate=$work/tpm-bind
         [ -e "$work/bind-root.img" ] || cp --sparse=always "$cache/base.img" "$work/bind-root.img"
@@ -177,11 +248,26 @@ boot() { # NAME (new|old|bind1|bind2)
         firmware=(-drive "if=pflash,format=raw,unit=0,readonly=on,file=$ovmf_code"
             -drive "if=pflash,format=raw,unit=1,file=$work/bind-vars.fd")
         ;;
+    secboot)
+        # Its own throwaway disk (snapshot), variable store and TPM. SMM on,
+        # and the flash only writable from SMM, as the Secure Boot build
+        # requires.
+        kernel=new
+        kernel_file=$work/vmlinuz-secboot
+        phase=" sceau_vm.phase=$kind"
+        machine=q35,smm=on
+        cp "$ovmf_snakeoil_vars" "$work/secboot-vars.fd"
+        firmware=(-global 'driver=cfi.pflash01,property=secure,value=on'
+            -drive "if=pflash,format=raw,unit=0,readonly=on,file=$ovmf_secboot_code"
+            -drive "if=pflash,format=raw,unit=1,file=$work/secboot-vars.fd")
+        ;;
     esac
     version=$([ "$kernel" = new ] && echo "$kernel_new" || echo "$kernel_old")
     serial=$logdir/serial-$kind.log
     qerr=$logdir/qemu-$kind.err
-    if [ -n "$phase" ]; then
+    if [ "$kind" = secboot ]; then
+        echo "== booting $kind: kernel $kernel ($version, signed with the snakeoil key) through OVMF with Secure Boot, a fresh swtpm"
+    elif [ -n "$phase" ]; then
         echo "== booting $kind: kernel $kernel ($version) through OVMF, $([ "$kind" = bind1 ] && echo "a fresh swtpm" || echo "the same disk and swtpm state again")"
     else
         echo "== booting kernel $kind ($version) with a fresh swtpm"
@@ -198,10 +284,10 @@ boot() { # NAME (new|old|bind1|bind2)
     t0=$SECONDS
     rc=0
     timeout -k 5 "$boot_timeout" qemu-system-x86_64 \
-        -machine q35 "${accel[@]}" -smp 2 -m 1024 \
+        -machine "$machine" "${accel[@]}" -smp 2 -m 1024 \
         -nodefaults -display none -no-reboot -monitor none \
         -chardev stdio,id=ser0,signal=off -serial chardev:ser0 \
-        "${firmware[@]}" -kernel "$cache/vmlinuz-$kernel" \
+        "${firmware[@]}" -kernel "$kernel_file" \
         -append "root=/dev/nvme0n1 rw console=ttyS0,115200 panic=-1 quiet loglevel=4 systemd.show_status=0 sceau_vm.kernel=$kernel$phase systemd.setenv=SCEAU_VM_GUEST_TIMEOUT=$guest_timeout" \
         -drive "$root" \
         -device nvme,drive=root,serial=root \
@@ -242,7 +328,7 @@ boot() { # NAME (new|old|bind1|bind2)
 }
 
 boots=$kernels
-[ "$binding" = 0 ] || boots="$boots bind1 bind2"
+[ "$binding" = 0 ] || boots="$boots bind1 bind2 secboot"
 for kind in $boots; do
     boot "$kind"
 done

@@ -5,9 +5,11 @@
 # (not a throwaway snapshot) and one swtpm state, and boot through UEFI
 # firmware (OVMF), which measures the Secure Boot state into PCR 7:
 #
-# bind1: install sceau; make a policy key and sign PCR 7 as this boot left it;
-#   the drop-in adds --policy-key/--policy to the shipped command line; an
-#   envelope is made and kept on the disk. The guest powers off.
+# bind1: measured boot with the firmware's event log, Secure Boot off
+#   (guest-firmware.sh); install sceau; make a policy key and sign PCR 7 as
+#   this boot left it; the drop-in adds --policy-key/--policy to the shipped
+#   command line; an envelope is made and kept on the disk. The guest powers
+#   off.
 # bind2 (the next boot, TPM reset, firmware measured again): sceau started at
 #   boot with the policy, and the envelope made before the reboot opens; then
 #   PCR 7 is extended from userspace (a changed boot state): Decrypt fails
@@ -93,6 +95,13 @@ fi
 
 case $phase in
 bind1)
+    # Measured boot on the firmware's own event log, Secure Boot off
+    # (guest-firmware.sh; the secboot boot has it on), before anything of
+    # sceau's runs in this boot.
+    # shellcheck source=tests/vm/guest-firmware.sh
+    source "$P/guest-firmware.sh"
+    measured_boot_checks disabled
+
     # dpkg -i, not apt-get: the same postinst (units enabled and started),
     # without apt's 20 s of dependency resolution under TCG; apt's install is
     # checked in the kernel boots.

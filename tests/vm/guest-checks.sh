@@ -19,6 +19,7 @@ P=/payload
 # The boot-binding boots (scripts/vm-e2e.sh) run their own checks.
 case $(sed -n 's/.*sceau_vm\.phase=\([a-z0-9]*\).*/\1/p' /proc/cmdline) in
 bind*) exec bash "$P/guest-binding.sh" ;;
+secboot) exec bash "$P/guest-firmware.sh" ;;
 esac
 kernel_kind=$(sed -n 's/.*sceau_vm\.kernel=\([a-z]*\).*/\1/p' /proc/cmdline)
 tag=${kernel_kind:-new}

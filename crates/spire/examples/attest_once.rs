@@ -4,20 +4,32 @@
 //! (including TPM2_CertifyCreation on a second connection) through the
 //! kernel's resource manager, `/dev/tpmrm0`, which no test on the host has.
 //!
-//! Usage: `attest_once TCTI rsa|ecc`. Prints one line, `attested …` or
-//! `refused …`, and exits 0 only for an attestation that passed every
-//! check, with a quote over PCRs 0 and 7.
+//! Usage: `attest_once TCTI rsa|ecc [--event-log PATH]`. Prints one line,
+//! `attested …` or `refused: …`, and exits 0 only for an attestation that
+//! passed every check.
+//!
+//! Without `--event-log` the quote is over PCRs 0 and 7 and measured boot
+//! is off. With it the agent sends the firmware event log at PATH (in the
+//! guest, the kernel's copy of what the UEFI firmware measured) and the
+//! server requires it (`measured_boot = "required"`, the SHA-256 bank,
+//! PCRs 0–7 quoted, as `ServerConfig::parse` sets them up): a log that
+//! does not replay to the quoted PCRs is refused, the refusal naming the
+//! PCR, and an accepted one adds the log's selectors (`secureboot:`,
+//! `boot_app:`, `eventlog:`) to the `attested` line, after the log's size.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
 
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
 use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
-use sceau_spire::server::event_log::Bank;
+use sceau_spire::server::event_log::{BOOT_PCRS, Bank};
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::{check_payload, check_response, issue_challenge};
+
+const USAGE: &str = "usage: attest_once TCTI rsa|ecc [--event-log PATH]";
 
 fn main() -> ExitCode {
     if let Err(error) = sceau_spire::agent::silence_tss_log() {
@@ -25,11 +37,19 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let event_log = match args.get(2..).unwrap_or_default() {
+        [] => None,
+        [flag, path] if flag == "--event-log" => Some(PathBuf::from(path)),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     let (Some(tcti), Some(algorithm)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: attest_once TCTI rsa|ecc");
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    match attest(tcti, algorithm) {
+    match attest(tcti, algorithm, event_log) {
         Ok(line) => {
             println!("attested {line}");
             ExitCode::SUCCESS
@@ -41,16 +61,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn attest(tcti: &str, algorithm: &str) -> Result<String, String> {
+fn attest(tcti: &str, algorithm: &str, event_log: Option<PathBuf>) -> Result<String, String> {
     let ek_algorithm = match algorithm {
         "rsa" => EkAlgorithm::Rsa2048,
         "ecc" => EkAlgorithm::EccP256,
         other => return Err(format!("unknown EK algorithm {other}")),
     };
+    let measured = event_log.is_some();
     let settings = TpmSettings {
         tcti: tcti.parse().map_err(|e| format!("{e}"))?,
         ek_algorithm,
-        event_log_path: None,
+        event_log_path: event_log,
     };
     let started = Instant::now();
     let (mut agent, payload) = Attestation::begin(&settings).map_err(|e| e.to_string())?;
@@ -58,13 +79,20 @@ fn attest(tcti: &str, algorithm: &str) -> Result<String, String> {
     let ek = PublicArea::parse(&payload.ek_public)
         .map_err(|e| e.to_string())
         .and_then(|area| Key::from_tpm(&area.key).map_err(|e| e.to_string()))?;
+    // What `ServerConfig::parse` makes of `measured_boot = "required"`:
+    // the log's facts come from PCRs 0-7, so all of them are quoted.
+    let (quote_pcrs, measured_boot) = if measured {
+        (BOOT_PCRS.to_vec(), MeasuredBoot::Required)
+    } else {
+        (vec![0, 7], MeasuredBoot::Off)
+    };
     let config = ServerConfig {
         trust_domain: "example.org".into(),
         ek_hashes: Some([ek.pub_hash()].into_iter().collect()),
         trust_store: None,
         ek_trust: EkTrust::Either,
-        quote_pcrs: vec![0, 7],
-        measured_boot: MeasuredBoot::Off,
+        quote_pcrs,
+        measured_boot,
         measured_boot_bank: Bank::Sha256,
     };
     let verified =
@@ -73,12 +101,28 @@ fn attest(tcti: &str, algorithm: &str) -> Result<String, String> {
     let challenge = Challenge::decode(&challenge.encode()).map_err(|e| e.to_string())?;
     let response = agent.answer(&challenge).map_err(|e| e.to_string())?;
     let response = ChallengeResponse::decode(&response.encode()).map_err(|e| e.to_string())?;
+    let log_len = response.event_log.len();
     let selectors = check_response(pending, &response).map_err(|e| e.to_string())?;
     drop(agent);
-    Ok(format!(
+    let mut line = format!(
         "{algorithm} EK {} in {} ms, {} selectors",
         &ek.pub_hash()[..16],
         started.elapsed().as_millis(),
         selectors.len()
-    ))
+    );
+    if measured {
+        // The guest script greps these; the pcr: selectors are left out
+        // (eight digests nobody compares with anything here).
+        let boot: Vec<&str> = selectors
+            .iter()
+            .map(String::as_str)
+            .filter(|s| {
+                s.starts_with("secureboot:")
+                    || s.starts_with("boot_app:")
+                    || s.starts_with("eventlog:")
+            })
+            .collect();
+        line.push_str(&format!("; event log {log_len} bytes: {}", boot.join(" ")));
+    }
+    Ok(line)
 }
