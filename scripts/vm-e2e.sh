@@ -153,7 +153,7 @@ trap 'exit 143' TERM
 
 # --- the payload disk: the packages, the repo's units, the checks ------------
 mkdir -p "$work/payload/units"
-install -m 0644 "${debs[@]}" tests/vm/guest-checks.sh tests/vm/guest-binding.sh tests/vm/guest-firmware.sh "$work/payload/"
+install -m 0644 "${debs[@]}" tests/vm/guest-lib.sh tests/vm/guest-checks.sh tests/vm/guest-binding.sh tests/vm/guest-firmware.sh "$work/payload/"
 # The units as the repository has them, to compare with what the package
 # installed.
 install -m 0644 systemd/*.socket systemd/*.service "$work/payload/units/"

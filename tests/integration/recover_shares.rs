@@ -132,6 +132,8 @@ fn ssh_key(dir: &Path, name: &str, passphrase: &str) -> AgeKey {
 struct KeySet {
     public: PathBuf,
     shares: Vec<PathBuf>,
+    /// The key set fingerprint keygen printed, for the ceremony record.
+    recorded: String,
 }
 
 /// `recovery-keygen` splitting a new key K-of-N among the first N `keys`.
@@ -159,11 +161,22 @@ fn split(dir: &Path, label: &str, k: usize, keys: &[AgeKey]) -> KeySet {
     for custodian in &custodians {
         args.extend(["--custodian", custodian]);
     }
-    ok(recover_tool(dir, &args), "recovery-keygen --custodians");
+    let keygen = ok(recover_tool(dir, &args), "recovery-keygen --custodians");
+    let recorded = keygen
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("key set "))
+        .and_then(|l| l.split(':').next())
+        .unwrap_or_else(|| panic!("keygen printed no key set: {}", keygen.stderr))
+        .to_string();
     let shares = (0..keys.len())
         .map(|i| shares_dir.join(format!("c{i}.share.age")))
         .collect();
-    KeySet { public, shares }
+    KeySet {
+        public,
+        shares,
+        recorded,
+    }
 }
 
 /// `recover --envelope` with the shares of `chosen` (indices into the key
@@ -443,36 +456,12 @@ async fn a_forged_share_is_told_by_its_key_set_and_blames_no_genuine_share() {
     let tmp = TempDir::new("shares-forged");
     let dir = tmp.path();
     let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("f{i}"))).collect();
-    let public = dir.join("set.pub");
-    let shares_dir = dir.join("set-shares");
-    let custodians: Vec<String> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, key)| format!("c{i}={}", key.spec))
-        .collect();
-    let mut args = vec![
-        "recovery-keygen",
-        "--public",
-        public.to_str().unwrap(),
-        "--custodians",
-        "3",
-        "--threshold",
-        "2",
-        "--shares-out",
-        shares_dir.to_str().unwrap(),
-    ];
-    for custodian in &custodians {
-        args.extend(["--custodian", custodian]);
-    }
-    let keygen = ok(recover_tool(dir, &args), "keygen");
-    let recorded = keygen
-        .stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("key set "))
-        .and_then(|l| l.split(':').next())
-        .unwrap_or_else(|| panic!("keygen printed no key set: {}", keygen.stderr))
-        .to_string();
-    let share = |i: usize| shares_dir.join(format!("c{i}.share.age"));
+    let KeySet {
+        public,
+        shares,
+        recorded,
+    } = split(dir, "set", 2, &keys);
+    let share = |i: usize| shares[i].clone();
 
     // The forger writes c0 a share, encrypted with the real `age` to c0's
     // public recipient.

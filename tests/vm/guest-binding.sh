@@ -22,18 +22,13 @@ set -u
 P=/payload
 phase=$(sed -n 's/.*sceau_vm\.phase=\([a-z0-9]*\).*/\1/p' /proc/cmdline)
 tag=$phase
-passed=0
-failed=0
-pass() { echo "PASS [$tag] $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL [$tag] $1: $2"; failed=$((failed + 1)); }
-info() { echo "INFO [$tag] $*"; }
-show() { sed "s/^/INFO [$tag]   /"; }
+# shellcheck source=tests/vm/guest-lib.sh
+source "$P/guest-lib.sh"
 
 pcr=7
 state=/var/lib/sceau-vm
 tcti=device:/dev/tpmrm0
 sock=/run/sceau/kms.sock
-checks_start=$(cut -d' ' -f1 /proc/uptime)
 info "kernel $(uname -r), firmware $([ -d /sys/firmware/efi ] && echo UEFI || echo BIOS), checks start at uptime $checks_start s"
 
 # The sha256 value of PCR $1 as `sceau pcrs` prints it (lowercase hex).
@@ -270,5 +265,4 @@ if [ -z "$errors" ]; then
 else
     fail "journal errors" "$(echo "$errors" | head -1)"
 fi
-info "guest: $passed passed, $failed failed; checks took $(awk -v s="$checks_start" '{printf "%.1f", $1 - s}' /proc/uptime) s"
-[ "$failed" -eq 0 ]
+summary

@@ -23,16 +23,10 @@ secboot) exec bash "$P/guest-firmware.sh" ;;
 esac
 kernel_kind=$(sed -n 's/.*sceau_vm\.kernel=\([a-z]*\).*/\1/p' /proc/cmdline)
 tag=${kernel_kind:-new}
-passed=0
-failed=0
-pass() { echo "PASS [$tag] $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL [$tag] $1: $2"; failed=$((failed + 1)); }
-info() { echo "INFO [$tag] $*"; }
-# Prints a command's output as INFO lines (for context on failures).
-show() { sed "s/^/INFO [$tag]   /"; }
+# shellcheck source=tests/vm/guest-lib.sh
+source "$P/guest-lib.sh"
 
 info "kernel $(uname -r), PID 1 $(cat /proc/1/comm), $(systemctl --version | head -1)"
-checks_start=$(cut -d' ' -f1 /proc/uptime)
 info "LSMs: $(cat /sys/kernel/security/lsm 2>/dev/null); checks start at uptime $checks_start s"
 
 # --- the system itself ----------------------------------------------------
@@ -471,5 +465,4 @@ else
     fail "files left after purge" "$(echo "$left $strays" | head -5 | tr '\n' ' ')"
 fi
 
-info "guest: $passed passed, $failed failed; checks took $(awk -v s="$checks_start" '{printf "%.1f", $1 - s}' /proc/uptime) s"
-[ "$failed" -eq 0 ]
+summary

@@ -172,12 +172,8 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -u
     P=/payload
     tag=$(sed -n 's/.*sceau_vm\.phase=\([a-z0-9]*\).*/\1/p' /proc/cmdline)
-    passed=0
-    failed=0
-    pass() { echo "PASS [$tag] $1"; passed=$((passed + 1)); }
-    fail() { echo "FAIL [$tag] $1: $2"; failed=$((failed + 1)); }
-    info() { echo "INFO [$tag] $*"; }
-    checks_start=$(cut -d' ' -f1 /proc/uptime)
+    # shellcheck source=tests/vm/guest-lib.sh
+    source "$P/guest-lib.sh"
     info "kernel $(uname -r), checks start at uptime $checks_start s"
     if [ -d /sys/firmware/efi ] && [ -c /dev/tpmrm0 ]; then
         pass "booted through UEFI firmware with Secure Boot enforced, kernel TPM /dev/tpmrm0 present"
@@ -185,6 +181,5 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
         fail "UEFI and TPM" "$(ls -d /sys/firmware/efi /dev/tpmrm0 2>&1 | tr '\n' ' ')"
     fi
     measured_boot_checks enabled
-    info "guest: $passed passed, $failed failed; checks took $(awk -v s="$checks_start" '{printf "%.1f", $1 - s}' /proc/uptime) s"
-    [ "$failed" -eq 0 ]
+    summary
 fi

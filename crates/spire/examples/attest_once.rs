@@ -12,7 +12,7 @@
 //! is off. With it the agent sends the firmware event log at PATH (in the
 //! guest, the kernel's copy of what the UEFI firmware measured) and the
 //! server requires it (`measured_boot = "required"`, the SHA-256 bank,
-//! PCRs 0–7 quoted, as `ServerConfig::parse` sets them up): a log that
+//! PCRs 0–7 quoted: `server::config::pcrs_to_quote`, as the server does): a log that
 //! does not replay to the quoted PCRs is refused, the refusal naming the
 //! PCR, and an accepted one adds the log's selectors (`secureboot:`,
 //! `boot_app:`, `eventlog:`) to the `attested` line, after the log's size.
@@ -23,8 +23,8 @@ use std::time::{Instant, SystemTime};
 
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
-use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
-use sceau_spire::server::event_log::{BOOT_PCRS, Bank};
+use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig, pcrs_to_quote};
+use sceau_spire::server::event_log::Bank;
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::{check_payload, check_response, issue_challenge};
@@ -79,13 +79,12 @@ fn attest(tcti: &str, algorithm: &str, event_log: Option<PathBuf>) -> Result<Str
     let ek = PublicArea::parse(&payload.ek_public)
         .map_err(|e| e.to_string())
         .and_then(|area| Key::from_tpm(&area.key).map_err(|e| e.to_string()))?;
-    // What `ServerConfig::parse` makes of `measured_boot = "required"`:
-    // the log's facts come from PCRs 0-7, so all of them are quoted.
-    let (quote_pcrs, measured_boot) = if measured {
-        (BOOT_PCRS.to_vec(), MeasuredBoot::Required)
+    let measured_boot = if measured {
+        MeasuredBoot::Required
     } else {
-        (vec![0, 7], MeasuredBoot::Off)
+        MeasuredBoot::Off
     };
+    let quote_pcrs = pcrs_to_quote(vec![0, 7], measured_boot);
     let config = ServerConfig {
         trust_domain: "example.org".into(),
         ek_hashes: Some([ek.pub_hash()].into_iter().collect()),

@@ -169,14 +169,7 @@ impl ServerConfig {
                 )));
             }
         };
-        // Added rather than demanded: the log's facts come from PCRs 0–7
-        // and the unextended-bank check looks at them, so a measured-boot
-        // configuration without them would mean nothing.
-        if measured_boot != MeasuredBoot::Off {
-            quote_pcrs.extend(BOOT_PCRS);
-        }
-        quote_pcrs.sort_unstable();
-        quote_pcrs.dedup();
+        let quote_pcrs = pcrs_to_quote(quote_pcrs, measured_boot);
         Ok(Self {
             trust_domain: core.trust_domain.clone(),
             ek_hashes,
@@ -245,6 +238,20 @@ fn read_hashes(path: &Path) -> Result<HashSet<String>, ConfigError> {
         hashes.insert(hash);
     }
     Ok(hashes)
+}
+
+/// The PCRs the challenge asks for: `asked` (`quote_pcrs`), increasing,
+/// each once, and PCRs 0–7 whenever measured boot is on. Added rather than
+/// demanded: the log's facts come from PCRs 0–7 and the unextended-bank
+/// check looks at them, so a measured-boot configuration without them
+/// would mean nothing.
+pub fn pcrs_to_quote(mut asked: Vec<u8>, measured_boot: MeasuredBoot) -> Vec<u8> {
+    if measured_boot != MeasuredBoot::Off {
+        asked.extend(BOOT_PCRS);
+    }
+    asked.sort_unstable();
+    asked.dedup();
+    asked
 }
 
 #[cfg(test)]

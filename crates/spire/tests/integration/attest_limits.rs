@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use sceau_rpc::client::{Bodies, Connection};
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
-use sceau_spire::payload::{Challenge, Payload};
+use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
 use sceau_spire::pb::health::HealthCheckRequest;
 use sceau_spire::pb::health::health_client::HealthClient;
 use sceau_spire::pb::server_attestor::node_attestor_client::NodeAttestorClient;
@@ -44,15 +44,10 @@ struct Served {
 }
 
 /// The server plugin with `limits`, configured with an allow list of the
-/// software EKs `eks`, served on a fresh socket, and a connection to it.
-async fn serve(limits: Limits, eks: impl IntoIterator<Item = u8>) -> Served {
-    let dir = TempDir::new("sceau-spire-limits");
-    let hashes: String = eks
-        .into_iter()
-        .map(|ek| format!("{}\n", forgery_with_ek(ek).1.pub_hash()))
-        .collect();
+/// EK hashes `allowed` (written into `dir`).
+fn configured(limits: Limits, dir: &TempDir, allowed: &[String]) -> Arc<ServerPlugin> {
     let list = dir.join("ek-hashes");
-    std::fs::write(&list, hashes).unwrap();
+    std::fs::write(&list, allowed.join("\n") + "\n").unwrap();
     let plugin = Arc::new(ServerPlugin::with_limits(limits));
     plugin
         .configure(
@@ -62,6 +57,21 @@ async fn serve(limits: Limits, eks: impl IntoIterator<Item = u8>) -> Served {
             &format!("ek_hashes_path = \"{}\"", list.display()),
         )
         .unwrap();
+    plugin
+}
+
+/// The EK hashes of the software EKs `eks`.
+fn software_eks(eks: impl IntoIterator<Item = u8>) -> Vec<String> {
+    eks.into_iter()
+        .map(|ek| forgery_with_ek(ek).1.pub_hash())
+        .collect()
+}
+
+/// The server plugin with `limits`, configured with an allow list of the
+/// software EKs `eks`, served on a fresh socket, and a connection to it.
+async fn serve(limits: Limits, eks: impl IntoIterator<Item = u8>) -> Served {
+    let dir = TempDir::new("sceau-spire-limits");
+    let plugin = configured(limits, &dir, &software_eks(eks));
     let socket = PluginSocket::bind(&SocketOptions {
         dir: Some(dir.subdir("socket")),
         group: None,
@@ -95,11 +105,55 @@ fn origin() -> Uri {
     Uri::from_static("http://plugin")
 }
 
-/// An attestation whose agent never answers: the request side stays open
-/// while this is held.
+/// An attestation open past its challenge, the request side held open: a
+/// stall for as long as nothing is sent on it.
 struct Stall {
-    _requests: mpsc::Sender<AttestRequest>,
+    requests: mpsc::Sender<AttestRequest>,
     answers: Streaming<sceau_spire::pb::server_attestor::AttestResponse>,
+}
+
+impl Stall {
+    /// Sends the agent's answer to the challenge.
+    async fn respond(&self, response: &ChallengeResponse) {
+        self.requests
+            .send(AttestRequest {
+                request: Some(attest_request::Request::ChallengeResponse(
+                    response.encode(),
+                )),
+            })
+            .await
+            .unwrap();
+    }
+}
+
+/// Opens an attestation with `payload` and waits for its challenge; returns
+/// the attestation held open with that challenge, or the status it was
+/// refused with.
+async fn open(connection: &Connection, payload: &Payload) -> Result<(Stall, Challenge), Status> {
+    let (requests, outgoing) = mpsc::channel(2);
+    requests
+        .send(AttestRequest {
+            request: Some(attest_request::Request::Payload(payload.encode())),
+        })
+        .await
+        .unwrap();
+    let mut client = NodeAttestorClient::with_origin(connection.clone(), origin());
+    let mut answers = client
+        .attest(ReceiverStream::new(outgoing))
+        .await?
+        .into_inner();
+    let first = answers
+        .message()
+        .await?
+        .ok_or_else(|| Status::unknown("the stream ended without an answer"))?;
+    match first.response {
+        Some(attest_response::Response::Challenge(bytes)) => {
+            let challenge = Challenge::decode(&bytes).expect("a well-formed challenge");
+            let stall = Stall { requests, answers };
+            Ok((stall, challenge))
+        }
+        other => panic!("expected a challenge, got {other:?}"),
+    }
 }
 
 /// Opens an attestation with the payload of the software EK `ek`; returns
@@ -108,36 +162,10 @@ struct Stall {
 async fn attest(connection: &Connection, ek: u8) -> (Result<Stall, Status>, Duration) {
     let started = Instant::now();
     let payload: Payload = forgery_with_ek(ek).0;
-    let (requests, outgoing) = mpsc::channel(1);
-    requests
-        .send(AttestRequest {
-            request: Some(attest_request::Request::Payload(payload.encode())),
-        })
+    let result = tokio::time::timeout(CALL_TIMEOUT, open(connection, &payload))
         .await
-        .unwrap();
-    let mut client = NodeAttestorClient::with_origin(connection.clone(), origin());
-    let result = tokio::time::timeout(CALL_TIMEOUT, async {
-        let mut answers = client
-            .attest(ReceiverStream::new(outgoing))
-            .await?
-            .into_inner();
-        let first = answers
-            .message()
-            .await?
-            .ok_or_else(|| Status::unknown("the stream ended without an answer"))?;
-        match first.response {
-            Some(attest_response::Response::Challenge(bytes)) => {
-                Challenge::decode(&bytes).expect("a well-formed challenge");
-                Ok(Stall {
-                    _requests: requests,
-                    answers,
-                })
-            }
-            other => panic!("expected a challenge, got {other:?}"),
-        }
-    })
-    .await
-    .expect("the attestation hung");
+        .expect("the attestation hung")
+        .map(|(stall, _)| stall);
     (result, started.elapsed())
 }
 
@@ -319,12 +347,7 @@ fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
 
 /// Answers `stall`'s challenge with a wrong credential and `log_len` bytes
 /// of event log; returns the status the server ended the call with.
-async fn answer_with_log(stall: Stall, log_len: usize) -> Status {
-    use sceau_spire::payload::ChallengeResponse;
-    let Stall {
-        _requests: requests,
-        mut answers,
-    } = stall;
+async fn answer_with_log(mut stall: Stall, log_len: usize) -> Status {
     let response = ChallengeResponse {
         credential: zeroize::Zeroizing::new(vec![0; 32]),
         quote: Vec::new(),
@@ -332,15 +355,8 @@ async fn answer_with_log(stall: Stall, log_len: usize) -> Status {
         pcr_values: Vec::new(),
         event_log: vec![0x5a; log_len],
     };
-    requests
-        .send(AttestRequest {
-            request: Some(attest_request::Request::ChallengeResponse(
-                response.encode(),
-            )),
-        })
-        .await
-        .unwrap();
-    tokio::time::timeout(CALL_TIMEOUT, answers.message())
+    stall.respond(&response).await;
+    tokio::time::timeout(CALL_TIMEOUT, stall.answers.message())
         .await
         .expect("the answer hung")
         .expect_err("a wrong credential attested")
@@ -395,17 +411,7 @@ const SERVER_THREAD: &str = "sceau-stalls";
 impl ServerThread {
     fn start(limits: Limits, allowed: &[String]) -> Self {
         let dir = TempDir::new("sceau-spire-stalls");
-        let list = dir.join("ek-hashes");
-        std::fs::write(&list, allowed.join("\n") + "\n").unwrap();
-        let plugin = Arc::new(ServerPlugin::with_limits(limits));
-        plugin
-            .configure(
-                &CoreConfig {
-                    trust_domain: "example.org".into(),
-                },
-                &format!("ek_hashes_path = \"{}\"", list.display()),
-            )
-            .unwrap();
+        let plugin = configured(limits, &dir, allowed);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .thread_name(SERVER_THREAD)
@@ -499,35 +505,16 @@ impl GenuineNode {
     async fn attest(&self, connection: &Connection) -> (Result<Vec<String>, Status>, Duration) {
         let started = Instant::now();
         let (mut agent, payload) = Attestation::begin(&self.settings).expect("the agent's payload");
-        let (requests, outgoing) = mpsc::channel(2);
-        requests
-            .send(AttestRequest {
-                request: Some(attest_request::Request::Payload(payload.encode())),
-            })
-            .await
-            .unwrap();
-        let mut client = NodeAttestorClient::with_origin(connection.clone(), origin());
         let result = tokio::time::timeout(CALL_TIMEOUT, async {
-            let mut answers = client
-                .attest(ReceiverStream::new(outgoing))
-                .await?
-                .into_inner();
-            let Some(attest_response::Response::Challenge(bytes)) =
-                answers.message().await?.and_then(|m| m.response)
-            else {
-                panic!("no challenge");
-            };
-            let challenge = Challenge::decode(&bytes).unwrap();
+            let (mut attestation, challenge) = open(connection, &payload).await?;
             let response = agent.answer(&challenge).expect("the TPM answers");
-            requests
-                .send(AttestRequest {
-                    request: Some(attest_request::Request::ChallengeResponse(
-                        response.encode(),
-                    )),
-                })
-                .await
-                .unwrap();
-            match answers.message().await?.and_then(|m| m.response) {
+            attestation.respond(&response).await;
+            match attestation
+                .answers
+                .message()
+                .await?
+                .and_then(|m| m.response)
+            {
                 Some(attest_response::Response::AgentAttributes(attributes)) => {
                     Ok(attributes.selector_values)
                 }
@@ -557,9 +544,7 @@ async fn sixty_two_stalls_leave_a_node_that_attested_before_unaffected_and_leak_
     const STALLS: u8 = 62;
     let (node, genuine_ek) = GenuineNode::start();
     let fresh_ek = STALLS + 1;
-    let mut allowed: Vec<String> = (1..=fresh_ek)
-        .map(|ek| forgery_with_ek(ek).1.pub_hash())
-        .collect();
+    let mut allowed = software_eks(1..=fresh_ek);
     allowed.push(genuine_ek.clone());
     let server = ServerThread::start(Limits::default(), &allowed);
     let connection = connect(&server.socket).await;

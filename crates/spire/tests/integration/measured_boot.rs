@@ -107,13 +107,8 @@ fn log_selectors(selectors: &[String]) -> Vec<&String> {
 
 #[test]
 fn a_log_that_replays_to_the_quote_gives_its_selectors() {
-    let node = Node::start("sceau-spire-mb-good");
-    let log = Log::secure_boot();
-    extend_into(&log, &node.tools());
-    let path = node.write_log(&log.bytes());
-    let selectors = node
-        .attest(Some(&path), REQUIRED)
-        .unwrap_or_else(|refusal| panic!("refused: {refusal}"));
+    let (node, log) = booted("sceau-spire-mb-good");
+    let selectors = selectors_for(&node, &log);
     assert_eq!(
         log_selectors(&selectors),
         [
@@ -141,6 +136,14 @@ fn booted(name: &str) -> (Node, Log) {
     let log = Log::secure_boot();
     extend_into(&log, &node.tools());
     (node, log)
+}
+
+/// The selectors of an attestation whose agent sends `log`, measured boot
+/// required.
+fn selectors_for(node: &Node, log: &Log) -> Vec<String> {
+    let path = node.write_log(&log.bytes());
+    node.attest(Some(&path), REQUIRED)
+        .unwrap_or_else(|refusal| panic!("refused: {refusal}"))
 }
 
 /// The refusal of an attestation whose agent sends `log`, measured boot
@@ -270,10 +273,7 @@ fn event_data_changed_under_its_digest_claims_no_secure_boot_state() {
     let (node, mut log) = booted("sceau-spire-mb-data");
     let variable = log.position(7, EV_EFI_VARIABLE_DRIVER_CONFIG);
     log.events[variable].data = secure_boot_variable(0);
-    let path = node.write_log(&log.bytes());
-    let selectors = node
-        .attest(Some(&path), REQUIRED)
-        .unwrap_or_else(|refusal| panic!("refused: {refusal}"));
+    let selectors = selectors_for(&node, &log);
     assert_eq!(
         log_selectors(&selectors)[0],
         "secureboot:unknown",
@@ -343,10 +343,7 @@ fn software_on_the_node_can_add_a_boot_app_selector_after_boot() {
         &[&format!("4:sha256={}", hex(&added.digest))],
     );
     log.events.push(added);
-    let path = node.write_log(&log.bytes());
-    let selectors = node
-        .attest(Some(&path), REQUIRED)
-        .unwrap_or_else(|refusal| panic!("refused: {refusal}"));
+    let selectors = selectors_for(&node, &log);
     assert_eq!(
         log_selectors(&selectors),
         [
