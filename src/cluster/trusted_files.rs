@@ -13,7 +13,11 @@
 //! - its directory passes the same owner and mode checks;
 //! - every directory above it is owned by root or sceau's user and is not
 //!   writable by group or others, unless it has the sticky bit (like `/tmp`:
-//!   others can then add entries but not replace ours).
+//!   others can then add entries but not replace ours);
+//! - no component of the path is a symbolic link: a link is checked as
+//!   itself, never followed, so that the directories checked are the ones
+//!   the file is read through (a link's target directory could belong to
+//!   anyone, and the link itself be replaced between check and open).
 #![forbid(unsafe_code)]
 
 use std::fs::Metadata;
@@ -38,6 +42,11 @@ pub enum TrustError {
         "{path} is a symbolic link: copy the file itself there (member and recovery files are never followed)"
     )]
     Symlink { path: PathBuf },
+    #[error(
+        "{path} is a symbolic link in the path of a file that decides who can open every Secret: \
+         give the real path (sceau follows no link there)"
+    )]
+    SymlinkInPath { path: PathBuf },
     #[error("{path} is not a regular file")]
     NotAFile { path: PathBuf },
     #[error("{path} is larger than {MAX_FILE_LEN} bytes: not a sceau key file")]
@@ -93,24 +102,32 @@ pub fn read_trusted(path: &Path) -> Result<String, TrustError> {
 }
 
 /// The owner and mode checks for a directory sceau lists or reads from,
-/// and for every directory above it.
+/// and for every directory above it, walked from `/` down without following
+/// a symbolic link.
 pub fn check_directory(dir: &Path) -> Result<(), TrustError> {
-    let io = |source| TrustError::Io {
-        path: dir.to_path_buf(),
+    let io = |path: &Path, source| TrustError::Io {
+        path: path.to_path_buf(),
         source,
     };
-    let real = dir.canonicalize().map_err(io)?;
-    let metadata = std::fs::metadata(&real).map_err(io)?;
-    if !metadata.is_dir() {
-        return Err(io(std::io::Error::from(std::io::ErrorKind::NotADirectory)));
-    }
-    check_owner_and_mode(&real, &metadata, false)?;
-    for ancestor in real.ancestors().skip(1) {
-        let metadata = std::fs::symlink_metadata(ancestor).map_err(|source| TrustError::Io {
-            path: ancestor.to_path_buf(),
-            source,
-        })?;
-        check_owner_and_mode(ancestor, &metadata, true)?;
+    // Lexically absolute: `canonicalize` would resolve the links this
+    // refuses.
+    let absolute = std::path::absolute(dir).map_err(|e| io(dir, e))?;
+    let components: Vec<_> = absolute.components().collect();
+    let mut prefix = PathBuf::new();
+    for (i, component) in components.iter().enumerate() {
+        prefix.push(component);
+        let metadata = std::fs::symlink_metadata(&prefix).map_err(|e| io(&prefix, e))?;
+        if metadata.file_type().is_symlink() {
+            return Err(TrustError::SymlinkInPath { path: prefix });
+        }
+        let last = i + 1 == components.len();
+        if last && !metadata.is_dir() {
+            return Err(io(
+                &prefix,
+                std::io::Error::from(std::io::ErrorKind::NotADirectory),
+            ));
+        }
+        check_owner_and_mode(&prefix, &metadata, !last)?;
     }
     Ok(())
 }
@@ -160,5 +177,29 @@ mod tests {
         let owner = std::fs::metadata(&created).unwrap().uid();
         std::fs::remove_file(&created).unwrap();
         assert_eq!(euid, owner, "a new file belongs to the effective uid");
+    }
+
+    // Shown failing: with the path canonicalised (as before), the file was
+    // read through the link.
+    #[test]
+    fn a_symbolic_link_anywhere_in_the_path_is_refused() {
+        let top = std::env::temp_dir().join(format!("sceau-link-{}", std::process::id()));
+        let real = top.join("real");
+        std::fs::create_dir_all(real.join("inner")).unwrap();
+        for dir in [&top, &real, &real.join("inner")] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(real.join("inner/member.pub"), "x").unwrap();
+        std::os::unix::fs::symlink(&real, top.join("link")).unwrap();
+
+        assert_eq!(read_trusted(&real.join("inner/member.pub")).unwrap(), "x");
+        let error = read_trusted(&top.join("link/inner/member.pub")).unwrap_err();
+        assert!(
+            matches!(&error, TrustError::SymlinkInPath { path } if path.ends_with("link")),
+            "{error}"
+        );
+        let error = check_directory(&top.join("link")).unwrap_err();
+        assert!(matches!(error, TrustError::SymlinkInPath { .. }), "{error}");
+        std::fs::remove_dir_all(&top).unwrap();
     }
 }

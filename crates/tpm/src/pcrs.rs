@@ -24,6 +24,14 @@ pub enum PcrReadError {
     NotAllocated(u8),
     #[error("the TPM returned a {0}-byte value where SHA-256 has 32")]
     Size(usize),
+    /// A TPM that selects PCRs in its answer must return one digest each;
+    /// fewer would leave a PCR without a value (and more, a value without a
+    /// PCR), so the answer is refused rather than paired as far as it goes.
+    #[error(
+        "the TPM's PCR_Read answer names {selected} PCRs but carries {digests} digests; \
+         the TPM is faulty: run `tpm2_pcrread sha256` to see what it returns"
+    )]
+    Count { selected: usize, digests: usize },
 }
 
 /// The values of `selection`, read in as many TPM2_PCR_Read calls as the
@@ -49,16 +57,34 @@ pub fn read(ctx: &mut Context, selection: PcrSelection) -> Result<PcrValues, Pcr
         if indices.is_empty() {
             return Err(PcrReadError::NotAllocated(first));
         }
-        for (index, digest) in indices.iter().zip(digests.value()) {
-            let value: [u8; 32] = digest
-                .value()
-                .try_into()
-                .map_err(|_| PcrReadError::Size(digest.value().len()))?;
-            values.insert(*index, value);
+        let digests: Vec<&[u8]> = digests.value().iter().map(|d| d.value()).collect();
+        for (index, value) in pair(&indices, &digests)? {
+            values.insert(index, value);
         }
         wanted.retain(|i| !indices.contains(i));
     }
     Ok(values)
+}
+
+/// The PCRs a PCR_Read answer selected, each with its digest: exactly one
+/// 32-byte digest a PCR, in the answer's order.
+fn pair(indices: &[u8], digests: &[&[u8]]) -> Result<Vec<(u8, [u8; 32])>, PcrReadError> {
+    if indices.len() != digests.len() {
+        return Err(PcrReadError::Count {
+            selected: indices.len(),
+            digests: digests.len(),
+        });
+    }
+    indices
+        .iter()
+        .zip(digests)
+        .map(|(&index, digest)| {
+            let value: [u8; 32] = (*digest)
+                .try_into()
+                .map_err(|_| PcrReadError::Size(digest.len()))?;
+            Ok((index, value))
+        })
+        .collect()
 }
 
 /// `selection` as ESAPI takes it: the SHA-256 bank only.
@@ -78,4 +104,28 @@ pub fn read_at(tcti: &Tcti, selection: PcrSelection) -> Result<PcrValues, PcrRea
     let mut ctx = Context::new(tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
     super::device::ensure_started(&mut ctx)?;
     read(&mut ctx, selection)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Shown failing: with the count check removed, the short answer paired
+    // PCR 7 alone and PCR 11 went without a value, which the boot policy's
+    // start then met with a panic ("read above").
+    #[test]
+    fn an_answer_with_fewer_digests_than_pcrs_is_refused() {
+        let one = [1u8; 32];
+        let error = pair(&[7, 11], &[&one]).unwrap_err();
+        assert!(
+            matches!(error, PcrReadError::Count { selected: 2, digests: 1 }),
+            "{error}"
+        );
+        assert!(matches!(
+            pair(&[7], &[&one, &one]),
+            Err(PcrReadError::Count { .. })
+        ));
+        assert!(matches!(pair(&[7], &[&[1u8; 20]]), Err(PcrReadError::Size(20))));
+        assert_eq!(pair(&[7], &[&one]).unwrap(), vec![(7, one)]);
+    }
 }
