@@ -8,6 +8,12 @@
 //! boot states every DEK opens. A policy's signature is checked later, by
 //! the TPM (`sceau_tpm::boot_policy`); here each file is parsed, and every
 //! line that refuses one names it.
+//!
+//! Two kinds of policy are refused here, before any TPM work, because
+//! another OS booted on the machine could meet them: one over a PCR that
+//! software may reset (16, 23), and, unless
+//! `--accept-policies-another-os-can-meet`, one that covers no PCR the
+//! firmware extends (0–7), such as systemd-measure's PCR 11 alone.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -38,16 +44,38 @@ pub enum LoadError {
     Empty(PathBuf),
     #[error("--policy: more than {MAX_POLICIES} signed policies in all")]
     TooMany,
+    #[error("{file}: {source}")]
+    Resettable { file: String, source: PolicyError },
+    #[error(
+        "{file}: the policy covers PCRs {pcrs} and no PCR the firmware extends (0-7): any OS \
+         booted on this machine without systemd-stub can extend those PCRs from userspace to \
+         the signed values and open every bound DEK. Sign PCR 7 with them \
+         (`sceau-recover policy sign --pcrs 7,11`), or pass \
+         --accept-policies-another-os-can-meet to accept that (docs/boot-binding.md)"
+    )]
+    AnotherOsCanMeet { file: String, pcrs: String },
 }
 
-/// The key and every policy of `policies` (files, or directories whose
-/// `*.json` files are read in name order).
-pub fn load(key: &Path, policies: &[PathBuf]) -> Result<BootPolicyConfig, LoadError> {
-    let key_text = trusted_files::read_trusted(key)?;
-    let key = PolicyKey::from_pem(&key_text).map_err(|source| LoadError::Key {
-        path: key.to_path_buf(),
-        source,
-    })?;
+/// The key, the former keys and every policy of `policies` (files, or
+/// directories whose `*.json` files are read in name order).
+pub fn load(
+    key: &Path,
+    former_keys: &[PathBuf],
+    policies: &[PathBuf],
+    accept_policies_another_os_can_meet: bool,
+) -> Result<BootPolicyConfig, LoadError> {
+    let read_key = |path: &Path| -> Result<PolicyKey, LoadError> {
+        let text = trusted_files::read_trusted(path)?;
+        PolicyKey::from_pem(&text).map_err(|source| LoadError::Key {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let key = read_key(key)?;
+    let former_keys = former_keys
+        .iter()
+        .map(|path| read_key(path))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut loaded = Vec::new();
     for path in policy_files(policies)? {
         let text = trusted_files::read_trusted(&path)?;
@@ -61,6 +89,19 @@ pub fn load(key: &Path, policies: &[PathBuf]) -> Result<BootPolicyConfig, LoadEr
                 1 => path.display().to_string(),
                 _ => format!("{} (policy {} of {count})", path.display(), i + 1),
             };
+            policy
+                .pcrs
+                .check_bindable()
+                .map_err(|source| LoadError::Resettable {
+                    file: label.clone(),
+                    source,
+                })?;
+            if !accept_policies_another_os_can_meet && !policy.pcrs.covers_firmware() {
+                return Err(LoadError::AnotherOsCanMeet {
+                    file: label,
+                    pcrs: policy.pcrs.to_string(),
+                });
+            }
             loaded.push((label, policy));
         }
         if loaded.len() > MAX_POLICIES {
@@ -69,6 +110,7 @@ pub fn load(key: &Path, policies: &[PathBuf]) -> Result<BootPolicyConfig, LoadEr
     }
     Ok(BootPolicyConfig {
         key,
+        former_keys,
         policies: loaded,
     })
 }

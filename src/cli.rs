@@ -14,6 +14,7 @@ pub use sceau_cli::{Generate, UsageError, utf8_args};
 
 use crate::sandbox::Enforcement;
 use sceau_format::pcr_policy::PcrSelection;
+use sceau_format::revocation::Serial;
 use sceau_tpm::Tcti;
 
 pub const DEFAULT_SOCKET: &str = "/run/sceau/kms.sock";
@@ -195,6 +196,30 @@ pub const POLICY: Flag = Flag::value(
      opens through the one whose PCRs match the TPM's; keep the old and the\n\
      new during an update. Read at start: restart sceau to load new ones",
 );
+pub const FORMER_POLICY_KEY: Flag = Flag::value(
+    "--former-policy-key",
+    "FILE",
+    "Still open DEKs sealed to this earlier policy key; repeatable",
+)
+.long_help(
+    "During a rotation of the policy key: DEKs sealed to it open through the\n\
+     policies it signed (--policy), new DEKs are sealed to --policy-key.\n\
+     Drop it once every Secret is rewritten (docs/boot-binding.md)",
+);
+pub const ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET: Flag = Flag::switch(
+    "--accept-policies-another-os-can-meet",
+    "Serve policies that cover no firmware PCR (0-7), such as PCR 11 alone",
+)
+.long_help(
+    "Any OS booted on this machine without systemd-stub can extend such PCRs\n\
+     from userspace to the signed values and open every bound DEK. Without\n\
+     this flag sceau refuses to start with such a policy (docs/boot-binding.md)",
+);
+pub const SERIAL: Flag = Flag::value(
+    "--serial",
+    "N",
+    "The revocation serial to revoke (0-65535), as `sceau-recover policy show` prints it",
+);
 pub const PCRS: Flag = Flag::value(
     "--pcrs",
     "LIST",
@@ -228,6 +253,8 @@ pub const SERVE: CommandSpec = CommandSpec {
         &ACCEPT_UNSIGNED_ENVELOPES,
         &POLICY_KEY,
         &POLICY,
+        &FORMER_POLICY_KEY,
+        &ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET,
         &METRICS_ALLOW_UID,
         &TSS_LOG_REVEALS_SECRETS,
     ],
@@ -279,6 +306,21 @@ extended this boot, and any booted OS can extend it to any value: it is named on
 standard error, and `sceau-recover policy sign` refuses to sign it.
 ",
 };
+pub const REVOKE_POLICY: CommandSpec = CommandSpec {
+    name: "revoke-policy",
+    summary: "Revoke, in this TPM, every boot policy signed with a revocation serial",
+    about: "Revoke every signed boot policy of a revocation serial, for good, in this TPM's NV",
+    usage: "revoke-policy --serial N [--tcti TCTI]",
+    steps: &[],
+    flags: &[&TCTI, &SERIAL],
+    notes: "\
+Writes the serial's NV index (0x013A0000 + N), with the owner hierarchy's empty
+authorization: no session can satisfy a policy of that serial again, whatever
+files are kept or restored. Runs while sceau serves on /dev/tpmrm0; a running
+sceau drops the policy at its next Decrypt. Only deleting the index with the
+owner authorization undoes it (docs/boot-binding.md, \"Revoking a boot state\").
+",
+};
 pub const ENROLL: CommandSpec = CommandSpec {
     name: "enroll",
     summary: "Prove a member's SRK is in a real TPM (credential activation against its EK)",
@@ -299,6 +341,7 @@ pub const PROGRAM: Program = Program {
         &SELFTEST,
         &SRK_PUBLIC,
         &PCRS_COMMAND,
+        &REVOKE_POLICY,
         &ENROLL,
     ],
     notes: "\
@@ -368,6 +411,7 @@ pub enum Command {
     SelfTest(SelfTestOptions),
     SrkPublic(SrkPublicOptions),
     Pcrs(PcrsOptions),
+    RevokePolicy(RevokePolicyOptions),
     Enroll(EnrollStep),
     Help(String),
     Version,
@@ -401,6 +445,10 @@ pub struct ServeOptions {
     /// policies (files or directories) they open through.
     pub policy_key: Option<PathBuf>,
     pub policies: Vec<PathBuf>,
+    /// Boot-state binding: keys being rotated out, whose DEKs still open.
+    pub former_policy_keys: Vec<PathBuf>,
+    /// Serve policies that cover no firmware PCR.
+    pub accept_policies_another_os_can_meet: bool,
     /// Uids besides root's that may scrape a unix metrics socket; empty:
     /// whoever the socket file lets connect.
     pub metrics_allowed_uids: Vec<u32>,
@@ -419,6 +467,12 @@ pub enum EnrollStep {
         tpm: SrkPublicOptions,
         challenge: PathBuf,
     },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokePolicyOptions {
+    pub tcti: Tcti,
+    pub serial: Serial,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -471,6 +525,7 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
         "selftest" => selftest(&matches, env_tcti).map(Command::SelfTest),
         "srk-public" => srk_public(&matches, env_tcti).map(Command::SrkPublic),
         "pcrs" => pcrs(&matches, env_tcti).map(Command::Pcrs),
+        "revoke-policy" => revoke_policy(&matches, env_tcti).map(Command::RevokePolicy),
         "enroll" => enroll(&matches, step, env_tcti).map(Command::Enroll),
         other => unreachable!("{other} is in PROGRAM but has no parser"),
     };
@@ -518,6 +573,11 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
         accept_unsigned_envelopes: m.present(&ACCEPT_UNSIGNED_ENVELOPES),
         policy_key: m.last(&POLICY_KEY, path)?,
         policies: m.values(&POLICY).map(path).collect::<Result<_, _>>()?,
+        former_policy_keys: m
+            .values(&FORMER_POLICY_KEY)
+            .map(path)
+            .collect::<Result<_, _>>()?,
+        accept_policies_another_os_can_meet: m.present(&ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET),
         metrics_allowed_uids: m
             .values(&METRICS_ALLOW_UID)
             .map(parse_uid)
@@ -532,7 +592,28 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
                     .into(),
             )));
         }
+        if options.policy_key.is_none()
+            && (!options.former_policy_keys.is_empty()
+                || options.accept_policies_another_os_can_meet)
+        {
+            return Err(m.error(Problem::Required(
+                "--former-policy-key and --accept-policies-another-os-can-meet need --policy-key"
+                    .into(),
+            )));
+        }
         Ok(options)
+    })
+}
+
+fn revoke_policy(m: &Matches, env_tcti: Option<&str>) -> Result<RevokePolicyOptions, UsageError> {
+    let serial = m
+        .last(&SERIAL, |v| {
+            Serial::parse(v).map_err(|e| invalid(&SERIAL, v, e.to_string()))
+        })?
+        .ok_or_else(|| m.error(Problem::Required("revoke-policy needs --serial N".into())))?;
+    Ok(RevokePolicyOptions {
+        tcti: tcti(m, env_tcti)?,
+        serial,
     })
 }
 
@@ -751,6 +832,13 @@ impl Command {
                 for policy in &o.policies {
                     args = args.flag(&POLICY, path_arg(policy));
                 }
+                for key in &o.former_policy_keys {
+                    args = args.flag(&FORMER_POLICY_KEY, path_arg(key));
+                }
+                args = args.switch(
+                    &ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET,
+                    o.accept_policies_another_os_can_meet,
+                );
                 for uid in &o.metrics_allowed_uids {
                     args = args.flag(&METRICS_ALLOW_UID, uid.to_string());
                 }
@@ -766,6 +854,9 @@ impl Command {
             Self::Pcrs(o) => Args::command(PCRS_COMMAND.name)
                 .flag(&TCTI, o.tcti.to_string())
                 .flag(&PCRS, o.pcrs.to_string()),
+            Self::RevokePolicy(o) => Args::command(REVOKE_POLICY.name)
+                .flag(&TCTI, o.tcti.to_string())
+                .flag(&SERIAL, o.serial.to_string()),
             Self::Enroll(EnrollStep::Request(o)) => tpm(Args::command("enroll request"), o),
             Self::Enroll(EnrollStep::Respond { tpm: o, challenge }) => {
                 tpm(Args::command("enroll respond"), o).flag(&CHALLENGE, path_arg(challenge))

@@ -61,6 +61,7 @@ fn main() -> ExitCode {
         Command::SelfTest(options) => commands::selftest::run(&options),
         Command::SrkPublic(options) => commands::srk_public::run(&options),
         Command::Pcrs(options) => commands::pcrs::run(&options),
+        Command::RevokePolicy(options) => commands::revoke_policy::run(&options),
         Command::Enroll(step) => commands::enroll::run(&step),
     };
     match result {

@@ -278,7 +278,8 @@ fn boot_policy_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let signer = PolicySigner::from_bytes(&[0x31; 32]);
     let signer_pem = signer.to_pem();
     // RFC 6979 nonces: the same key and policy give the same signature.
-    let signed = SignedPolicy::sign(&signer, pcrs, &values).expect("values for both");
+    let serial = sceau_format::revocation::Serial::new(1);
+    let signed = SignedPolicy::sign(&signer, pcrs, &values, serial).expect("values for both");
     let signature = signed.signature.clone();
     let sceau_file = write_signed_policies(&[signed]);
     let systemd_file = format!(

@@ -5,6 +5,7 @@
 pub mod check;
 pub mod enroll;
 pub mod pcrs;
+pub mod revoke_policy;
 pub mod selftest;
 pub mod serve;
 pub mod srk_public;

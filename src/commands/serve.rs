@@ -74,7 +74,12 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     //    Boot-state binding: the policy key and the signed policies, read
     //    while the filesystem is open (the TPM checks the signatures).
     let boot_policy = match &options.policy_key {
-        Some(key) => Some(sceau::boot_policy::load(key, &options.policies)?),
+        Some(key) => Some(sceau::boot_policy::load(
+            key,
+            &options.former_policy_keys,
+            &options.policies,
+            options.accept_policies_another_os_can_meet,
+        )?),
         None => None,
     };
     // 3. The TPM: flush leftovers, recreate the SRK, start the salted

@@ -31,11 +31,14 @@ impl<T: SealingTpm> SingleNode<T> {
 
     /// A version 1 envelope opens only under the key_id of the TPM that
     /// sealed it: this TPM's, or, with a boot policy key, the key_id it had
-    /// before (its objects are this SRK's too, and carry no policy).
+    /// before (its objects are this SRK's too, and carry no policy), or the
+    /// one it had with a `--former-policy-key` (their objects are sealed to
+    /// that key).
     pub(super) fn check_key_id(&self, key_id: &str) -> Result<(), Status> {
         let ours = self.tpm.key_id().as_str();
         let before = self.tpm.unbound_key_id().map(KeyId::as_str);
-        if key_id != ours && Some(key_id) != before {
+        let former = self.tpm.former_key_ids().iter().map(KeyId::as_str);
+        if key_id != ours && Some(key_id) != before && !former.into_iter().any(|f| f == key_id) {
             return Err(Status::invalid_argument(format!(
                 "unknown key_id {}; this TPM only serves {ours}",
                 printable(key_id)

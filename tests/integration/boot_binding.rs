@@ -22,6 +22,7 @@ use crate::harness::tpm_proxy::Profile;
 use crate::harness::{ProxiedFixture, Sceau, Swtpm, TempDir, Tpm2Tools, random_bytes};
 use sceau_format::pcr_policy::{PcrSelection, PcrValues, SignedPolicy, write_signed_policies};
 use sceau_format::policy_key::PolicySigner;
+use sceau_format::revocation::Serial;
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -35,6 +36,8 @@ struct Rig {
     policies: PathBuf,
     /// The age identity the policy key is encrypted to (`age-keygen`).
     age_identity: PathBuf,
+    /// The next revocation serial `sign_state_at` gives a boot state.
+    next_serial: std::cell::Cell<u16>,
 }
 
 impl Rig {
@@ -65,6 +68,7 @@ impl Rig {
             public,
             policies,
             age_identity,
+            next_serial: std::cell::Cell::new(1),
         };
         // The private key at rest is an age file for the operator's key;
         // `policy sign` opens it with --age-identity.
@@ -104,8 +108,8 @@ impl Rig {
         run_ok(self.tmp.path(), Path::new(BIN), &args).stdout
     }
 
-    /// `sceau pcrs`, then `sceau-recover policy sign`, into the policies
-    /// directory as NAME.json.
+    /// `sceau pcrs`, then `sceau-recover policy sign` with the next
+    /// revocation serial, into the policies directory as NAME.json.
     fn sign_current(&self, list: &str, name: &str) -> PathBuf {
         self.sign_state_at(&self.tpm.tcti(), list, name)
     }
@@ -115,6 +119,8 @@ impl Rig {
         let values = self.tmp.join(&format!("{name}.pcrs"));
         std::fs::write(&values, self.read_pcrs_at(tcti, list)).unwrap();
         let out = self.policies.join(format!("{name}.json"));
+        let serial = self.next_serial.get();
+        self.next_serial.set(serial + 1);
         self.recover(&[
             "policy",
             "sign",
@@ -124,6 +130,8 @@ impl Rig {
             list,
             "--values",
             values.to_str().unwrap(),
+            "--serial",
+            &serial.to_string(),
             "--policy-out",
             out.to_str().unwrap(),
             "--age-identity",
@@ -379,7 +387,7 @@ fn bad_policies_stop_the_start() {
     let values = PcrValues::parse(&rig.read_pcrs("7,11")).unwrap();
     let write = |dir: &str, signer: &PolicySigner, pcrs: &str, fingerprint_of: &PolicySigner| {
         let pcrs = PcrSelection::parse(pcrs).unwrap();
-        let mut signed = SignedPolicy::sign(signer, pcrs, &values).unwrap();
+        let mut signed = SignedPolicy::sign(signer, pcrs, &values, Serial::new(1)).unwrap();
         signed.key_fingerprint = Some(fingerprint_of.public().fingerprint());
         let file = rig.tmp.subdir(dir).join("policy.json");
         std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
@@ -387,11 +395,39 @@ fn bad_policies_stop_the_start() {
     };
     let public = rig.public.to_str().unwrap();
 
-    // PCR 11 was never extended (systemd-measure signs what it is given).
-    let zero = write("zero", &own, "7,11", &own);
-    let log = rig.start_refused(&["--policy-key", public, "--policy", zero.to_str().unwrap()]);
-    assert!(log.contains(zero.to_str().unwrap()), "{log}");
-    assert!(log.contains("PCR 11 reads all zeros"), "{log}");
+    // Policies another OS booted on the machine could meet. A resettable
+    // PCR (a file as systemd's tools write it: only the digest): refused
+    // even with the flag. PCR 11 alone: refused without the flag. Shown
+    // failing: without the checks in `boot_policy::load`, both started.
+    let systemd_style = |dir: &str, pcrs: &str| {
+        let pcrs = PcrSelection::parse(pcrs).unwrap();
+        let policy = [0x5A; 32];
+        let signed = SignedPolicy {
+            pcrs,
+            key_fingerprint: Some(own.public().fingerprint()),
+            policy,
+            signature: own.sign(&policy),
+            values: None,
+            serial: None,
+        };
+        let file = rig.tmp.subdir(dir).join("policy.json");
+        std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
+        file
+    };
+    let resettable = systemd_style("resettable", "7,23");
+    let log = rig.start_refused(&[
+        "--policy-key",
+        public,
+        "--policy",
+        resettable.to_str().unwrap(),
+        "--accept-policies-another-os-can-meet",
+    ]);
+    assert!(log.contains(resettable.to_str().unwrap()), "{log}");
+    assert!(log.contains("PCR 23 can be reset"), "{log}");
+    let eleven = systemd_style("eleven", "11");
+    let log = rig.start_refused(&["--policy-key", public, "--policy", eleven.to_str().unwrap()]);
+    assert!(log.contains(eleven.to_str().unwrap()), "{log}");
+    assert!(log.contains("no PCR the firmware extends"), "{log}");
 
     let foreign = write("foreign", &other, "7", &other);
     let log = rig.start_refused(&[
@@ -415,7 +451,8 @@ fn bad_policies_stop_the_start() {
         "{log}"
     );
     // sceau's own tools refuse the unextended PCR before any file exists:
-    // `sceau pcrs` names it, `policy sign` will not sign it.
+    // `sceau pcrs` names it, `policy sign` will not sign it (nor PCR 11
+    // alone, nor PCR 23).
     let read = run_with_timeout(
         Command::new(BIN).args(["pcrs", "--tcti", &rig.tpm.tcti(), "--pcrs", "7,11"]),
         rig.tmp.path(),
@@ -439,6 +476,8 @@ fn bad_policies_stop_the_start() {
             "7,11",
             "--values",
             values_file.to_str().unwrap(),
+            "--serial",
+            "9",
             "--policy-out",
             rig.tmp.join("never.json").to_str().unwrap(),
             "--age-identity",
@@ -453,6 +492,33 @@ fn bad_policies_stop_the_start() {
         "{}",
         refused.stderr
     );
+    for (pcrs, why) in [
+        ("11", "no PCR the firmware extends"),
+        ("7,23", "PCR 23 can be reset"),
+    ] {
+        let refused = run_with_timeout(
+            Command::new(recover_bin()).args([
+                "policy",
+                "sign",
+                "--policy-private",
+                rig.key.to_str().unwrap(),
+                "--pcrs",
+                pcrs,
+                "--values",
+                values_file.to_str().unwrap(),
+                "--serial",
+                "9",
+                "--policy-out",
+                rig.tmp.join("never.json").to_str().unwrap(),
+                "--age-identity",
+                rig.age_identity.to_str().unwrap(),
+            ]),
+            rig.tmp.path(),
+            TOOL_TIMEOUT,
+        );
+        assert!(!refused.status.success());
+        assert!(refused.stderr.contains(why), "{}", refused.stderr);
+    }
     assert!(!rig.tmp.join("never.json").exists());
 
     let own_policy = write("own", &own, "7", &own);
@@ -536,11 +602,14 @@ async fn a_policy_signed_by_systemd_measure_opens() {
     }
     rig.extend(11, &sha256(b"enter-initrd"));
 
+    // PCR 11 alone is what systemd-measure signs: any OS booted without
+    // systemd-stub could extend it so, which the flag accepts by name.
     let args = vec![
         "--policy-key".to_string(),
         dir.join("rsa.pub").display().to_string(),
         "--policy".to_string(),
         policy.display().to_string(),
+        "--accept-policies-another-os-can-meet".to_string(),
     ];
     let mut sceau = rig.start(&args);
     let mut client = sceau.client().await;
@@ -575,7 +644,8 @@ async fn a_policy_signed_by_systemd_measure_opens() {
 /// TPM commands through the proxy, on the discrete profile: with a boot
 /// policy, an Encrypt is still one Create, and a Decrypt two commands more
 /// than without one (PolicyPCR and PolicyAuthorize; the policy session and
-/// the tickets are made at start and reused).
+/// the tickets are made at start and reused), three with a revocable
+/// policy (PolicySecret).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bound_decrypt_costs_two_commands_more() {
     const FAST: f64 = 0.02;
@@ -606,7 +676,16 @@ async fn a_bound_decrypt_costs_two_commands_more() {
     );
     let pcrs = PcrSelection::parse("7").unwrap();
     let values = PcrValues::parse(&values.stdout).unwrap();
-    let signed = SignedPolicy::sign(&signer, pcrs, &values).unwrap();
+    // Without a revocation serial first (systemd's kind of policy), then
+    // with one, which costs PolicySecret.
+    let revocable = SignedPolicy::sign(&signer, pcrs, &values, Serial::new(3)).unwrap();
+    let policy = sceau_format::pcr_policy::policy_pcr_digest(pcrs, &values).unwrap();
+    let signed = SignedPolicy {
+        serial: None,
+        policy,
+        signature: signer.sign(&policy),
+        ..revocable.clone()
+    };
     let file = rig.tmp.join("policy.json");
     std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
     rig.restart_sceau(&[
@@ -652,6 +731,37 @@ async fn a_bound_decrypt_costs_two_commands_more() {
     assert_eq!(
         old, unbound.0,
         "an unbound envelope, with the key configured"
+    );
+
+    drop(client);
+    std::fs::write(&file, write_signed_policies(&[revocable])).unwrap();
+    rig.restart_sceau(&[
+        "--policy-key",
+        public.to_str().unwrap(),
+        "--policy",
+        file.to_str().unwrap(),
+    ]);
+    let (mut client, _) = rig.client().await;
+    rig.proxy.reset_counts();
+    rpc::open(&mut client, &bound_key_id, &bound, &dek).await;
+    let revocable = (rig.proxy.counts(), rig.proxy.modelled_delay());
+    println!(
+        "Decrypt, revocable: {} TPM commands {:?}, modelled on the discrete profile {:?}",
+        revocable.0.values().sum::<u64>(),
+        revocable.0,
+        revocable.1.div_f64(FAST)
+    );
+    assert_eq!(
+        revocable.0,
+        counted(&[
+            ("FlushContext", 1),
+            ("Load", 1),
+            ("PolicyAuthorize", 1),
+            ("PolicyPCR", 1),
+            ("PolicySecret", 1),
+            ("Unseal", 1)
+        ]),
+        "one bound Decrypt through a revocable policy: one command more"
     );
 }
 
@@ -833,4 +943,243 @@ async fn a_bound_unseal_crosses_the_bus_encrypted() {
     drop(client);
     assert!(sceau.terminate().success());
     proxy.assert_never_carried(MARKER);
+}
+
+/// `policy_file`'s policy through tpm2-tools alone, as anyone holding the
+/// file and the envelope would: LoadExternal of the policy key,
+/// VerifySignature for the ticket, then PolicyPCR, PolicySecret on the
+/// serial's NV index and PolicyAuthorize in a policy session, and Unseal.
+/// Returns the unsealed bytes, or the failed tool's output.
+fn unseal_with_tools(rig: &Rig, policy_file: &Path, envelope: &[u8]) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(policy_file).unwrap();
+    let signed = sceau_format::pcr_policy::parse_signed_policies(&text).unwrap()[0].clone();
+    let serial = signed.serial.expect("a revocable policy");
+    let tools = &rig.tools;
+    tools.write("pol.bin", &signed.policy);
+    tools.write("sig.der", &signed.signature);
+    let parts = Envelope::parse(envelope);
+    tools.write("bound.pub", &parts.public);
+    tools.write("bound.priv", &parts.private);
+    // The policy key's public area as sceau loads it: its Name, which the
+    // sealed object's authPolicy commits to, covers the attributes too.
+    let area = rig.signer().public().tpmt_public();
+    let size = u16::try_from(area.len()).unwrap().to_be_bytes();
+    tools.write("key.pub", &[&size[..], &area].concat());
+    let nv = format!("{:#x}", serial.index_handle());
+    // swtpm holds three objects: the ticket first, then the SRK and the
+    // envelope's object.
+    let ticket: [(&str, Vec<&str>); 2] = [
+        (
+            "tpm2_loadexternal",
+            vec![
+                "-C", "o", "-u", "key.pub", "-c", "key.ctx", "-n", "key.name",
+            ],
+        ),
+        (
+            "tpm2_verifysignature",
+            vec![
+                "-c",
+                "key.ctx",
+                "-g",
+                "sha256",
+                "-m",
+                "pol.bin",
+                "-f",
+                "ecdsa",
+                "-s",
+                "sig.der",
+                "-t",
+                "ticket.bin",
+            ],
+        ),
+    ];
+    for (tool, args) in &ticket {
+        let run = tools.try_run(tool, args);
+        assert!(run.status.success(), "{tool}: {}", run.all_output());
+    }
+    tools.flush_all();
+    tools.create_srk_primary("prim.ctx");
+    let steps: [(&str, Vec<&str>); 3] = [
+        (
+            "tpm2_load",
+            vec![
+                "-C",
+                "prim.ctx",
+                "-u",
+                "bound.pub",
+                "-r",
+                "bound.priv",
+                "-c",
+                "bound.ctx",
+            ],
+        ),
+        (
+            "tpm2_startauthsession",
+            vec!["--policy-session", "-S", "session.ctx"],
+        ),
+        (
+            "tpm2_policypcr",
+            vec!["-S", "session.ctx", "-l", "sha256:7"],
+        ),
+    ];
+    let more: [(&str, Vec<&str>); 2] = [
+        ("tpm2_policysecret", vec!["-S", "session.ctx", "-c", &nv]),
+        (
+            "tpm2_policyauthorize",
+            vec![
+                "-S",
+                "session.ctx",
+                "-i",
+                "pol.bin",
+                "-n",
+                "key.name",
+                "-t",
+                "ticket.bin",
+            ],
+        ),
+    ];
+    let steps = steps.iter().chain(more.iter());
+    let mut result = Ok(());
+    for (tool, args) in steps {
+        let run = tools.try_run(tool, args);
+        if !run.status.success() {
+            result = Err(format!("{tool}: {}", run.all_output()));
+            break;
+        }
+    }
+    let unsealed = result.and_then(|()| {
+        let run = tools.try_run(
+            "tpm2_unseal",
+            &[
+                "-c",
+                "bound.ctx",
+                "-p",
+                "session:session.ctx",
+                "-o",
+                "unsealed.bin",
+            ],
+        );
+        match run.status.success() {
+            true => Ok(std::fs::read(tools.path("unsealed.bin")).unwrap()),
+            false => Err(format!("tpm2_unseal: {}", run.all_output())),
+        }
+    });
+    tools.flush_all();
+    unsealed
+}
+
+/// A revoked boot state never opens again: not through the running sceau,
+/// not after a restart with every file as it was, and not with tpm2-tools
+/// and the old policy file (the control run of the same tools opens the
+/// envelope before the revocation). A policy signed anew for the same
+/// state, under another serial, opens the old envelope: nothing is
+/// re-encrypted. Shown failing: with `revocation::revoke` returning before
+/// its NV_Write, the running sceau still opened the envelope ("a revoked
+/// state must not open").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_boot_state_never_opens_again() {
+    let rig = Rig::new("boot-binding-revoked");
+    rig.extend(7, &sha256(b"secure boot: on, db of this machine"));
+    let old = rig.sign_current("7", "old");
+    let kept = rig.tmp.join("kept-old.json");
+    std::fs::copy(&old, &kept).unwrap();
+
+    let mut sceau = rig.start(&rig.bound_args());
+    let mut client = sceau.client().await;
+    let key_id = rpc::status(&mut client).await.key_id;
+    let dek = random_bytes(32);
+    let envelope = rpc::seal(&mut client, &key_id, &dek).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+    assert_eq!(unseal_with_tools(&rig, &kept, &envelope), Ok(dek.clone()));
+
+    // Revoked while sceau serves: its next Decrypt reads the serial again.
+    let mut sceau = rig.start(&rig.bound_args());
+    let mut client = sceau.client().await;
+    rpc::open(&mut client, &key_id, &envelope, &dek).await;
+    let revoke = |expect: &str| {
+        let out = run_ok(
+            rig.tmp.path(),
+            Path::new(BIN),
+            &["revoke-policy", "--tcti", &rig.tpm.tcti(), "--serial", "1"],
+        );
+        assert!(out.stdout.contains(expect), "{}", out.all_output());
+    };
+    revoke("serial 1 revoked");
+    let refused = rpc::decrypt(&mut client, &envelope, &key_id)
+        .await
+        .expect_err("a revoked state must not open");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(refused.message(), "policy-mismatch");
+    assert_clean_message(&refused, "revoked state");
+    drop(client);
+    assert!(sceau.terminate().success());
+    assert!(
+        sceau.stderr_text().contains("revoked while sceau served"),
+        "{}",
+        sceau.stderr_text()
+    );
+    revoke("already revoked");
+
+    // Every file as it was: the revocation lives in the TPM.
+    let tools_refusal = unseal_with_tools(&rig, &kept, &envelope).unwrap_err();
+    assert!(
+        tools_refusal.starts_with("tpm2_policyauthorize"),
+        "{tools_refusal}"
+    );
+    let mut sceau = rig.start(&rig.bound_args());
+    let log = sceau.stderr_text();
+    assert!(log.contains("old.json: its serial 1 is revoked"), "{log}");
+    let mut client = sceau.client().await;
+    assert_eq!(rpc::status(&mut client).await.healthz, "policy-mismatch");
+    drop(client);
+    assert!(sceau.terminate().success());
+
+    // The same state signed anew (serial 2) opens the old envelope.
+    rig.sign_current("7", "new");
+    let mut sceau = rig.start(&rig.bound_args());
+    let mut client = sceau.client().await;
+    rpc::open(&mut client, &key_id, &envelope, &dek).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+}
+
+/// A policy staged for a boot state still to come (over PCR 11, which this
+/// boot never extended) is skipped with a warning that names it, and sceau
+/// serves with the policy of this boot. Shown failing: before, the start
+/// was refused ("PCR 11 reads all zeros").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_staged_policy_over_an_unextended_pcr_is_skipped() {
+    let rig = Rig::new("boot-binding-staged");
+    rig.extend(7, &sha256(b"measured"));
+    rig.sign_current("7", "now");
+    let values = PcrValues::parse(&rig.read_pcrs("7,11")).unwrap();
+    let signer = rig.signer();
+    let staged = SignedPolicy::sign(
+        &signer,
+        PcrSelection::parse("7,11").unwrap(),
+        &values,
+        Serial::new(40),
+    )
+    .unwrap();
+    let file = rig.policies.join("staged.json");
+    std::fs::write(&file, write_signed_policies(&[staged])).unwrap();
+
+    let mut sceau = rig.start(&rig.bound_args());
+    let log = sceau.stderr_text();
+    assert!(
+        log.contains("skipping") && log.contains("staged.json: PCR 11 reads all zeros"),
+        "{log}"
+    );
+    let mut client = sceau.client().await;
+    let status = rpc::status(&mut client).await;
+    assert_eq!(status.healthz, "ok");
+    rpc::round_trip(
+        &mut client,
+        &status.key_id,
+        b"served with the staged policy",
+    )
+    .await;
+    drop(client);
+    assert!(sceau.terminate().success());
 }

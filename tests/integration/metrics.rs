@@ -485,7 +485,13 @@ async fn the_boot_policy_gauge_follows_the_pcrs() {
             }
             let signer = PolicySigner::generate();
             let pcrs = PcrSelection::parse("7").unwrap();
-            let signed = SignedPolicy::sign(&signer, pcrs, &values).unwrap();
+            let signed = SignedPolicy::sign(
+                &signer,
+                pcrs,
+                &values,
+                sceau_format::revocation::Serial::new(1),
+            )
+            .unwrap();
             let (key, file) = (tmp.join("policy.pub"), tmp.join("policy.json"));
             std::fs::write(&key, signer.public().to_pem()).unwrap();
             std::fs::write(&file, write_signed_policies(&[signed])).unwrap();

@@ -21,7 +21,8 @@
 //! - Boot-state binding: `pcr_policy` (PCR lists and values, PolicyPCR
 //!   digests, signed policy files in systemd's format) and `policy_key`
 //!   (the key that signs them, in OpenSSL's PEM files; its TPM Name and the
-//!   authPolicy that commits to it), over `der` (the little DER those files
+//!   authPolicy that commits to it), `revocation` (the NV index a
+//!   revocable policy commits to, and what its Name says), over `der` (the little DER those files
 //!   need) and `json` (a strict reader, also `sceau-recover`'s).
 //! - `key_id` and `text` (what may be echoed of client input).
 //!
@@ -45,6 +46,7 @@ pub mod public;
 pub mod random;
 pub mod recovery_key;
 pub mod recovery_share;
+pub mod revocation;
 pub mod sealed;
 pub mod signing_key;
 pub mod storage_key;

@@ -26,6 +26,22 @@
 //! `pol`, which is. systemd reads the members it knows by name and
 //! ignores this one.
 //!
+//! A policy signed with a revocation serial (`"sceau-revocation-serial":N`,
+//! [`crate::revocation`]) is the PolicyPCR digest followed by TPM2_PolicySecret
+//! on that serial's NV index: `pol` is then the digest after both, and the
+//! policy stops opening anything once the serial is revoked in the TPM. Such
+//! a policy always carries its values, so that its serial, which only the
+//! digest commits to, is checked like them.
+//!
+//! Two kinds of policy bind to nothing another OS cannot reproduce, and are
+//! refused where they are signed and where they are served: a PCR the
+//! booted OS may reset (16 and 23: [`PcrSelection::resettable`]), and a
+//! policy that covers no PCR the firmware extends before any OS runs (0–7:
+//! [`PcrSelection::covers_firmware`]), such as systemd-measure's PCR 11 alone, which any OS
+//! booted without systemd-stub extends from userspace with the published
+//! section hashes. The second is allowed where the operator says so by a
+//! flag that names what it gives up.
+//!
 //! sceau binds to the SHA-256 bank only: every TPM 2.0 of the PC Client
 //! profile has it, and a SHA-1 bank would bind to a hash with known
 //! collisions.
@@ -39,6 +55,7 @@ use sha2::{Digest as _, Sha256};
 use super::json::{self, Json, JsonError};
 use super::key_id::hex;
 use super::policy_key::{PolicyKey, PolicySigner};
+use super::revocation::Serial;
 use super::text::printable;
 use super::wire::{ALG_SHA256, Writer};
 
@@ -85,6 +102,13 @@ pub enum PolicyError {
     TooMany,
     #[error("its sceau-pcr-values do not give its pol digest: they were altered")]
     ValuesNotSigned,
+    #[error(
+        "PCR {0} can be reset by software on a running machine, so a policy over it binds to \
+         nothing; leave out PCRs 16 and 23"
+    )]
+    Resettable(u8),
+    #[error("a sceau-revocation-serial needs the sceau-pcr-values it was signed at")]
+    SerialWithoutValues,
 }
 
 /// A set of PCRs of the SHA-256 bank.
@@ -139,6 +163,29 @@ impl PcrSelection {
         index < PCR_COUNT && self.0 & (1 << index) != 0
     }
 
+    /// The first PCR of the selection that software on the running machine
+    /// can reset (TPM2_PCR_Reset from locality 0 in the PC Client profile:
+    /// 16, the debug PCR, and 23, the application PCR): reset, then one
+    /// extend, gives back any value a policy was signed at.
+    pub fn resettable(&self) -> Option<u8> {
+        RESETTABLE_PCRS.into_iter().find(|&i| self.contains(i))
+    }
+
+    /// Refuses a selection with a [`Self::resettable`] PCR.
+    pub fn check_bindable(&self) -> Result<(), PolicyError> {
+        match self.resettable() {
+            Some(index) => Err(PolicyError::Resettable(index)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether it covers a PCR the firmware extends before any OS runs
+    /// (0–7): one whose value an OS booted afterwards can only extend
+    /// further, never set.
+    pub fn covers_firmware(&self) -> bool {
+        self.0 & FIRMWARE_PCRS != 0
+    }
+
     /// TPML_PCR_SELECTION with one TPMS_PCR_SELECTION: the SHA-256 bank and
     /// a 3-byte bitmap (PCR n is bit n mod 8 of byte n / 8).
     pub fn tpml(&self) -> Vec<u8> {
@@ -155,6 +202,11 @@ impl std::fmt::Display for PcrSelection {
         f.write_str(&list.join(","))
     }
 }
+
+/// PCRs 16 and 23: resettable from locality 0.
+const RESETTABLE_PCRS: [u8; 2] = [16, 23];
+/// PCRs 0 to 7, measured by the firmware.
+const FIRMWARE_PCRS: u32 = 0xFF;
 
 /// TPM2_PolicyPCR's digest from a fresh session: `H(0³² ‖ TPM_CC_PolicyPCR ‖
 /// TPML_PCR_SELECTION ‖ H(the values in ascending PCR order))`.
@@ -292,24 +344,45 @@ pub struct SignedPolicy {
     /// The values it was signed at, when the file carries them (sceau's
     /// files do; systemd's do not), checked to give `policy`.
     pub values: Option<PcrValues>,
+    /// The revocation serial whose NV index the policy runs PolicySecret
+    /// on after PolicyPCR (sceau's files since revocation; never systemd's).
+    pub serial: Option<Serial>,
+}
+
+/// The digest a policy key signs for `pcrs` at `values`: PolicyPCR's, then,
+/// with a serial, PolicySecret's on its unwritten index.
+pub fn approved_digest(
+    pcrs: PcrSelection,
+    values: &PcrValues,
+    serial: Option<Serial>,
+) -> Result<[u8; 32], PolicyError> {
+    let digest = policy_pcr_digest(pcrs, values)?;
+    Ok(match serial {
+        Some(serial) => serial.policy_secret(&digest),
+        None => digest,
+    })
 }
 
 impl SignedPolicy {
-    /// `signer`'s policy over `pcrs` at `values` (what `sceau-recover
-    /// policy sign` writes): the PolicyPCR digest, signed, and the key named
-    /// by its fingerprint.
+    /// `signer`'s policy over `pcrs` at `values`, revocable by `serial`
+    /// (what `sceau-recover policy sign` writes): the [`approved_digest`],
+    /// signed, and the key named by its fingerprint. A resettable PCR is
+    /// refused.
     pub fn sign(
         signer: &PolicySigner,
         pcrs: PcrSelection,
         values: &PcrValues,
+        serial: Serial,
     ) -> Result<Self, PolicyError> {
-        let policy = policy_pcr_digest(pcrs, values)?;
+        pcrs.check_bindable()?;
+        let policy = approved_digest(pcrs, values, Some(serial))?;
         Ok(Self {
             pcrs,
             key_fingerprint: Some(signer.public().fingerprint()),
             policy,
             signature: signer.sign(&policy),
             values: Some(values.select(pcrs)?),
+            serial: Some(serial),
         })
     }
 
@@ -349,12 +422,11 @@ fn parse_entry(entry: &Json) -> Result<SignedPolicy, PolicyError> {
     let Json::Object(members) = entry else {
         return Err(shape("a list of objects under \"sha256\""));
     };
-    if members
-        .iter()
-        .any(|(name, _)| !["pcrs", "pkfp", "pol", "sig", VALUES_MEMBER].contains(&name.as_str()))
-    {
+    if members.iter().any(|(name, _)| {
+        !["pcrs", "pkfp", "pol", "sig", VALUES_MEMBER, SERIAL_MEMBER].contains(&name.as_str())
+    }) {
         return Err(shape(
-            "made of pcrs, pkfp, pol, sig and sceau-pcr-values only",
+            "made of pcrs, pkfp, pol, sig, sceau-pcr-values and sceau-revocation-serial only",
         ));
     }
     let Some(Json::Array(pcrs)) = entry.get("pcrs") else {
@@ -390,11 +462,24 @@ fn parse_entry(entry: &Json) -> Result<SignedPolicy, PolicyError> {
         .and_then(|text| STANDARD.decode(text).ok())
         .filter(|sig| !sig.is_empty() && sig.len() <= MAX_SIGNATURE_LEN)
         .ok_or(shape("a policy whose \"sig\" is a signature in base64"))?;
+    let serial = match entry.get(SERIAL_MEMBER) {
+        None => None,
+        Some(serial) => Some(
+            serial
+                .as_i64()
+                .and_then(|n| u16::try_from(n).ok())
+                .map(Serial::new)
+                .ok_or(shape(
+                    "a policy whose sceau-revocation-serial is 0 to 65535",
+                ))?,
+        ),
+    };
     let values = match entry.get(VALUES_MEMBER) {
+        None if serial.is_some() => return Err(PolicyError::SerialWithoutValues),
         None => None,
         Some(values) => {
             let values = parse_values(values, pcrs)?;
-            if policy_pcr_digest(pcrs, &values)? != policy {
+            if approved_digest(pcrs, &values, serial)? != policy {
                 return Err(PolicyError::ValuesNotSigned);
             }
             Some(values)
@@ -406,11 +491,14 @@ fn parse_entry(entry: &Json) -> Result<SignedPolicy, PolicyError> {
         policy,
         signature,
         values,
+        serial,
     })
 }
 
 /// The member that carries the values a policy was signed at.
 const VALUES_MEMBER: &str = "sceau-pcr-values";
+/// The member that carries a policy's revocation serial.
+const SERIAL_MEMBER: &str = "sceau-revocation-serial";
 
 /// `{"7":"hex",…}`: one value for each PCR of `pcrs`, no other.
 fn parse_values(values: &Json, pcrs: PcrSelection) -> Result<PcrValues, PolicyError> {
@@ -460,6 +548,9 @@ pub fn write_signed_policies(policies: &[SignedPolicy]) -> String {
                     .map(|(index, value)| format!("\"{index}\":\"{}\"", hex(value)))
                     .collect();
                 entry.push_str(&format!(",\"{VALUES_MEMBER}\":{{{}}}", values.join(",")));
+            }
+            if let Some(serial) = p.serial {
+                entry.push_str(&format!(",\"{SERIAL_MEMBER}\":{serial}"));
             }
             entry.push('}');
             entry

@@ -12,6 +12,7 @@ use sceau_cli::{
 
 use crate::custody::{Custodian, Protection};
 pub use sceau_cli::{Generate, UsageError, utf8_args};
+use sceau_format::revocation::Serial;
 
 /// What `sceau-recover --version` prints (build.rs sets the values; no
 /// tpm2-tss: this binary links none).
@@ -146,6 +147,24 @@ pub const VALUES: Flag = Flag::value(
     "Their expected values: what `sceau pcrs` or `tpm2_pcrread` printed",
 )
 .long_help("on the node, in the boot state to sign (or values you computed for the next one)");
+pub const SERIAL: Flag = Flag::value(
+    "--serial",
+    "N",
+    "The revocation serial of this boot state (0-65535), for `sceau revoke-policy`",
+)
+.long_help(
+    "Give every policy of one boot state the same serial, and each new state\n\
+     a serial never used with this key: `sceau revoke-policy --serial N` on a\n\
+     node then withdraws that state for good (docs/boot-binding.md)",
+);
+pub const ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET: Flag = Flag::switch(
+    "--accept-policies-another-os-can-meet",
+    "Sign PCRs none of which the firmware extends (0-7), such as PCR 11 alone",
+)
+.long_help(
+    "Any OS booted on the machine without systemd-stub can extend such PCRs\n\
+     from userspace to the signed values; `sceau serve` then needs the same flag",
+);
 pub const POLICY_OUT: Flag = Flag::value(
     "--policy-out",
     "FILE",
@@ -312,6 +331,8 @@ pub const POLICY_COMMAND: CommandSpec = CommandSpec {
         &POLICY_KEY,
         &PCRS,
         &VALUES,
+        &SERIAL,
+        &ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET,
         &POLICY_OUT,
         &POLICY,
         &PROTECT,
@@ -430,6 +451,8 @@ pub enum PolicyStep {
         private: PathBuf,
         pcrs: String,
         values: PathBuf,
+        serial: Serial,
+        accept_policies_another_os_can_meet: bool,
         out: PathBuf,
         unlock: Unlock,
     },
@@ -783,10 +806,23 @@ fn policy(m: &Matches, step: Option<&str>) -> Result<PolicyStep, UsageError> {
                         "policy {what} needs --pcrs LIST"
                     )))
                 })?;
+                let serial = m
+                    .last(&SERIAL, |v| {
+                        Serial::parse(v).map_err(|e| invalid(&SERIAL, v, e.to_string()))
+                    })?
+                    .ok_or_else(|| {
+                        m.error(Problem::Required(format!(
+                            "policy {what} needs --serial N: the number `sceau revoke-policy` \
+                             takes to withdraw this boot state; one never used with this key"
+                        )))
+                    })?;
                 Ok(PolicyStep::Sign {
                     private: required(m, &POLICY_PRIVATE, &format!("policy {what}"))?,
                     pcrs,
                     values: required(m, &VALUES, &format!("policy {what}"))?,
+                    serial,
+                    accept_policies_another_os_can_meet: m
+                        .present(&ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET),
                     out: required(m, &POLICY_OUT, &format!("policy {what}"))?,
                     unlock: unlock(m)?,
                 })
@@ -795,6 +831,8 @@ fn policy(m: &Matches, step: Option<&str>) -> Result<PolicyStep, UsageError> {
                 &POLICY_PRIVATE,
                 &PCRS,
                 &VALUES,
+                &SERIAL,
+                &ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET,
                 &POLICY_OUT,
                 &AGE_IDENTITY,
                 &PASSPHRASE_FD,
@@ -935,6 +973,8 @@ impl Command {
                 private,
                 pcrs,
                 values,
+                serial,
+                accept_policies_another_os_can_meet,
                 out,
                 unlock,
             }) => unlock_args(
@@ -942,6 +982,11 @@ impl Command {
                     .flag(&POLICY_PRIVATE, path_arg(private))
                     .flag(&PCRS, pcrs.clone())
                     .flag(&VALUES, path_arg(values))
+                    .flag(&SERIAL, serial.to_string())
+                    .switch(
+                        &ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET,
+                        *accept_policies_another_os_can_meet,
+                    )
                     .flag(&POLICY_OUT, path_arg(out)),
                 unlock,
             ),

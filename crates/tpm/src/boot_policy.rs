@@ -14,10 +14,28 @@
 //! Which policy to use is decided from the PCRs (read at start, and again
 //! when PolicyAuthorize says the session's digest is not the policy's: the
 //! PCRs changed), not tried one by one, so a mismatch costs one PCR_Read.
+//!
+//! A policy signed with a revocation serial runs TPM2_PolicySecret on that
+//! serial's NV index between PolicyPCR and PolicyAuthorize (one command
+//! more per Decrypt; `crate::revocation`). At start each serial's index is
+//! read, and defined if it is missing; a revoked serial's policies are
+//! skipped with a warning. A serial revoked while sceau serves shows as a
+//! PolicyAuthorize refusal, after which the serials are read again.
+//!
+//! During a rotation of the policy key, `--former-policy-key` keys are
+//! loaded beside the current one: objects sealed to a former key's
+//! authPolicy open through the policies that key signed, while new objects
+//! are sealed to the current key only. Each policy belongs to the key its
+//! fingerprint names (systemd's files, which may carry none, to the current
+//! key).
+//!
+//! A policy that cannot match in this boot (a PCR it covers was never
+//! extended: a policy staged for a boot state still to come) is skipped with
+//! a warning that names it, and sceau serves with the others.
 #![forbid(unsafe_code)]
 
 use tss_esapi::Context;
-use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle};
+use tss_esapi::handles::{AuthHandle, KeyHandle, NvIndexHandle, ObjectHandle, SessionHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::resource_handles::Hierarchy;
 use tss_esapi::interface_types::session_handles::{AuthSession, PolicySession};
@@ -31,18 +49,24 @@ use tss_esapi::tss2_esys::TPMT_TK_VERIFIED;
 use super::fault::{Fault, TpmError};
 use super::observe::{Observer, TpmCommand};
 use super::pcrs::{self, PcrReadError};
+use super::revocation;
 use super::session::start_salted_policy;
 use sceau_format::key_id::hex;
 use sceau_format::pcr_policy::{
     PcrSelection, PcrValues, SignedPolicy, policy_pcr_digest, unextended,
 };
 use sceau_format::policy_key::{PolicyKey, approved_hash, ecdsa_from_der};
+use sceau_format::revocation::{Serial, SerialState};
 
-/// What `serve --policy-key` and `--policy` gave: the key, and each signed
-/// policy with the file it came from (for the lines that name it).
+/// What `serve --policy-key`, `--former-policy-key` and `--policy` gave:
+/// the keys, and each signed policy with the file it came from (for the
+/// lines that name it).
 #[derive(Debug, Clone)]
 pub struct BootPolicyConfig {
+    /// The key new objects are sealed to.
     pub key: PolicyKey,
+    /// Keys being rotated out: objects sealed to them still open.
+    pub former_keys: Vec<PolicyKey>,
     pub policies: Vec<(String, SignedPolicy)>,
 }
 
@@ -54,21 +78,12 @@ pub enum BootPolicyError {
     #[error(transparent)]
     Pcrs(#[from] PcrReadError),
     #[error(
-        "{file}: signed by another key than --policy-key (its key fingerprint is {fingerprint})"
+        "{file}: signed by another key than --policy-key and every --former-policy-key (its key \
+         fingerprint is {fingerprint})"
     )]
     OtherKey { file: String, fingerprint: String },
-    #[error("{file}: the signature does not verify with --policy-key (checked by the TPM)")]
+    #[error("{file}: the signature does not verify with its policy key (checked by the TPM)")]
     BadSignature { file: String },
-    #[error(
-        "{file}: PCR {index} reads all {state} on this TPM: nothing extended it, so any OS \
-         booted on this machine can give it the value the policy expects; bind to PCRs the \
-         firmware or the boot loader measures (docs/boot-binding.md)"
-    )]
-    Unextended {
-        file: String,
-        index: u8,
-        state: &'static str,
-    },
     #[error(
         "the TPM names the policy key {tpm}, not {ours}: sceau would seal to a policy no \
          session can satisfy"
@@ -81,18 +96,28 @@ struct VerifiedPolicy {
     file: String,
     policy: SignedPolicy,
     ticket: TPMT_TK_VERIFIED,
+    /// The standing revocation index it runs PolicySecret on.
+    serial: Option<(Serial, NvIndexHandle)>,
+    /// Its serial was revoked while sceau served: never chosen again.
+    revoked: bool,
+}
+
+/// One policy key and the policies it signed.
+struct KeyPolicies {
+    key_name: Name,
+    authorized_policy: [u8; 32],
+    policies: Vec<VerifiedPolicy>,
+    /// The policy whose PCRs match them as last read; `None` while none
+    /// does.
+    current: Option<usize>,
 }
 
 /// The policies of one TPM connection, and the one that matches the PCRs.
 pub struct BootPolicies {
-    key_name: Name,
-    authorized_policy: [u8; 32],
-    policies: Vec<VerifiedPolicy>,
+    /// The current key first, then the former ones.
+    keys: Vec<KeyPolicies>,
     /// Every PCR some policy covers: what a re-evaluation reads.
     all_pcrs: PcrSelection,
-    /// The policy whose digest is the PolicyPCR digest of the PCRs as last
-    /// read; `None` while none matches.
-    current: Option<usize>,
     /// Whether the PCRs were evaluated once: a mismatch is logged when it
     /// begins, not at every probe while it lasts.
     evaluated: bool,
@@ -101,9 +126,10 @@ pub struct BootPolicies {
 
 impl BootPolicies {
     /// Checks every policy in the TPM and picks the one the PCRs match.
-    /// Refuses a policy of another key, a bad signature, or a PCR that was
-    /// never extended; a mismatch is not refused (Encrypt still works, and
-    /// a newly signed policy fixes it), only logged.
+    /// Refuses a policy of another key or a bad signature; skips, with a
+    /// warning, a policy over a PCR never extended in this boot and one
+    /// whose serial is revoked. A mismatch is not refused (Encrypt still
+    /// works, and a newly signed policy fixes it), only logged.
     pub fn load(
         ctx: &mut Context,
         config: &BootPolicyConfig,
@@ -119,48 +145,46 @@ impl BootPolicies {
         )
         .expect("every policy names at least one PCR");
         let values = pcrs::read(ctx, all_pcrs)?;
+        let keys: Vec<&PolicyKey> = std::iter::once(&config.key)
+            .chain(&config.former_keys)
+            .collect();
+        let mut by_key: Vec<Vec<(String, SignedPolicy)>> = vec![Vec::new(); keys.len()];
         for (file, policy) in &config.policies {
-            if !policy.names_key(&config.key) {
-                return Err(BootPolicyError::OtherKey {
+            // systemd's files may name no key: they are the current key's.
+            let owner = keys
+                .iter()
+                .position(|key| policy.names_key(key))
+                .ok_or_else(|| BootPolicyError::OtherKey {
                     file: file.clone(),
                     fingerprint: policy.key_fingerprint.map(|f| hex(&f)).unwrap_or_default(),
-                });
+                })?;
+            let unextended_pcr = policy
+                .pcrs
+                .indices()
+                .find_map(|i| values.get(i).and_then(unextended).map(|state| (i, state)));
+            if let Some((index, state)) = unextended_pcr {
+                log::warn!(
+                    "boot policy: skipping {file}: PCR {index} reads all {state} in this boot \
+                     (nothing extended it), so the policy cannot match now, and a policy over \
+                     it would bind to nothing; it is used once a boot extends that PCR"
+                );
+                continue;
             }
-            for index in policy.pcrs.indices() {
-                let value = values.get(index).expect("read above");
-                if let Some(state) = unextended(value) {
-                    return Err(BootPolicyError::Unextended {
-                        file: file.clone(),
-                        index,
-                        state,
-                    });
-                }
-            }
+            by_key[owner].push((file.clone(), policy.clone()));
         }
-        let public = Public::unmarshall(&config.key.tpmt_public())
-            .map_err(|e| TpmError::new("policy key public area", e))?;
-        let key = ctx
-            .execute_without_session(|c| c.load_external_public(public, Hierarchy::Owner))
-            .map_err(|e| TpmError::new("LoadExternal (policy key)", e))?;
-        let verified = verify_all(ctx, key, config);
-        let key_name = ctx.tr_get_name(ObjectHandle::from(key));
-        if let Err(e) = ctx.flush_context(ObjectHandle::from(key)) {
-            log::warn!("FlushContext of the policy key failed: {e}");
-        }
-        let key_name = key_name.map_err(|e| TpmError::new("TR_GetName (policy key)", e))?;
-        let ours = config.key.name();
-        if key_name.value() != ours {
-            return Err(BootPolicyError::NameMismatch {
-                tpm: hex(key_name.value()),
-                ours: hex(&ours),
+        let mut loaded_keys = Vec::with_capacity(keys.len());
+        for (key, policies) in keys.into_iter().zip(by_key) {
+            let (key_name, verified) = verify_with(ctx, key, &policies)?;
+            loaded_keys.push(KeyPolicies {
+                key_name,
+                authorized_policy: key.authorized_policy(),
+                policies: standing_only(ctx, verified)?,
+                current: None,
             });
         }
         let mut loaded = Self {
-            key_name,
-            authorized_policy: config.key.authorized_policy(),
-            policies: verified?,
+            keys: loaded_keys,
             all_pcrs,
-            current: None,
             evaluated: false,
             session: None,
         };
@@ -168,19 +192,33 @@ impl BootPolicies {
         Ok(loaded)
     }
 
-    /// The policy key's Name, as the TPM computed it.
+    /// The current policy key's Name, as the TPM computed it.
     pub fn key_name(&self) -> &[u8] {
-        self.key_name.value()
+        self.keys[0].key_name.value()
+    }
+
+    /// The former policy keys' Names, as the TPM computed them.
+    pub fn former_key_names(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys[1..].iter().map(|k| k.key_name.value())
     }
 
     /// The authPolicy of every object sealed while this key is configured.
     pub fn authorized_policy(&self) -> &[u8; 32] {
-        &self.authorized_policy
+        &self.keys[0].authorized_policy
     }
 
-    /// Whether some loaded policy matched the PCRs when last read.
+    /// Whether an object with this authPolicy opens here: it is sealed to
+    /// the current or a former policy key.
+    pub fn opens(&self, auth_policy: &[u8; 32]) -> bool {
+        self.keys
+            .iter()
+            .any(|k| &k.authorized_policy == auth_policy)
+    }
+
+    /// Whether some policy of the current key matched the PCRs when last
+    /// read.
     pub fn matched(&self) -> bool {
-        self.current.is_some()
+        self.keys[0].current.is_some()
     }
 
     /// Reads the PCRs again and picks the matching policy: for a probe, and
@@ -196,44 +234,92 @@ impl BootPolicies {
         Ok(self.matched())
     }
 
+    /// Reads every standing serial's index again, and drops the policies of
+    /// a serial revoked since: after PolicyAuthorize refused a session.
+    fn refresh_serials(&mut self, ctx: &mut Context, observer: &Observer) -> Result<(), TpmError> {
+        for verified in self.keys.iter_mut().flat_map(|k| k.policies.iter_mut()) {
+            let Some((serial, index)) = verified.serial else {
+                continue;
+            };
+            if verified.revoked {
+                continue;
+            }
+            let state = observer.timed(TpmCommand::NvReadPublic, || {
+                revocation::refresh(ctx, serial, index)
+            })?;
+            if state != SerialState::Standing {
+                verified.revoked = true;
+                log::warn!(
+                    "boot policy: {} is revoked (serial {serial}, revoked while sceau served); \
+                     it opens nothing from now on",
+                    verified.file
+                );
+            }
+        }
+        Ok(())
+    }
+
     fn choose(&mut self, values: &PcrValues, observer: &Observer) {
-        let before = self.current;
-        self.current = self.policies.iter().position(|v| {
-            policy_pcr_digest(v.policy.pcrs, values).is_ok_and(|digest| digest == v.policy.policy)
-        });
-        let changed = !self.evaluated || before != self.current;
+        let before = self.keys[0].current;
+        for key in &mut self.keys {
+            key.current = key.policies.iter().position(|v| {
+                !v.revoked
+                    && policy_pcr_digest(v.policy.pcrs, values)
+                        .is_ok_and(|digest| Some(digest) == v.pcr_digest())
+            });
+        }
+        let current = self.keys[0].current;
+        let changed = !self.evaluated || before != current;
         self.evaluated = true;
-        observer.boot_policy(self.current.is_some());
-        match self.current {
+        observer.boot_policy(current.is_some());
+        match current {
             Some(i) if changed => log::info!(
                 "boot policy: the PCRs match {} (PCRs {})",
-                self.policies[i].file,
-                self.policies[i].policy.pcrs
+                self.keys[0].policies[i].file,
+                self.keys[0].policies[i].policy.pcrs
             ),
             None if changed => log::warn!(
                 "boot policy: no signed policy matches the PCRs; DEKs sealed to the policy key \
                  do not open until one does (docs/boot-binding.md): {}",
-                describe_differences(values, &self.policies)
+                describe_differences(values, &self.keys[0].policies)
             ),
             _ => {}
         }
     }
 
-    /// Satisfies the authPolicy in the policy session: PolicyPCR, then
-    /// PolicyAuthorize with the current policy's ticket. Returns the session
-    /// for Unseal. A session left half-satisfied by a failure is flushed.
+    /// Satisfies the authPolicy `auth_policy` (the current or a former
+    /// key's) in the policy session: PolicyPCR, PolicySecret for a
+    /// revocable policy, then PolicyAuthorize with the matching policy's
+    /// ticket. Returns the session for Unseal. A session left
+    /// half-satisfied by a failure is flushed.
     pub fn authorize(
         &mut self,
         ctx: &mut Context,
         salt_key: KeyHandle,
         observer: &Observer,
+        auth_policy: &[u8; 32],
     ) -> Result<AuthSession, TpmError> {
+        let Some(key) = self
+            .keys
+            .iter()
+            .position(|k| &k.authorized_policy == auth_policy)
+        else {
+            return Err(TpmError::refused(
+                "the envelope is sealed to a boot policy key this sceau was not given \
+                 (--policy-key, --former-policy-key)"
+                    .into(),
+                Fault::EnvelopeRejected,
+            ));
+        };
         let mut reread = false;
         loop {
-            let Some(index) = self.current else {
-                if !reread && self.reevaluate(ctx, observer)? {
+            let Some(index) = self.keys[key].current else {
+                if !reread {
                     reread = true;
-                    continue;
+                    self.reevaluate(ctx, observer)?;
+                    if self.keys[key].current.is_some() {
+                        continue;
+                    }
                 }
                 return Err(TpmError::refused(
                     "boot policy: no signed policy matches the PCRs".into(),
@@ -241,14 +327,16 @@ impl BootPolicies {
                 ));
             };
             let session = self.session(ctx, salt_key, observer)?;
-            match self.run_policy(ctx, session, index, observer) {
+            match self.run_policy(ctx, session, key, index, observer) {
                 Ok(()) => return Ok(session.into()),
                 Err(error) => {
                     self.discard_session(ctx);
                     // TPM_RC_VALUE on PolicyAuthorize: the session's digest
-                    // is not the approved policy, so the PCRs moved.
+                    // is not the approved policy, so the PCRs moved or the
+                    // policy's serial was revoked.
                     if !reread && error.operation == "PolicyAuthorize" {
                         reread = true;
+                        self.refresh_serials(ctx, observer)?;
                         self.reevaluate(ctx, observer)?;
                         continue;
                     }
@@ -262,16 +350,36 @@ impl BootPolicies {
         &self,
         ctx: &mut Context,
         session: PolicySession,
+        key: usize,
         index: usize,
         observer: &Observer,
     ) -> Result<(), TpmError> {
-        let verified = &self.policies[index];
+        let key = &self.keys[key];
+        let verified = &key.policies[index];
         let selection = pcrs::sha256_selection(verified.policy.pcrs)?;
         observer
             .timed(TpmCommand::PolicyPcr, || {
                 ctx.execute_without_session(|c| c.policy_pcr(session, Digest::default(), selection))
             })
             .map_err(|e| TpmError::new("PolicyPCR", e))?;
+        if let Some((_, nv_index)) = verified.serial {
+            // The index's empty authValue in a password session: what the
+            // policy commits to is the index's Name, not a secret.
+            observer
+                .timed(TpmCommand::PolicySecret, || {
+                    ctx.execute_with_session(Some(AuthSession::Password), |c| {
+                        c.policy_secret(
+                            session,
+                            AuthHandle::from(nv_index),
+                            Nonce::default(),
+                            Digest::default(),
+                            Nonce::default(),
+                            None,
+                        )
+                    })
+                })
+                .map_err(|e| TpmError::new("PolicySecret", e))?;
+        }
         let approved = Digest::try_from(verified.policy.policy.to_vec())
             .map_err(|e| TpmError::new("approved policy", e))?;
         let ticket = VerifiedTicket::try_from(verified.ticket)
@@ -279,7 +387,7 @@ impl BootPolicies {
         observer
             .timed(TpmCommand::PolicyAuthorize, || {
                 ctx.execute_without_session(|c| {
-                    c.policy_authorize(session, approved, Nonce::default(), &self.key_name, ticket)
+                    c.policy_authorize(session, approved, Nonce::default(), &key.key_name, ticket)
                 })
             })
             .map_err(|e| TpmError::new("PolicyAuthorize", e))
@@ -315,21 +423,96 @@ impl BootPolicies {
     }
 }
 
-/// LoadExternal'ed `key` checks every policy's signature: VerifySignature
-/// over aHash, whose ticket PolicyAuthorize takes.
+impl VerifiedPolicy {
+    /// The PolicyPCR digest the policy was signed over: `pol` itself, or,
+    /// for a revocable policy, the digest before PolicySecret (from the
+    /// values it carries, which the parser checked give `pol`).
+    fn pcr_digest(&self) -> Option<[u8; 32]> {
+        match (&self.policy.serial, &self.policy.values) {
+            (None, _) => Some(self.policy.policy),
+            (Some(_), Some(values)) => policy_pcr_digest(self.policy.pcrs, values).ok(),
+            (Some(_), None) => None,
+        }
+    }
+}
+
+/// LoadExternal of `key`, every policy's signature checked with it, its
+/// Name as the TPM computes it (checked against ours), and the key flushed.
+fn verify_with(
+    ctx: &mut Context,
+    key: &PolicyKey,
+    policies: &[(String, SignedPolicy)],
+) -> Result<(Name, Vec<VerifiedPolicy>), BootPolicyError> {
+    let public = Public::unmarshall(&key.tpmt_public())
+        .map_err(|e| TpmError::new("policy key public area", e))?;
+    let handle = ctx
+        .execute_without_session(|c| c.load_external_public(public, Hierarchy::Owner))
+        .map_err(|e| TpmError::new("LoadExternal (policy key)", e))?;
+    let verified = verify_all(ctx, handle, key, policies);
+    let key_name = ctx.tr_get_name(ObjectHandle::from(handle));
+    if let Err(e) = ctx.flush_context(ObjectHandle::from(handle)) {
+        log::warn!("FlushContext of the policy key failed: {e}");
+    }
+    let key_name = key_name.map_err(|e| TpmError::new("TR_GetName (policy key)", e))?;
+    let ours = key.name();
+    if key_name.value() != ours {
+        return Err(BootPolicyError::NameMismatch {
+            tpm: hex(key_name.value()),
+            ours: hex(&ours),
+        });
+    }
+    Ok((key_name, verified?))
+}
+
+/// The verified policies whose serial stands (its index defined now if it
+/// was missing); a revoked serial's, or one whose handle holds another
+/// index, are skipped with a warning.
+fn standing_only(
+    ctx: &mut Context,
+    verified: Vec<VerifiedPolicy>,
+) -> Result<Vec<VerifiedPolicy>, TpmError> {
+    let mut kept = Vec::with_capacity(verified.len());
+    for mut policy in verified {
+        let Some(serial) = policy.policy.serial else {
+            kept.push(policy);
+            continue;
+        };
+        match revocation::standing(ctx, serial)? {
+            Ok(index) => {
+                policy.serial = Some((serial, index));
+                kept.push(policy);
+            }
+            Err(SerialState::Revoked) => log::warn!(
+                "boot policy: skipping {}: its serial {serial} is revoked in this TPM",
+                policy.file
+            ),
+            Err(_) => log::warn!(
+                "boot policy: skipping {}: NV index 0x{:08x} is not sceau's index for serial \
+                 {serial} (other attributes or size), so the policy can never open",
+                policy.file,
+                serial.index_handle()
+            ),
+        }
+    }
+    Ok(kept)
+}
+
+/// LoadExternal'ed `handle` (of `key`) checks every policy's signature:
+/// VerifySignature over aHash, whose ticket PolicyAuthorize takes.
 fn verify_all(
     ctx: &mut Context,
-    key: KeyHandle,
-    config: &BootPolicyConfig,
+    handle: KeyHandle,
+    key: &PolicyKey,
+    policies: &[(String, SignedPolicy)],
 ) -> Result<Vec<VerifiedPolicy>, BootPolicyError> {
-    let mut verified = Vec::with_capacity(config.policies.len());
-    for (file, policy) in &config.policies {
+    let mut verified = Vec::with_capacity(policies.len());
+    for (file, policy) in policies {
         let bad = || BootPolicyError::BadSignature { file: file.clone() };
-        let signature = tss_signature(&config.key, &policy.signature).ok_or_else(bad)?;
+        let signature = tss_signature(key, &policy.signature).ok_or_else(bad)?;
         let digest = Digest::try_from(approved_hash(&policy.policy).to_vec())
             .map_err(|e| TpmError::new("policy digest", e))?;
         let ticket = ctx
-            .execute_without_session(|c| c.verify_signature(key, digest, signature))
+            .execute_without_session(|c| c.verify_signature(handle, digest, signature))
             .map_err(|e| match TpmError::new("VerifySignature", e) {
                 // The TPM's answer to a signature that does not verify; a
                 // busy or lost TPM is reported as what it is.
@@ -342,6 +525,8 @@ fn verify_all(
             file: file.clone(),
             policy: policy.clone(),
             ticket,
+            serial: None,
+            revoked: false,
         });
     }
     Ok(verified)
@@ -377,6 +562,7 @@ fn tss_signature(key: &PolicyKey, signature: &[u8]) -> Option<Signature> {
 fn describe_differences(values: &PcrValues, policies: &[VerifiedPolicy]) -> String {
     let files: Vec<String> = policies
         .iter()
+        .filter(|v| !v.revoked)
         .map(|v| match &v.policy.values {
             Some(signed) => {
                 let differing: Vec<String> = signed

@@ -161,6 +161,16 @@ impl Tpm {
         self.boot.as_ref().map(|_| self.srk.key_id())
     }
 
+    /// The key_ids of the SRK bound to each former policy key: envelopes
+    /// written before the key was rotated name them, and still open.
+    pub fn former_key_ids(&self) -> Vec<KeyId> {
+        self.boot.as_ref().map_or_else(Vec::new, |boot| {
+            boot.former_key_names()
+                .map(|name| KeyId::bound_to_policy(self.srk.name.value(), name))
+                .collect()
+        })
+    }
+
     pub fn srk(&self) -> &Srk {
         &self.srk
     }
@@ -240,13 +250,13 @@ impl Tpm {
     /// session, which PolicyPCR and PolicyAuthorize satisfy first.
     pub fn unseal(&mut self, object: &LoadableObject) -> Result<Dek, TpmError> {
         let policy_bound = match (&object.auth_policy, &self.boot) {
-            (None, _) => false,
-            (Some(policy), Some(boot)) if policy == boot.authorized_policy() => true,
+            (None, _) => None,
+            (Some(policy), Some(boot)) if boot.opens(policy) => Some(*policy),
             // Checked before Load, so that the TPM does no work for it.
             (Some(_), _) => {
                 return Err(TpmError::refused(
                     "the envelope is sealed to a boot policy key this sceau was not given \
-                     (--policy-key)"
+                     (--policy-key, --former-policy-key)"
                         .into(),
                     Fault::EnvelopeRejected,
                 ));
@@ -262,10 +272,9 @@ impl Tpm {
                     })
             })
             .map_err(TpmError::loading_client_blob)?;
-        let unsealed = if policy_bound {
-            self.unseal_under_policy(loaded.into())
-        } else {
-            self.unseal_loaded(loaded.into())
+        let unsealed = match policy_bound {
+            Some(auth_policy) => self.unseal_under_policy(loaded.into(), &auth_policy),
+            None => self.unseal_loaded(loaded.into()),
         };
         if let Err(e) = self.observer.timed(TpmCommand::FlushContext, || {
             self.ctx.flush_context(loaded.into())
@@ -388,11 +397,17 @@ impl Tpm {
         Ok(Dek::copy_from(data.value()))
     }
 
-    /// Unseal in the policy session, once PolicyPCR and PolicyAuthorize have
-    /// satisfied it. Any failure leaves the session flushed.
-    fn unseal_under_policy(&mut self, loaded: ObjectHandle) -> Result<Dek, TpmError> {
+    /// Unseal in the policy session, once PolicyPCR (PolicySecret) and
+    /// PolicyAuthorize have satisfied `auth_policy`. Any failure leaves the
+    /// session flushed.
+    fn unseal_under_policy(
+        &mut self,
+        loaded: ObjectHandle,
+        auth_policy: &[u8; 32],
+    ) -> Result<Dek, TpmError> {
         let boot = self.boot.as_mut().expect("checked by the caller");
-        let session = boot.authorize(&mut self.ctx, self.srk.handle, &self.observer)?;
+        let session =
+            boot.authorize(&mut self.ctx, self.srk.handle, &self.observer, auth_policy)?;
         let data = self
             .observer
             .timed(TpmCommand::Unseal, || {

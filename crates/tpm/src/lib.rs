@@ -6,8 +6,9 @@
 //! and credential activation for enrollment (`enroll`), the TPM thread
 //! (`worker`: bounded queue, deadlines, retries, reconnect), the DEK in a
 //! locked page (`secret`), what the layer reports to whoever watches it
-//! (`observe`), PCRs (`pcrs`) and the signed boot policies that objects are
-//! sealed to (`boot_policy`).
+//! (`observe`), PCRs (`pcrs`), the signed boot policies that objects are
+//! sealed to (`boot_policy`) and the NV indices that revoke them
+//! (`revocation`).
 //!
 //! It depends on `sceau-format` for byte formats and on `sceau-sys` for the
 //! few system calls std does not wrap; it has no `unsafe` of its own, no
@@ -21,6 +22,7 @@ pub mod fault;
 pub mod health;
 pub mod observe;
 pub mod pcrs;
+pub mod revocation;
 pub mod sealed;
 pub mod secret;
 pub mod session;

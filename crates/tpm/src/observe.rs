@@ -22,11 +22,13 @@ pub enum TpmCommand {
     Sign,
     PcrRead,
     PolicyPcr,
+    PolicySecret,
     PolicyAuthorize,
+    NvReadPublic,
 }
 
 impl TpmCommand {
-    pub const ALL: [TpmCommand; 11] = [
+    pub const ALL: [TpmCommand; 13] = [
         TpmCommand::Create,
         TpmCommand::Load,
         TpmCommand::Unseal,
@@ -37,7 +39,9 @@ impl TpmCommand {
         TpmCommand::Sign,
         TpmCommand::PcrRead,
         TpmCommand::PolicyPcr,
+        TpmCommand::PolicySecret,
         TpmCommand::PolicyAuthorize,
+        TpmCommand::NvReadPublic,
     ];
 
     /// The command's name in the TPM 2.0 specification, without `TPM2_`.
@@ -53,7 +57,9 @@ impl TpmCommand {
             TpmCommand::Sign => "Sign",
             TpmCommand::PcrRead => "PCR_Read",
             TpmCommand::PolicyPcr => "PolicyPCR",
+            TpmCommand::PolicySecret => "PolicySecret",
             TpmCommand::PolicyAuthorize => "PolicyAuthorize",
+            TpmCommand::NvReadPublic => "NV_ReadPublic",
         }
     }
 }

@@ -118,14 +118,23 @@ mod tests {
         let one = [1u8; 32];
         let error = pair(&[7, 11], &[&one]).unwrap_err();
         assert!(
-            matches!(error, PcrReadError::Count { selected: 2, digests: 1 }),
+            matches!(
+                error,
+                PcrReadError::Count {
+                    selected: 2,
+                    digests: 1
+                }
+            ),
             "{error}"
         );
         assert!(matches!(
             pair(&[7], &[&one, &one]),
             Err(PcrReadError::Count { .. })
         ));
-        assert!(matches!(pair(&[7], &[&[1u8; 20]]), Err(PcrReadError::Size(20))));
+        assert!(matches!(
+            pair(&[7], &[&[1u8; 20]]),
+            Err(PcrReadError::Size(20))
+        ));
         assert_eq!(pair(&[7], &[&one]).unwrap(), vec![(7, one)]);
     }
 }

@@ -163,6 +163,11 @@ pub trait SealingTpm: Send + Sync + 'static {
     fn unbound_key_id(&self) -> Option<&KeyId> {
         None
     }
+    /// The key_ids of the same SRK bound to each `--former-policy-key`,
+    /// which envelopes sealed before a policy key rotation name.
+    fn former_key_ids(&self) -> &[KeyId] {
+        &[]
+    }
     /// Create of a sealed-data object under the SRK.
     fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
     /// Load and Unseal of a version 1 envelope's object.
@@ -189,6 +194,7 @@ pub struct TpmWorker {
     jobs: mpsc::Sender<Box<dyn Queued>>,
     key_id: KeyId,
     unbound_key_id: Option<KeyId>,
+    former_key_ids: Vec<KeyId>,
     deadline: Duration,
     health: Arc<HealthRecord>,
     observer: Observer,
@@ -220,6 +226,7 @@ impl TpmWorker {
         let srk_name = tpm.srk().name.value().to_vec();
         let key_id = tpm.key_id();
         let unbound_key_id = tpm.unbound_key_id();
+        let former_key_ids = tpm.former_key_ids();
         let thread = Worker {
             tpm: Some(tpm),
             config,
@@ -235,6 +242,7 @@ impl TpmWorker {
             jobs,
             key_id,
             unbound_key_id,
+            former_key_ids,
             deadline,
             health,
             observer,
@@ -284,6 +292,10 @@ impl SealingTpm for TpmWorker {
 
     fn unbound_key_id(&self) -> Option<&KeyId> {
         self.unbound_key_id.as_ref()
+    }
+
+    fn former_key_ids(&self) -> &[KeyId] {
+        &self.former_key_ids
     }
 
     async fn seal(&self, dek: Dek) -> Result<SealedBlobs, Fault> {

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::policy_key::PolicySigner;
+use crate::revocation::Serial;
 
 /// `tpm2_pcrread sha1:7+sha256:0,7,11` on that swtpm.
 const PCRREAD: &str = "\
@@ -73,8 +74,12 @@ fn signed_policy_files_round_trip_and_are_checked() {
     let signer = PolicySigner::generate();
     let values = PcrValues::parse(PCRREAD).unwrap();
     let pcrs = PcrSelection::parse("7,11").unwrap();
-    let signed = SignedPolicy::sign(&signer, pcrs, &values).unwrap();
-    assert_eq!(signed.policy, policy_pcr_digest(pcrs, &values).unwrap());
+    let serial = Serial::new(3);
+    let signed = SignedPolicy::sign(&signer, pcrs, &values, serial).unwrap();
+    assert_eq!(
+        signed.policy,
+        serial.policy_secret(&policy_pcr_digest(pcrs, &values).unwrap())
+    );
     let text = write_signed_policies(std::slice::from_ref(&signed));
     assert!(
         text.starts_with("{\"sha256\":[{\"pcrs\":[7,11],\"pkfp\":\""),
@@ -101,6 +106,25 @@ fn signed_policy_files_round_trip_and_are_checked() {
     assert_eq!(
         parse_signed_policies(&altered),
         Err(PolicyError::ValuesNotSigned)
+    );
+    // The serial is committed to by the digest alone: another serial in the
+    // file (so that `policy show` would name the wrong one to revoke) is
+    // refused like altered values, and a serial without values is refused.
+    // Shown failing: with the serial left out of the digest check, the
+    // edited file parsed.
+    assert!(text.contains(",\"sceau-revocation-serial\":3}"), "{text}");
+    let reserialed = text.replace("serial\":3}", "serial\":4}");
+    assert_eq!(
+        parse_signed_policies(&reserialed),
+        Err(PolicyError::ValuesNotSigned)
+    );
+    let without_values = format!(
+        "{{\"sha256\":[{{\"pcrs\":[7],\"pol\":\"{}\",\"sig\":\"AQID\",\"sceau-revocation-serial\":3}}]}}",
+        "11".repeat(32)
+    );
+    assert_eq!(
+        parse_signed_policies(&without_values),
+        Err(PolicyError::SerialWithoutValues)
     );
     for (bad, why) in [
         (
@@ -182,4 +206,28 @@ fn signed_policy_files_round_trip_and_are_checked() {
             .join(",")
     );
     assert_eq!(parse_signed_policies(&many), Err(PolicyError::TooMany));
+}
+
+// Shown failing: without `check_bindable` in `sign`, a policy over PCR 23
+// was signed.
+#[test]
+fn resettable_pcrs_are_never_signed_and_firmware_pcrs_are_told_apart() {
+    let signer = PolicySigner::generate();
+    let mut values = PcrValues::parse(PCRREAD).unwrap();
+    values.insert(16, [1; 32]);
+    values.insert(23, [2; 32]);
+    for (list, pcr) in [("7,16", 16), ("23", 23)] {
+        let pcrs = PcrSelection::parse(list).unwrap();
+        assert_eq!(pcrs.resettable(), Some(pcr));
+        assert_eq!(
+            SignedPolicy::sign(&signer, pcrs, &values, Serial::new(0)),
+            Err(PolicyError::Resettable(pcr))
+        );
+    }
+    let eleven = PcrSelection::parse("11").unwrap();
+    let seven_eleven = PcrSelection::parse("7,11").unwrap();
+    let four = PcrSelection::parse("4").unwrap();
+    assert!(!eleven.covers_firmware());
+    assert!(seven_eleven.covers_firmware() && four.covers_firmware());
+    assert!(!PcrSelection::parse("8,9,12,15").unwrap().covers_firmware());
 }

@@ -49,10 +49,21 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
             private,
             pcrs,
             values,
+            serial,
+            accept_policies_another_os_can_meet,
             out,
             unlock,
         } => {
             let pcrs = PcrSelection::parse(pcrs).context("--pcrs")?;
+            pcrs.check_bindable().context("--pcrs")?;
+            if !accept_policies_another_os_can_meet && !pcrs.covers_firmware() {
+                anyhow::bail!(
+                    "--pcrs {pcrs}: no PCR the firmware extends (0-7), so any OS booted on the \
+                     machine without systemd-stub can extend these from userspace to the signed \
+                     values; add PCR 7 (--pcrs 7,{pcrs}), or pass \
+                     --accept-policies-another-os-can-meet (docs/boot-binding.md)"
+                );
+            }
             let values_file = values;
             let text = read_small(values_file, "PCR values")?;
             let values = PcrValues::parse(&text).with_context(|| {
@@ -76,16 +87,17 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
             let pem = read_protected(private, "policy signing", &identities, &mut passphrases)?;
             let signer =
                 PolicySigner::from_pem(&pem).with_context(|| private.display().to_string())?;
-            let signed = SignedPolicy::sign(&signer, pcrs, &values).with_context(|| {
-                format!(
-                    "{}: --pcrs names a PCR the file has no value for",
-                    values_file.display()
-                )
-            })?;
+            let signed =
+                SignedPolicy::sign(&signer, pcrs, &values, *serial).with_context(|| {
+                    format!(
+                        "{}: --pcrs names a PCR the file has no value for",
+                        values_file.display()
+                    )
+                })?;
             let policy = signed.policy;
             write_new(out, 0o644, write_signed_policies(&[signed]).as_bytes())?;
             eprintln!(
-                "signed policy {} over PCRs {pcrs} (sha256) written to {}",
+                "signed policy {} over PCRs {pcrs} (sha256), revocation serial {serial}, written to {}",
                 hex(&policy),
                 out.display()
             );
@@ -122,7 +134,24 @@ pub fn run(step: &PolicyStep) -> anyhow::Result<()> {
                     },
                 };
                 println!("policy {}: sha256 PCRs {}", i + 1, signed.pcrs);
-                println!("  digest (PolicyPCR): {}", hex(&signed.policy));
+                match signed.serial {
+                    Some(serial) => {
+                        println!(
+                            "  digest (PolicyPCR, PolicySecret): {}",
+                            hex(&signed.policy)
+                        );
+                        println!(
+                            "  revocation serial:  {serial} (NV index 0x{:08x}; `sceau revoke-policy --serial {serial}`)",
+                            serial.index_handle()
+                        );
+                    }
+                    None => {
+                        println!("  digest (PolicyPCR): {}", hex(&signed.policy));
+                        println!(
+                            "  revocation serial:  none (only a policy key rotation withdraws it)"
+                        );
+                    }
+                }
                 println!(
                     "  key fingerprint:    {}",
                     signed.key_fingerprint.map_or("(none)".into(), |f| hex(&f))

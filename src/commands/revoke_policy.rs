@@ -1,0 +1,27 @@
+//! `sceau revoke-policy --serial N`: revokes, in this TPM, every signed boot
+//! policy of a revocation serial (`sceau_tpm::revocation`). It needs no SRK
+//! and no sceau state: the TPM's NV index is the whole record, so the
+//! revocation holds whatever files are later restored.
+#![forbid(unsafe_code)]
+
+use anyhow::Context as _;
+use sceau::cli::RevokePolicyOptions;
+use sceau_tpm::revocation::{Revocation, revoke_at};
+
+pub fn run(options: &RevokePolicyOptions) -> anyhow::Result<()> {
+    super::silence_tss_log(super::RevealingTssLog::Warn)?;
+    let serial = options.serial;
+    let outcome = revoke_at(&options.tcti, serial)
+        .with_context(|| format!("revoking serial {serial} at {}", options.tcti))?;
+    let index = serial.index_handle();
+    match outcome {
+        Revocation::Revoked => println!(
+            "serial {serial} revoked: NV index 0x{index:08x} written; no policy signed with this \
+             serial opens on this TPM again"
+        ),
+        Revocation::AlreadyRevoked => {
+            println!("serial {serial} was already revoked (NV index 0x{index:08x} is written)")
+        }
+    }
+    Ok(())
+}
