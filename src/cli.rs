@@ -1017,7 +1017,8 @@ mod tests {
         let serve_all = Command::Serve(Box::new(serve(
             "serve --socket-group g --srk-handle 0x81000001 --allow-uid 7 --members m \
              --recovery-key r --former-members f --enrollment-key k --accept-unsigned-envelopes \
-             --policy-key pk --policy p1 --policy d2 \
+             --policy-key pk --policy p1 --policy d2 --former-policy-key old1 \
+             --former-policy-key old2 --accept-policies-another-os-can-meet \
              --metrics-allow-uid 998 --tss-log-reveals-secrets",
             None,
         )));
@@ -1031,6 +1032,7 @@ mod tests {
             parse(&args("selftest --sandbox"), None).unwrap(),
             parse(&args("srk-public --srk-handle 0x81000001"), None).unwrap(),
             parse(&args("pcrs --pcrs 7,11"), None).unwrap(),
+            parse(&args("revoke-policy --serial 65535"), None).unwrap(),
             respond.unwrap(),
         ];
         let inverses: Vec<Vec<String>> = examples.iter().filter_map(Command::to_args).collect();

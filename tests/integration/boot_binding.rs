@@ -1183,3 +1183,97 @@ async fn a_staged_policy_over_an_unextended_pcr_is_skipped() {
     drop(client);
     assert!(sceau.terminate().success());
 }
+
+/// A rotation of the policy key: DEKs sealed to the old key keep opening,
+/// under their own key_id, while `--former-policy-key` names it and its
+/// policies are loaded beside the new key's; new DEKs are sealed to the new
+/// key, under a new key_id. Without the flag, the old envelope is refused
+/// before any TPM work (and a policy of the old key stops the start).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_key_rotation_keeps_old_deks_open() {
+    let rig = Rig::new("boot-binding-rotation");
+    rig.extend(7, &sha256(b"measured"));
+    rig.sign_current("7", "old-key");
+    let mut sceau = rig.start(&rig.bound_args());
+    let mut client = sceau.client().await;
+    let old_key_id = rpc::status(&mut client).await.key_id;
+    let old_dek = random_bytes(32);
+    let old_envelope = rpc::seal(&mut client, &old_key_id, &old_dek).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+
+    // The new key, and the same boot state signed with it, in a directory
+    // of its own.
+    let new_private = rig.tmp.join("new-policy.key");
+    let new_public = rig.tmp.join("new-policy.pub");
+    rig.recover(&[
+        "policy",
+        "keygen",
+        "--policy-private",
+        new_private.to_str().unwrap(),
+        "--policy-key",
+        new_public.to_str().unwrap(),
+        "--unencrypted-private-key",
+    ]);
+    let new_policies = rig.tmp.subdir("new-policies");
+    let values = rig.tmp.join("now.pcrs");
+    std::fs::write(&values, rig.read_pcrs("7")).unwrap();
+    let new_policy = new_policies.join("new-key.json");
+    rig.recover(&[
+        "policy",
+        "sign",
+        "--policy-private",
+        new_private.to_str().unwrap(),
+        "--pcrs",
+        "7",
+        "--values",
+        values.to_str().unwrap(),
+        "--serial",
+        "20",
+        "--policy-out",
+        new_policy.to_str().unwrap(),
+    ]);
+    let new_key = new_public.display().to_string();
+    let policy_dir = |dir: &Path| ["--policy".to_string(), dir.display().to_string()];
+
+    // The new key alone: the old envelope is sealed to a key sceau lacks.
+    let mut args = vec!["--policy-key".to_string(), new_key.clone()];
+    args.extend(policy_dir(&new_policies));
+    let mut sceau = rig.start(&args);
+    let mut client = sceau.client().await;
+    let new_key_id = rpc::status(&mut client).await.key_id;
+    assert_ne!(new_key_id, old_key_id);
+    let refused = rpc::decrypt(&mut client, &old_envelope, &old_key_id)
+        .await
+        .expect_err("an envelope of a key sceau was not given");
+    assert_clean_message(&refused, "old key");
+    drop(client);
+    assert!(sceau.terminate().success());
+
+    // Both keys: the old envelope opens under its key_id; new DEKs go to
+    // the new key.
+    args.extend(policy_dir(&rig.policies));
+    args.extend([
+        "--former-policy-key".to_string(),
+        rig.public.display().to_string(),
+    ]);
+    let mut sceau = rig.start(&args);
+    let mut client = sceau.client().await;
+    assert_eq!(rpc::status(&mut client).await.key_id, new_key_id);
+    rpc::open(&mut client, &old_key_id, &old_envelope, &old_dek).await;
+    let new_dek = random_bytes(32);
+    let new_envelope = rpc::seal(&mut client, &new_key_id, &new_dek).await;
+    rpc::open(&mut client, &new_key_id, &new_envelope, &new_dek).await;
+    drop(client);
+    assert!(sceau.terminate().success());
+
+    // The new envelope is sealed to the new key: the old key alone cannot
+    // open it.
+    let mut sceau = rig.start(&rig.bound_args());
+    let mut client = sceau.client().await;
+    rpc::decrypt(&mut client, &new_envelope, &new_key_id)
+        .await
+        .expect_err("a DEK sealed to the new key, with only the old key configured");
+    drop(client);
+    assert!(sceau.terminate().success());
+}

@@ -345,10 +345,12 @@ The steps:
   sceau-recover policy keygen --policy-private policy.key --policy-key policy.pub  (offline)
   sceau pcrs --pcrs 7 > node.pcrs                                                  (on the node)
   sceau-recover policy sign --policy-private policy.key --pcrs 7 \\
-      --values node.pcrs --policy-out node.policy                                  (offline)
+      --values node.pcrs --serial 1 --policy-out node.policy                       (offline)
   sceau-recover policy show --policy node.policy [--policy-key policy.pub]
+  sceau revoke-policy --serial 1                        (on each node, to withdraw it)
 
-docs/boot-binding.md says which PCRs to choose and how to sign before an update.
+docs/boot-binding.md says which PCRs to choose, how to sign before an update and
+how to revoke a boot state.
 ",
 };
 
@@ -1109,8 +1111,8 @@ mod tests {
             "enrollment-keygen --enrollment-identity k --enrollment-public p",
             "policy keygen --policy-private k --policy-key p",
             "policy keygen --policy-private k --policy-key p --unencrypted-private-key",
-            "policy sign --policy-private k --pcrs 7,11 --values v --policy-out o",
-            "policy sign --policy-private k --pcrs 7 --values v --policy-out o --age-identity i --passphrase-fd 4",
+            "policy sign --policy-private k --pcrs 7,11 --values v --serial 0 --policy-out o",
+            "policy sign --policy-private k --pcrs 11 --values v --serial 65535 --accept-policies-another-os-can-meet --policy-out o --age-identity i --passphrase-fd 4",
             "policy show --policy o",
             "policy show --policy o --policy-key p",
         ]
