@@ -305,7 +305,8 @@ fn boot_policy_seeds() -> Vec<(&'static str, Vec<u8>)> {
             with_mode(3, signer.public().to_pem().as_bytes()),
         ),
         ("private-sceau", with_mode(4, signer_pem.as_bytes())),
-        ("signature-der", with_mode(5, &signature)),
+        ("signature-der", with_mode(6, &signature)),
+        ("serial", with_mode(5, b"42")),
     ]
 }
 

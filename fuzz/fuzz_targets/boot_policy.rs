@@ -7,7 +7,11 @@
 //! `PolicySigner::from_pem`, `ecdsa_from_der`,
 //! `crates/format/src/policy_key.rs`, over `crates/format/src/der.rs`).
 //!
-//! Input: a mode byte (its value modulo 6 picks the reader), then the file,
+//! Revocation serials (`Serial::parse`, `crates/format/src/revocation.rs`)
+//! are read from the command line, and from signed policy files inside
+//! `parse_signed_policies`, whose round trip then also carries them.
+//!
+//! Input: a mode byte (its value modulo 7 picks the reader), then the file,
 //! read as UTF-8 with invalid sequences replaced (except the DER signature,
 //! which is bytes).
 //!
@@ -20,6 +24,8 @@
 //!   the same key, with the same fingerprint, TPM Name and authPolicy;
 //! - an accepted private key writes back a file with the same public key;
 //! - an accepted DER signature gives back two 32-byte halves;
+//! - an accepted serial prints as decimal that reads back the same, and
+//!   its NV index lies in sceau's range;
 //! - error messages, which `sceau` prints to a terminal, have no control
 //!   characters.
 #![no_main]
@@ -30,6 +36,7 @@ use sceau_format::pcr_policy::{
     PcrSelection, PcrValues, parse_signed_policies, write_signed_policies,
 };
 use sceau_format::policy_key::{PolicyKey, PolicySigner, ecdsa_from_der};
+use sceau_format::revocation::{MAX_SERIAL, NV_BASE, Serial};
 
 fn assert_no_control(text: &str) {
     assert!(
@@ -43,7 +50,7 @@ fuzz_target!(|input: &[u8]| {
         return;
     };
     let text = String::from_utf8_lossy(body);
-    match mode % 6 {
+    match mode % 7 {
         0 => match parse_signed_policies(&text) {
             Ok(policies) => {
                 let again = parse_signed_policies(&write_signed_policies(&policies))
@@ -81,6 +88,14 @@ fuzz_target!(|input: &[u8]| {
                 let again =
                     PolicySigner::from_pem(&signer.to_pem()).expect("a written key reads back");
                 assert_eq!(again.public(), signer.public());
+            }
+            Err(error) => assert_no_control(&error.to_string()),
+        },
+        5 => match Serial::parse(&text) {
+            Ok(serial) => {
+                assert_eq!(Serial::parse(&serial.to_string()), Ok(serial));
+                let index = serial.index_handle();
+                assert!((NV_BASE..=NV_BASE + MAX_SERIAL).contains(&index));
             }
             Err(error) => assert_no_control(&error.to_string()),
         },
