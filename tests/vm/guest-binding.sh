@@ -117,16 +117,17 @@ bind1)
         --policy-key /etc/sceau/policy.pub --unencrypted-private-key 2>&1) ||
         fail "policy keygen" "$(echo "$keygen_out" | tail -1)"
     # PCR 11 is never extended in this boot (no UKI): signing it is refused.
-    timeout 60 sceau pcrs --tcti "$tcti" --pcrs 11 >"$state/pcr11" 2>/dev/null
-    if ! zero_out=$(timeout 60 sceau-recover policy sign --policy-private /root/policy.key --pcrs 11 \
-        --values "$state/pcr11" --policy-out "$state/pcr11.json" 2>&1) && [ ! -e "$state/pcr11.json" ]; then
+    timeout 60 sceau pcrs --tcti "$tcti" --pcrs "$pcr,11" >"$state/pcr11" 2>/dev/null
+    if ! zero_out=$(timeout 60 sceau-recover policy sign --policy-private /root/policy.key --pcrs "$pcr,11" \
+        --values "$state/pcr11" --serial 90 --policy-out "$state/pcr11.json" 2>&1) &&
+        [ ! -e "$state/pcr11.json" ] && echo "$zero_out" | grep -q 'PCR 11 reads all zeros'; then
         pass "policy sign refuses PCR 11, never extended in this boot: $(echo "$zero_out" | tail -1 | cut -c1-160)"
     else
         fail "policy sign over a PCR at zero" "signed: $(echo "$zero_out" | tail -1)"
     fi
     timeout 60 sceau pcrs --tcti "$tcti" --pcrs "$pcr" >"$state/boot1.pcrs" 2>"$state/pcrs.err"
     if sign_out=$(timeout 60 sceau-recover policy sign --policy-private /root/policy.key --pcrs "$pcr" \
-        --values "$state/boot1.pcrs" --policy-out /etc/sceau/policies/boot1.json 2>&1) &&
+        --values "$state/boot1.pcrs" --serial 1 --policy-out /etc/sceau/policies/boot1.json 2>&1) &&
         [ -s /etc/sceau/policies/boot1.json ] && [ -n "$(pcr_value "$pcr")" ]; then
         pass "policy over PCR $pcr signed for this boot (0x$(pcr_value "$pcr" | cut -c1-16)…)"
     else
@@ -240,7 +241,7 @@ bind2)
     # Signing after the fact: the new value, a restart to load it.
     timeout 60 sceau pcrs --tcti "$tcti" --pcrs "$pcr" >"$state/boot2.pcrs" 2>"$state/pcrs.err"
     sign_out=$(timeout 60 sceau-recover policy sign --policy-private /root/policy.key --pcrs "$pcr" \
-        --values "$state/boot2.pcrs" --policy-out /etc/sceau/policies/boot2.json 2>&1) ||
+        --values "$state/boot2.pcrs" --serial 2 --policy-out /etc/sceau/policies/boot2.json 2>&1) ||
         fail "policy sign for the new value" "$(echo "$sign_out" | tail -1)"
     if restart_sceau && logged "boot policy: the PCRs match /etc/sceau/policies/boot2.json" && [ "$(matched)" = 1 ]; then
         pass "a policy signed for the new value, loaded by a restart: $(journal_has 'boot policy:'); sceau_boot_policy_matched 1"
@@ -252,6 +253,30 @@ bind2)
         pass "the new policy opens the envelope made before the reboot and the one written during the mismatch; healthz ok"
     else
         fail "Decrypt with the new policy" "$out ${out2:-}"
+    fi
+
+    # Revocation: the running service, through the kernel's resource
+    # manager, drops the state at its next Decrypt; a restart with every
+    # file unchanged skips the revoked policy (its serial lives in the TPM).
+    if out=$(timeout 60 sceau revoke-policy --tcti "$tcti" --serial 2 2>&1) &&
+        echo "$out" | grep -q 'serial 2 revoked'; then
+        pass "sceau revoke-policy --serial 2 while sceau serves: $out"
+    else
+        fail "revoke-policy" "$out"
+    fi
+    if out=$(envelope decrypt "$state/before-reboot.env"); then
+        fail "Decrypt in a revoked state" "opened: $out"
+    elif echo "$out" | grep -q 'decrypt: failed: FailedPrecondition: .*policy-mismatch'; then
+        pass "revoked state, running service: Decrypt refused: ${out##*decrypt: failed: }; $(journal_has 'revoked while sceau served')"
+    else
+        fail "Decrypt in a revoked state" "$out"
+    fi
+    if restart_sceau && logged "boot2.json: its serial 2 is revoked" && [ "$(matched)" = 0 ] &&
+        out=$(envelope decrypt "$state/before-reboot.env" 2>&1; true) &&
+        echo "$out" | grep -q 'policy-mismatch'; then
+        pass "revoked state, after a restart with the same files: policy skipped, Decrypt refused, sceau_boot_policy_matched 0"
+    else
+        fail "restart in a revoked state" "$(journal_has 'boot policy:'); matched '$(matched)'; $out"
     fi
     ;;
 *)
