@@ -82,6 +82,14 @@ PolicyPCR 20
 PolicyAuthorize 20
 PCR_Read 20
 
+# INFERRED: a revocable policy's PolicySecret on an NV index with an empty
+# authValue in a password session: an authorization check and two hashes,
+# no asymmetric cryptography; NV_ReadPublic answers a public area. Like
+# ReadPublic. Writing NV (define, write: revocation only, never per call)
+# is left at the default: NV writes are the slow part of a TPM.
+PolicySecret 20
+NV_ReadPublic 20
+
 # INFERRED from [W]: once per start and policy, VerifySignature of an ECDSA
 # signature costs about a signature (56 ms; an RSA-2048 verification is
 # cheaper); LoadExternal of a public key parses it and computes its Name.
