@@ -91,6 +91,14 @@ impl Rig {
         rig
     }
 
+    /// A rig whose PCR 7 holds a measurement, signed as NAME.json.
+    fn in_signed_state(label: &str, name: &str) -> (Self, PathBuf) {
+        let rig = Self::new(label);
+        rig.extend(7, &sha256(b"measured"));
+        let policy = rig.sign_current("7", name);
+        (rig, policy)
+    }
+
     fn extend(&self, pcr: u8, digest: &[u8]) {
         self.tools.run(
             "tpm2_pcrextend",
@@ -175,6 +183,13 @@ impl Rig {
         Sceau::start(&self.tmp, &self.tpm, &extra)
     }
 
+    /// sceau started with `extra`, and a client on it; [`stop`] ends both.
+    async fn serving(&self, extra: &[String]) -> (Sceau, rpc::Client) {
+        let sceau = self.start(extra);
+        let client = sceau.client().await;
+        (sceau, client)
+    }
+
     /// Starts sceau with `extra`, expects it to refuse, returns its log.
     fn start_refused(&self, extra: &[&str]) -> String {
         let socket = self.tmp.join("refused.sock");
@@ -188,6 +203,14 @@ impl Rig {
         );
         log
     }
+}
+
+/// Closes the client, then stops sceau, which must exit cleanly; returns
+/// its log.
+fn stop(mut sceau: Sceau, client: rpc::Client) -> String {
+    drop(client);
+    assert!(sceau.terminate().success());
+    sceau.stderr_text()
 }
 
 /// Runs `program` in `dir` to completion; it must succeed.
@@ -311,9 +334,7 @@ async fn a_dek_opens_only_in_a_signed_boot_state() {
 /// `Tpm::seal`), the bound envelope opens and this test fails (tried).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_password_session_cannot_unseal_a_bound_envelope() {
-    let rig = Rig::new("boot-binding-password");
-    rig.extend(7, &sha256(b"measured"));
-    rig.sign_current("7", "now");
+    let (rig, _) = Rig::in_signed_state("boot-binding-password", "now");
 
     let mut plain = rig.start(&[]);
     let mut client = plain.client().await;
@@ -344,21 +365,8 @@ async fn a_password_session_cannot_unseal_a_bound_envelope() {
         plain_dek
     );
     let parts = Envelope::parse(&bound_envelope);
-    rig.tools.write("bound.pub", &parts.public);
-    rig.tools.write("bound.priv", &parts.private);
-    rig.tools.run(
-        "tpm2_load",
-        &[
-            "-C",
-            "prim.ctx",
-            "-u",
-            "bound.pub",
-            "-r",
-            "bound.priv",
-            "-c",
-            "bound.ctx",
-        ],
-    );
+    rig.tools
+        .load("prim.ctx", &parts.public, &parts.private, "bound.ctx");
     let refused = rig
         .tools
         .try_run("tpm2_unseal", &["-c", "bound.ctx", "-o", "unsealed.bin"]);
@@ -466,33 +474,8 @@ fn bad_policies_stop_the_start() {
     );
     let values_file = rig.tmp.join("zero.pcrs");
     std::fs::write(&values_file, &read.stdout).unwrap();
-    let refused = run_with_timeout(
-        Command::new(recover_bin()).args([
-            "policy",
-            "sign",
-            "--policy-private",
-            rig.key.to_str().unwrap(),
-            "--pcrs",
-            "7,11",
-            "--values",
-            values_file.to_str().unwrap(),
-            "--serial",
-            "9",
-            "--policy-out",
-            rig.tmp.join("never.json").to_str().unwrap(),
-            "--age-identity",
-            rig.age_identity.to_str().unwrap(),
-        ]),
-        rig.tmp.path(),
-        TOOL_TIMEOUT,
-    );
-    assert!(!refused.status.success());
-    assert!(
-        refused.stderr.contains("PCR 11 reads all zeros"),
-        "{}",
-        refused.stderr
-    );
     for (pcrs, why) in [
+        ("7,11", "PCR 11 reads all zeros"),
         ("11", "no PCR the firmware extends"),
         ("7,23", "PCR 23 can be reset"),
     ] {
@@ -687,13 +670,16 @@ async fn a_bound_decrypt_costs_two_commands_more() {
         ..revocable.clone()
     };
     let file = rig.tmp.join("policy.json");
-    std::fs::write(&file, write_signed_policies(&[signed])).unwrap();
-    rig.restart_sceau(&[
-        "--policy-key",
-        public.to_str().unwrap(),
-        "--policy",
-        file.to_str().unwrap(),
-    ]);
+    let serve_with = |rig: &mut ProxiedFixture, policy: &SignedPolicy| {
+        std::fs::write(&file, write_signed_policies(std::slice::from_ref(policy))).unwrap();
+        rig.restart_sceau(&[
+            "--policy-key",
+            public.to_str().unwrap(),
+            "--policy",
+            file.to_str().unwrap(),
+        ]);
+    };
+    serve_with(&mut rig, &signed);
 
     let (mut client, bound_key_id) = rig.client().await;
     rig.proxy.reset_counts();
@@ -734,13 +720,7 @@ async fn a_bound_decrypt_costs_two_commands_more() {
     );
 
     drop(client);
-    std::fs::write(&file, write_signed_policies(&[revocable])).unwrap();
-    rig.restart_sceau(&[
-        "--policy-key",
-        public.to_str().unwrap(),
-        "--policy",
-        file.to_str().unwrap(),
-    ]);
+    serve_with(&mut rig, &revocable);
     let (mut client, _) = rig.client().await;
     rig.proxy.reset_counts();
     rpc::open(&mut client, &bound_key_id, &bound, &dek).await;
@@ -928,9 +908,7 @@ async fn cluster_members_open_only_in_their_own_signed_state() {
 async fn a_bound_unseal_crosses_the_bus_encrypted() {
     use crate::harness::bus_proxy::RecordingProxy;
     const MARKER: &[u8; 32] = b"sceau-bound-bus-marker-012345678";
-    let rig = Rig::new("boot-binding-bus");
-    rig.extend(7, &sha256(b"measured"));
-    rig.sign_current("7", "now");
+    let (rig, _) = Rig::in_signed_state("boot-binding-bus", "now");
     let proxy = RecordingProxy::start(rig.tpm.port());
     let args = rig.bound_args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -958,8 +936,6 @@ fn unseal_with_tools(rig: &Rig, policy_file: &Path, envelope: &[u8]) -> Result<V
     tools.write("pol.bin", &signed.policy);
     tools.write("sig.der", &signed.signature);
     let parts = Envelope::parse(envelope);
-    tools.write("bound.pub", &parts.public);
-    tools.write("bound.priv", &parts.private);
     // The policy key's public area as sceau loads it: its Name, which the
     // sealed object's authPolicy commits to, covers the attributes too.
     let area = rig.signer().public().tpmt_public();
@@ -999,20 +975,8 @@ fn unseal_with_tools(rig: &Rig, policy_file: &Path, envelope: &[u8]) -> Result<V
     }
     tools.flush_all();
     tools.create_srk_primary("prim.ctx");
-    let steps: [(&str, Vec<&str>); 3] = [
-        (
-            "tpm2_load",
-            vec![
-                "-C",
-                "prim.ctx",
-                "-u",
-                "bound.pub",
-                "-r",
-                "bound.priv",
-                "-c",
-                "bound.ctx",
-            ],
-        ),
+    tools.load("prim.ctx", &parts.public, &parts.private, "bound.ctx");
+    let steps: [(&str, Vec<&str>); 2] = [
         (
             "tpm2_startauthsession",
             vec!["--policy-session", "-S", "session.ctx"],
@@ -1078,24 +1042,19 @@ fn unseal_with_tools(rig: &Rig, policy_file: &Path, envelope: &[u8]) -> Result<V
 /// state must not open").
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revoked_boot_state_never_opens_again() {
-    let rig = Rig::new("boot-binding-revoked");
-    rig.extend(7, &sha256(b"secure boot: on, db of this machine"));
-    let old = rig.sign_current("7", "old");
+    let (rig, old) = Rig::in_signed_state("boot-binding-revoked", "old");
     let kept = rig.tmp.join("kept-old.json");
     std::fs::copy(&old, &kept).unwrap();
 
-    let mut sceau = rig.start(&rig.bound_args());
-    let mut client = sceau.client().await;
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
     let key_id = rpc::status(&mut client).await.key_id;
     let dek = random_bytes(32);
     let envelope = rpc::seal(&mut client, &key_id, &dek).await;
-    drop(client);
-    assert!(sceau.terminate().success());
+    stop(sceau, client);
     assert_eq!(unseal_with_tools(&rig, &kept, &envelope), Ok(dek.clone()));
 
     // Revoked while sceau serves: its next Decrypt reads the serial again.
-    let mut sceau = rig.start(&rig.bound_args());
-    let mut client = sceau.client().await;
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
     rpc::open(&mut client, &key_id, &envelope, &dek).await;
     let revoke = |expect: &str| {
         let out = run_ok(
@@ -1112,13 +1071,8 @@ async fn a_revoked_boot_state_never_opens_again() {
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     assert_eq!(refused.message(), "policy-mismatch");
     assert_clean_message(&refused, "revoked state");
-    drop(client);
-    assert!(sceau.terminate().success());
-    assert!(
-        sceau.stderr_text().contains("revoked while sceau served"),
-        "{}",
-        sceau.stderr_text()
-    );
+    let log = stop(sceau, client);
+    assert!(log.contains("revoked while sceau served"), "{log}");
     revoke("already revoked");
 
     // Every file as it was: the revocation lives in the TPM.
@@ -1127,21 +1081,17 @@ async fn a_revoked_boot_state_never_opens_again() {
         tools_refusal.starts_with("tpm2_policyauthorize"),
         "{tools_refusal}"
     );
-    let mut sceau = rig.start(&rig.bound_args());
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
     let log = sceau.stderr_text();
     assert!(log.contains("old.json: its serial 1 is revoked"), "{log}");
-    let mut client = sceau.client().await;
     assert_eq!(rpc::status(&mut client).await.healthz, "policy-mismatch");
-    drop(client);
-    assert!(sceau.terminate().success());
+    stop(sceau, client);
 
     // The same state signed anew (serial 2) opens the old envelope.
     rig.sign_current("7", "new");
-    let mut sceau = rig.start(&rig.bound_args());
-    let mut client = sceau.client().await;
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
     rpc::open(&mut client, &key_id, &envelope, &dek).await;
-    drop(client);
-    assert!(sceau.terminate().success());
+    stop(sceau, client);
 }
 
 /// A policy staged for a boot state still to come (over PCR 11, which this
@@ -1150,9 +1100,7 @@ async fn a_revoked_boot_state_never_opens_again() {
 /// was refused ("PCR 11 reads all zeros").
 #[tokio::test(flavor = "multi_thread")]
 async fn a_staged_policy_over_an_unextended_pcr_is_skipped() {
-    let rig = Rig::new("boot-binding-staged");
-    rig.extend(7, &sha256(b"measured"));
-    rig.sign_current("7", "now");
+    let (rig, _) = Rig::in_signed_state("boot-binding-staged", "now");
     let values = PcrValues::parse(&rig.read_pcrs("7,11")).unwrap();
     let signer = rig.signer();
     let staged = SignedPolicy::sign(
@@ -1165,13 +1113,12 @@ async fn a_staged_policy_over_an_unextended_pcr_is_skipped() {
     let file = rig.policies.join("staged.json");
     std::fs::write(&file, write_signed_policies(&[staged])).unwrap();
 
-    let mut sceau = rig.start(&rig.bound_args());
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
     let log = sceau.stderr_text();
     assert!(
         log.contains("skipping") && log.contains("staged.json: PCR 11 reads all zeros"),
         "{log}"
     );
-    let mut client = sceau.client().await;
     let status = rpc::status(&mut client).await;
     assert_eq!(status.healthz, "ok");
     rpc::round_trip(
@@ -1180,8 +1127,7 @@ async fn a_staged_policy_over_an_unextended_pcr_is_skipped() {
         b"served with the staged policy",
     )
     .await;
-    drop(client);
-    assert!(sceau.terminate().success());
+    stop(sceau, client);
 }
 
 /// A rotation of the policy key: DEKs sealed to the old key keep opening,
@@ -1191,16 +1137,12 @@ async fn a_staged_policy_over_an_unextended_pcr_is_skipped() {
 /// before any TPM work (and a policy of the old key stops the start).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_policy_key_rotation_keeps_old_deks_open() {
-    let rig = Rig::new("boot-binding-rotation");
-    rig.extend(7, &sha256(b"measured"));
-    rig.sign_current("7", "old-key");
-    let mut sceau = rig.start(&rig.bound_args());
-    let mut client = sceau.client().await;
+    let (rig, _) = Rig::in_signed_state("boot-binding-rotation", "old-key");
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
     let old_key_id = rpc::status(&mut client).await.key_id;
     let old_dek = random_bytes(32);
     let old_envelope = rpc::seal(&mut client, &old_key_id, &old_dek).await;
-    drop(client);
-    assert!(sceau.terminate().success());
+    stop(sceau, client);
 
     // The new key, and the same boot state signed with it, in a directory
     // of its own.
@@ -1239,16 +1181,14 @@ async fn a_policy_key_rotation_keeps_old_deks_open() {
     // The new key alone: the old envelope is sealed to a key sceau lacks.
     let mut args = vec!["--policy-key".to_string(), new_key.clone()];
     args.extend(policy_dir(&new_policies));
-    let mut sceau = rig.start(&args);
-    let mut client = sceau.client().await;
+    let (sceau, mut client) = rig.serving(&args).await;
     let new_key_id = rpc::status(&mut client).await.key_id;
     assert_ne!(new_key_id, old_key_id);
     let refused = rpc::decrypt(&mut client, &old_envelope, &old_key_id)
         .await
         .expect_err("an envelope of a key sceau was not given");
     assert_clean_message(&refused, "old key");
-    drop(client);
-    assert!(sceau.terminate().success());
+    stop(sceau, client);
 
     // Both keys: the old envelope opens under its key_id; new DEKs go to
     // the new key.
@@ -1257,23 +1197,19 @@ async fn a_policy_key_rotation_keeps_old_deks_open() {
         "--former-policy-key".to_string(),
         rig.public.display().to_string(),
     ]);
-    let mut sceau = rig.start(&args);
-    let mut client = sceau.client().await;
+    let (sceau, mut client) = rig.serving(&args).await;
     assert_eq!(rpc::status(&mut client).await.key_id, new_key_id);
     rpc::open(&mut client, &old_key_id, &old_envelope, &old_dek).await;
     let new_dek = random_bytes(32);
     let new_envelope = rpc::seal(&mut client, &new_key_id, &new_dek).await;
     rpc::open(&mut client, &new_key_id, &new_envelope, &new_dek).await;
-    drop(client);
-    assert!(sceau.terminate().success());
+    stop(sceau, client);
 
     // The new envelope is sealed to the new key: the old key alone cannot
     // open it.
-    let mut sceau = rig.start(&rig.bound_args());
-    let mut client = sceau.client().await;
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
     rpc::decrypt(&mut client, &new_envelope, &new_key_id)
         .await
         .expect_err("a DEK sealed to the new key, with only the old key configured");
-    drop(client);
-    assert!(sceau.terminate().success());
+    stop(sceau, client);
 }

@@ -123,16 +123,22 @@ impl Tpm2Tools {
         (self.read("seal.pub"), self.read("seal.priv"))
     }
 
-    /// Loads a TPM2B_PUBLIC/TPM2B_PRIVATE pair under `parent_ctx` and unseals it.
-    pub fn unseal(&self, parent_ctx: &str, public: &[u8], private: &[u8]) -> Vec<u8> {
+    /// Loads a TPM2B_PUBLIC/TPM2B_PRIVATE pair under `parent_ctx` as the
+    /// context file `ctx`.
+    pub fn load(&self, parent_ctx: &str, public: &[u8], private: &[u8], ctx: &str) {
         self.write("obj.pub", public);
         self.write("obj.priv", private);
         self.run(
             "tpm2_load",
             &[
-                "-C", parent_ctx, "-u", "obj.pub", "-r", "obj.priv", "-c", "obj.ctx",
+                "-C", parent_ctx, "-u", "obj.pub", "-r", "obj.priv", "-c", ctx,
             ],
         );
+    }
+
+    /// Loads a TPM2B_PUBLIC/TPM2B_PRIVATE pair under `parent_ctx` and unseals it.
+    pub fn unseal(&self, parent_ctx: &str, public: &[u8], private: &[u8]) -> Vec<u8> {
+        self.load(parent_ctx, public, private, "obj.ctx");
         self.run("tpm2_unseal", &["-c", "obj.ctx", "-o", "unsealed.bin"]);
         self.flush_all();
         self.read("unsealed.bin")
