@@ -37,6 +37,39 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `enroll verify` of the files `enroll_with` wrote for `label`, with
+/// `request` (written to `LABEL.swapped`) in place of the request the
+/// challenge was made from; the member file goes to `LABEL.swapped.pub`.
+fn verify_with_request(tmp: &TempDir, label: &str, request: &str) -> Output {
+    let swapped = tmp.join(&format!("{label}.swapped"));
+    std::fs::write(&swapped, request).unwrap();
+    sceau_recover(&[
+        "enroll",
+        "verify",
+        "--request",
+        path(&swapped),
+        "--expected",
+        path(&tmp.join(&format!("{label}.expected"))),
+        "--response",
+        path(&tmp.join(&format!("{label}.response"))),
+        "--member-out",
+        path(&tmp.join(&format!("{label}.swapped.pub"))),
+    ])
+}
+
+/// The refusal of a request swapped between challenge and verify: one
+/// line naming what changed, and no member file.
+fn assert_swap_refused(tmp: &TempDir, label: &str, refused: Output, says: &str) {
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{label}: verified");
+    assert_eq!(stderr.lines().count(), 1, "{label}: {stderr}");
+    assert!(
+        stderr.contains(says) && stderr.contains("the request changed since `enroll challenge`"),
+        "{label}: {stderr}"
+    );
+    assert!(!tmp.join(&format!("{label}.swapped.pub")).exists());
+}
+
 /// Runs steps 2–4 for `request`, answering on `answering_tpm`.
 fn enroll_with(
     tmp: &TempDir,
@@ -200,6 +233,25 @@ fn a_signing_key_from_another_tpm_is_not_enrolled() {
     );
 }
 
+/// The answer proves the SRK and signing key share a TPM with the EK the
+/// challenge was made for; `verify` then reports that EK and endorses the
+/// member file with it. A request swapped between challenge and verify
+/// (the same member keys with another TPM's EK) is refused by the EK the
+/// expected answer pins. Shown failing before the pin: verify wrote the
+/// member file and reported the other TPM's EK.
+#[test]
+fn a_request_with_another_ek_at_verify_is_refused() {
+    let tmp = TempDir::new("enroll-swapped-ek");
+    let [(tpm_a, request_a), (_tpm_b, request_b)] = two_tpms_and_their_requests(&tmp);
+    let (answer, verified) = enroll_with(&tmp, "node", &request_a, &tpm_a);
+    ok(answer, "respond");
+    ok(verified, "verify");
+    let member_a = &request_a[..request_a.find("# The endorsement key").unwrap()];
+    let ek_b = &request_b[request_b.find("# The endorsement key").unwrap()..];
+    let swapped = verify_with_request(&tmp, "node", &format!("{member_a}{ek_b}"));
+    assert_swap_refused(&tmp, "node", swapped, "the challenge was made for EK");
+}
+
 /// A TCG EK certificate at NV index 0x01c0000a (issued here by swtpm's own
 /// local CA for the TPM's P-256 EK) travels in the request, and the challenge
 /// step checks that it names the EK; one for another key is refused.
@@ -227,6 +279,16 @@ fn an_ek_certificate_must_name_the_ek() {
     let (answer, verified) = enroll_with(&tmp, "certified", &request, &tpm);
     ok(answer, "respond");
     ok(verified, "verify");
+    // The certificate is pinned by the expected answer: the same request
+    // without it is refused at verify (shown failing before the pin).
+    let cert_at = request.find("# DER").unwrap();
+    let uncertified = verify_with_request(&tmp, "certified", &request[..cert_at]);
+    assert_swap_refused(
+        &tmp,
+        "certified",
+        uncertified,
+        "the challenge was made for EK certificate",
+    );
 
     // The same certificate in another TPM's request does not name its EK.
     let other = Swtpm::start(&tmp.subdir("other"));
