@@ -594,19 +594,17 @@ fn set_private(path: &Path) {
 
 /// Drives a program on a pseudo-terminal: answers every prompt that ends
 /// in "passphrase for …: " with the passphrase (read from standard input,
-/// so that it is in no argument), only once the prompt is there, and
+/// so that it is in no argument), as soon as the prompt is there, and
 /// prints what the terminal showed. Typing before the prompt would be
-/// echoed by the line discipline whatever the program does; and rpassword
-/// writes the prompt a moment before it turns echo off, so the driver, like
-/// a person, types 300 ms after the prompt (typed within microseconds of
-/// it, the passphrase was echoed once in this test: readpassphrase(3), as
-/// ssh uses it, turns echo off first; rpassword's order is kept here).
+/// echoed by the line discipline whatever the program does; typing right
+/// after it is what a program that writes its prompt before turning echo
+/// off (rpassword did) shows on the screen, so the driver does not wait.
 const PTY_DRIVER: &str = r#"
-import os, pty, sys, time
+import os, pty, sys
 passphrase = sys.stdin.readline().rstrip("\n").encode()
 pid, fd = pty.fork()
 if pid == 0:
-    os.execv(sys.argv[1], sys.argv[1:])
+    os.execvp(sys.argv[1], sys.argv[1:])
 shown, answered = b"", 0
 while True:
     try:
@@ -618,7 +616,6 @@ while True:
     shown += chunk
     if shown.count(b"passphrase for") > answered:
         answered += 1
-        time.sleep(0.3)
         os.write(fd, passphrase + b"\n")
 _, status = os.waitpid(pid, 0)
 sys.stdout.write(shown.decode("utf-8", "replace"))
@@ -814,6 +811,69 @@ async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
         ],
     );
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
+}
+
+/// The terminal prompt turns echo off before it writes the prompt, as
+/// readpassphrase(3) does: `strace` of `recovery-keygen` on a
+/// pseudo-terminal records every TCSETS ioctl (with its c_lflag) and every
+/// write, and at each write of a prompt the last TCSETS must have cleared
+/// ECHO. Shown failing with rpassword, which wrote the prompt first and then
+/// called tcsetattr: "prompt written with echo on".
+#[test]
+fn the_prompt_is_written_after_echo_is_turned_off() {
+    let tmp = TempDir::new("shares-prompt-order");
+    let dir = tmp.path();
+    let trace = dir.join("keygen.strace");
+    let identity = dir.join("recovery.identity");
+    let public = dir.join("recovery.pub");
+    let recover = recover_bin();
+    let keygen = on_terminal(
+        dir,
+        "order-0f-things",
+        Path::new("strace"),
+        &[
+            "-f",
+            "-o",
+            trace.to_str().unwrap(),
+            "-e",
+            "trace=write,ioctl",
+            recover.to_str().unwrap(),
+            "recovery-keygen",
+            "--identity",
+            identity.to_str().unwrap(),
+            "--public",
+            public.to_str().unwrap(),
+        ],
+    );
+    let shown = String::from_utf8_lossy(&keygen.stdout);
+    assert!(
+        keygen.success,
+        "keygen under strace: {shown} {}",
+        keygen.stderr
+    );
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let mut echo = true;
+    let mut prompts = 0;
+    let mut settings = 0;
+    for line in trace.lines() {
+        if line.contains("ioctl(") && line.contains("TCSETS") {
+            let lflag = line
+                .split("c_lflag=")
+                .nth(1)
+                .and_then(|rest| rest.split([',', '}']).next())
+                .unwrap_or_else(|| panic!("no c_lflag in {line}"));
+            echo = lflag.split('|').any(|flag| flag.trim() == "ECHO");
+            settings += 1;
+        } else if line.contains("write(") && line.contains("\"passphrase for") {
+            assert!(!echo, "prompt written with echo on:\n{trace}");
+            prompts += 1;
+        }
+    }
+    // Two prompts (the passphrase and its confirmation), each between echo
+    // off and the restore.
+    assert_eq!((prompts, settings), (2, 4), "{trace}");
+    assert!(echo, "the terminal was left with echo off:\n{trace}");
+    assert!(!shown.contains("order-0f-things"), "echoed: {shown}");
 }
 
 /// Where the recovery scalar may be: nowhere on disk (every file keygen and

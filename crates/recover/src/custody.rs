@@ -231,13 +231,13 @@ impl Passphrases {
     }
 }
 
+/// One passphrase from the terminal, echo turned off before the prompt is
+/// written (`sceau_sys::read_passphrase`).
 fn ask(prompt: &str, what: &str) -> Result<Zeroizing<String>, CustodyError> {
-    rpassword::prompt_password(prompt)
-        .map(Zeroizing::new)
-        .map_err(|e| CustodyError::NoTerminal {
-            what: format!("the passphrase for {what}"),
-            reason: e.to_string(),
-        })
+    sceau_sys::read_passphrase(prompt).map_err(|e| CustodyError::NoTerminal {
+        what: format!("the passphrase for {what}"),
+        reason: e.to_string(),
+    })
 }
 
 /// A [`Protection`] made ready to encrypt: its passphrase asked for, its

@@ -614,6 +614,97 @@ pub fn unlock_all_memory() {
     unsafe { libc::munlockall() };
 }
 
+/// The longest passphrase [`read_passphrase`] takes, in bytes; a longer
+/// line is refused rather than cut.
+pub const MAX_PASSPHRASE: usize = 1024;
+
+/// Asks for a passphrase on the controlling terminal (`/dev/tty`) as
+/// readpassphrase(3) does: echo is turned off first, then the prompt is
+/// written, the line read and the terminal restored. In the other order a
+/// passphrase typed as soon as the prompt shows is echoed. Input typed
+/// before the prompt is discarded (TCSAFLUSH): it was echoed. The line is
+/// read into one buffer of [`MAX_PASSPHRASE`] bytes allocated up front and
+/// returned without its newline; the terminal is restored on every return,
+/// and after the line a newline is written, which the terminal did not echo.
+pub fn read_passphrase(prompt: &str) -> std::io::Result<zeroize::Zeroizing<String>> {
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open("/dev/tty")?;
+    let fd = tty.as_raw_fd();
+    let mut saved = MaybeUninit::<libc::termios>::uninit();
+    // SAFETY: `saved` is writable storage for one termios, which tcgetattr
+    // fills on success; `fd` is the open terminal owned by `tty`.
+    if unsafe { libc::tcgetattr(fd, saved.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: tcgetattr returned 0, which means it wrote the whole struct.
+    let saved = unsafe { saved.assume_init() };
+    let mut quiet = saved;
+    quiet.c_lflag &= !(libc::ECHO | libc::ECHONL);
+    quiet.c_lflag |= libc::ICANON;
+    // SAFETY: `quiet` is an initialised termios that tcsetattr only reads;
+    // `fd` is open (owned by `tty`, alive until the end of the function).
+    if unsafe { libc::tcsetattr(fd, libc::TCSAFLUSH, &quiet) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let restore = EchoRestore { fd, saved };
+    tty.write_all(prompt.as_bytes())?;
+    let mut line = zeroize::Zeroizing::new(Vec::with_capacity(MAX_PASSPHRASE));
+    let mut too_long = false;
+    let mut byte = [0u8; 1];
+    loop {
+        match tty.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) if line.len() < MAX_PASSPHRASE => line.push(byte[0]),
+            Ok(_) => too_long = true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    zeroize::Zeroize::zeroize(&mut byte);
+    drop(restore);
+    // The newline the user typed was not echoed.
+    tty.write_all(b"\n")?;
+    if too_long {
+        return Err(std::io::Error::other(format!(
+            "the passphrase is longer than {MAX_PASSPHRASE} bytes"
+        )));
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    let bytes = std::mem::take(&mut *line);
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok(zeroize::Zeroizing::new(text)),
+        Err(error) => {
+            drop(zeroize::Zeroizing::new(error.into_bytes()));
+            Err(std::io::Error::other("the passphrase is not UTF-8"))
+        }
+    }
+}
+
+/// Puts a terminal's settings back as they were, whichever way
+/// [`read_passphrase`] returns.
+struct EchoRestore {
+    fd: libc::c_int,
+    saved: libc::termios,
+}
+
+impl Drop for EchoRestore {
+    fn drop(&mut self) {
+        // SAFETY: `saved` is the initialised termios tcgetattr gave for
+        // `fd`, which the caller's `tty` keeps open until after this drop;
+        // a failure leaves echo off, which nothing here can repair.
+        unsafe { libc::tcsetattr(self.fd, libc::TCSAFLUSH, &self.saved) };
+    }
+}
+
 /// One page of memory for key material: locked into RAM (never swapped),
 /// excluded from core dumps, and wiped before it is unmapped.
 pub struct LockedPage {
