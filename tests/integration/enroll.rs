@@ -24,6 +24,16 @@ fn sceau_recover(args: &[&str]) -> Output {
         .expect("running sceau-recover")
 }
 
+/// `sceau-recover` with `stdin` as its standard input (for
+/// `--passphrase-fd 0`).
+fn sceau_recover_reading(args: &[&str], stdin: &Path) -> Output {
+    Command::new(recover_bin())
+        .args(args)
+        .stdin(std::fs::File::open(stdin).unwrap())
+        .output()
+        .expect("running sceau-recover")
+}
+
 fn ok(output: Output, what: &str) -> String {
     assert!(
         output.status.success(),
@@ -366,4 +376,107 @@ fn store_ek_certificate(tools: &Tpm2Tools, der: &[u8]) {
         ],
     );
     tools.run("tpm2_nvwrite", &["0x01c0000a", "-C", "p", "-i", "ek.der"]);
+}
+
+/// `enrollment-keygen` writes the enrollment identity as an age file (to a
+/// passphrase by default, asked before the key exists), as
+/// `recovery-keygen` does, and `enroll verify --enrollment-identity` opens it
+/// with the passphrase (through `--passphrase-fd`) and endorses; a wrong
+/// passphrase writes no member file. Plaintext only with
+/// `--unencrypted-private-key`, which verify still opens, with a warning.
+/// Shown failing before `--protect`: keygen wrote the identity in plaintext
+/// (and refused `--passphrase-fd` as a usage error).
+#[test]
+fn the_enrollment_identity_is_written_encrypted() {
+    let tmp = TempDir::new("enroll-protected");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let passphrase = tmp.join("passphrase");
+    std::fs::write(&passphrase, "enrolment custodian phrase\n").unwrap();
+    let identity = tmp.join("enrollment.identity");
+    let public = tmp.join("enrollment.pub");
+    ok(
+        sceau_recover_reading(
+            &[
+                "enrollment-keygen",
+                "--enrollment-identity",
+                path(&identity),
+                "--enrollment-public",
+                path(&public),
+                "--passphrase-fd",
+                "0",
+            ],
+            &passphrase,
+        ),
+        "enrollment-keygen",
+    );
+    let file = std::fs::read_to_string(&identity).unwrap();
+    assert!(
+        file.starts_with("-----BEGIN AGE ENCRYPTED FILE-----") && !file.contains("SCEAU"),
+        "{file}"
+    );
+    let request = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
+        "request",
+    );
+    let (answer, verified) = enroll_with(&tmp, "node", &request, &tpm);
+    ok(answer, "respond");
+    ok(verified, "verify");
+    let verify_endorsed = |label: &str, identity: &Path, passphrase: &Path| {
+        sceau_recover_reading(
+            &[
+                "enroll",
+                "verify",
+                "--request",
+                path(&tmp.join("node.request")),
+                "--expected",
+                path(&tmp.join("node.expected")),
+                "--response",
+                path(&tmp.join("node.response")),
+                "--member-out",
+                path(&tmp.join(&format!("{label}.pub"))),
+                "--enrollment-identity",
+                path(identity),
+                "--passphrase-fd",
+                "0",
+            ],
+            passphrase,
+        )
+    };
+    let wrong = tmp.join("wrong");
+    std::fs::write(&wrong, "not the phrase\n").unwrap();
+    let refused = verify_endorsed("wrong", &identity, &wrong);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("wrong passphrase"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!tmp.join("wrong.pub").exists());
+    ok(
+        verify_endorsed("endorsed", &identity, &passphrase),
+        "verify with the encrypted identity",
+    );
+    let member = std::fs::read_to_string(tmp.join("endorsed.pub")).unwrap();
+    assert!(member.contains("SCEAU MEMBER ENDORSEMENT"), "{member}");
+
+    // Plaintext only when asked; it still opens, with a warning.
+    let plain = tmp.join("plain.identity");
+    ok(
+        sceau_recover(&[
+            "enrollment-keygen",
+            "--enrollment-identity",
+            path(&plain),
+            "--enrollment-public",
+            path(&tmp.join("plain.pub")),
+            "--unencrypted-private-key",
+        ]),
+        "enrollment-keygen --unencrypted-private-key",
+    );
+    let opened = verify_endorsed("plain-endorsed", &plain, &passphrase);
+    let stderr = String::from_utf8_lossy(&opened.stderr);
+    assert!(opened.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds the enrollment private key unencrypted"),
+        "{stderr}"
+    );
 }

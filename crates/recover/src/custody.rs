@@ -1,6 +1,6 @@
 //! Private keys at rest. What `sceau-recover` writes that opens envelopes or
-//! decides boot states (a recovery share, the recovery identity, the PCR
-//! policy signing key) is written as an armored age file
+//! decides boot states or admits members (a recovery share, the recovery
+//! identity, the PCR policy signing key, the enrollment identity) is written as an armored age file
 //! (age-encryption.org/v1), encrypted to a passphrase (scrypt), to an age
 //! X25519 recipient or to an SSH public key (ssh-ed25519, ssh-rsa: age's
 //! own SSH recipients), so that its holder can inspect it with the `age` tool

@@ -53,6 +53,11 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::RecoveryKeygen(_)
             | Command::Recover(_)
             | Command::ShareVerify(_)
+            | Command::EnrollmentKeygen(_)
+            | Command::Enroll(cli::EnrollStep::Verify {
+                enrollment_identity: Some(_),
+                ..
+            })
             | Command::Policy(cli::PolicyStep::Keygen { .. } | cli::PolicyStep::Sign { .. })
     );
     if holds_a_private_key && let Err(error) = sceau_sys::lock_all_memory() {
