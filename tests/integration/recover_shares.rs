@@ -882,7 +882,11 @@ fn the_prompt_is_written_after_echo_is_turned_off() {
 /// once it has opened the envelope: the scan runs while the process is
 /// blocked writing the DEK to a full pipe, after it dropped the key. The
 /// scan looks for the scalar big-endian and little-endian (p256 keeps it as
-/// little-endian limbs) and for each share value. Checked once to fail,
+/// little-endian limbs), for each share value, and for the base64 block of
+/// each share file and of the identity file (what a freed copy of a file's
+/// text would hold). Without the wiping allocator, the scan found the share
+/// files' base64 (read_to_end's and armor's grown buffers, freed unwiped:
+/// shown once). Checked once to fail,
 /// three ways: with the share values inline in `Share`, the scan found one
 /// on the heap (a moved-from Vec slot); with the key inline in
 /// `RecoveryIdentity`, copies of the scalar in `run`'s frame (moved-from
@@ -995,7 +999,13 @@ async fn no_file_and_no_memory_holds_the_recovery_scalar() {
             format!("share {} value (little-endian)", i + 1),
             value.iter().rev().copied().collect(),
         ));
+        // The share file's text as age gives it back: its base64 block.
+        needles.extend(armored_block_lines(
+            &format!("share {}", i + 1),
+            &share.file(),
+        ));
     }
+    needles.extend(armored_block_lines("identity file", &identity_file));
     let hits = find_all_in_process(pid, &needles, 16);
     // Let it finish: drain the pipe, then check it printed the DEK.
     let drained = std::thread::spawn(move || {
@@ -1045,4 +1055,357 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
             files.push(path);
         }
     }
+}
+
+/// The base64 lines of an armored text's block, each a needle: what a
+/// freed copy of a key or share file's text would hold.
+fn armored_block_lines(label: &str, text: &str) -> Vec<(String, Vec<u8>)> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .enumerate()
+        .map(|(i, line)| {
+            (
+                format!("{label} base64 line {}", i + 1),
+                line.as_bytes().to_vec(),
+            )
+        })
+        .collect()
+}
+
+/// Spawns `sceau-recover ARGS` with a full pipe as `stream` (1: standard
+/// output, 2: standard error), the other output to /dev/null, and waits
+/// until it blocks writing to that pipe. Returns the child and the pipe's
+/// reading end (drain it to let the child finish).
+fn blocked_writing(
+    dir: &Path,
+    args: &[String],
+    stream: u32,
+    stdin: Stdio,
+) -> (std::process::Child, std::io::PipeReader) {
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    set_nonblocking_fill(&mut writer, &vec![b'.'; 1 << 16]);
+    let mut command = Command::new(recover_bin());
+    command.args(args).current_dir(dir).stdin(stdin);
+    if stream == 1 {
+        command.stdout(writer).stderr(Stdio::null());
+    } else {
+        command.stdout(Stdio::null()).stderr(writer);
+    }
+    let child = command.spawn().unwrap();
+    let pid = child.id();
+    let blocked = poll_until(Duration::from_secs(60), || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| s.starts_with(&format!("1 {stream:#x} ")))
+    });
+    assert!(blocked, "{args:?} never blocked writing to fd {stream}");
+    (child, reader)
+}
+
+/// Drains `reader` and waits for `child`; its exit status and what it wrote
+/// after the 64 KiB that filled the pipe.
+fn finish(mut child: std::process::Child, reader: std::io::PipeReader) -> (bool, Vec<u8>) {
+    let drained = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        std::io::Read::read_to_end(&mut { reader }, &mut all).unwrap();
+        all
+    });
+    let status = wait_timeout(&mut child, TOOL_TIMEOUT).expect("sceau-recover finished");
+    let output = drained.join().unwrap();
+    (status.success(), output[1 << 16..].to_vec())
+}
+
+/// The private key `recovery-keygen --identity` and `enrollment-keygen`
+/// made is in none of their memory once the files are written: the scan
+/// runs while each is blocked writing its closing line to a full standard
+/// error, and looks for the scalar (both byte orders) and the base64 of
+/// the identity file, which armor builds in a growing string and age
+/// encrypts through its own stream buffer. Shown failing: without the
+/// wiping allocator, recovery-keygen's heap held the identity file's base64
+/// in freed blocks; with the enrollment key inline in `EnrollmentIdentity`,
+/// enrollment-keygen's stack held the scalar (a moved-from copy in its
+/// caller's frame).
+#[test]
+fn keygen_leaves_no_copy_of_the_private_key_in_memory() {
+    let tmp = TempDir::new("keygen-no-key");
+    let dir = tmp.path();
+    let holder = age_key(dir, "holder");
+    let cases = [
+        (
+            "recovery-keygen",
+            ["--identity", "--public"],
+            sceau_format::recovery_key::IDENTITY_LABEL,
+        ),
+        (
+            "enrollment-keygen",
+            ["--enrollment-identity", "--enrollment-public"],
+            sceau_format::endorsement::ENROLLMENT_IDENTITY_LABEL,
+        ),
+    ];
+    for (command, [identity_flag, public_flag], label) in cases {
+        let identity = dir.join(format!("{command}.identity"));
+        let args: Vec<String> = [
+            command,
+            identity_flag,
+            identity.to_str().unwrap(),
+            public_flag,
+            dir.join(format!("{command}.pub")).to_str().unwrap(),
+            "--protect",
+            &holder.spec,
+        ]
+        .map(str::to_string)
+        .to_vec();
+        let (child, reader) = blocked_writing(dir, &args, 2, Stdio::null());
+        let pid = child.id();
+        // The file is written before the closing line; the test opens it
+        // with the holder's key, as its holder would.
+        let opened = ok(
+            run(
+                dir,
+                Path::new("age"),
+                &[
+                    "-d",
+                    "-i",
+                    holder.identity.to_str().unwrap(),
+                    identity.to_str().unwrap(),
+                ],
+                None,
+            ),
+            "age -d",
+        );
+        let text = String::from_utf8(opened.stdout).unwrap();
+        let scalar = sceau_format::armor::decode(&text, label).unwrap().bytes;
+        assert_eq!(scalar.len(), 32, "{command}");
+        let mut needles = vec![
+            (format!("{command} scalar"), scalar.to_vec()),
+            (
+                format!("{command} scalar (little-endian)"),
+                scalar.iter().rev().copied().collect(),
+            ),
+        ];
+        needles.extend(armored_block_lines(command, &text));
+        let hits = find_all_in_process(pid, &needles, 16);
+        let (success, stderr) = finish(child, reader);
+        assert!(success, "{command}: {}", String::from_utf8_lossy(&stderr));
+        assert!(
+            hits.is_empty(),
+            "{command}: the private key in memory: {hits:#?}"
+        );
+    }
+}
+
+/// Builds an `etcdctl get -w json` answer holding one Secret stored as the
+/// kube-apiserver stores it with KMS v2: JSON-encoded, AES-256-GCM under
+/// HKDF-SHA256(seed, info), the etcd key as additional data, the envelope
+/// as encryptedDEKSource. Python's `cryptography` does the AES-GCM, which
+/// the test binary does not link.
+const ETCD_JSON_WRITER: &str = r#"
+import base64, json, os, sys
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+seed = bytes.fromhex(sys.argv[1])
+envelope = open(sys.argv[2], "rb").read()
+secret, key = sys.argv[4].encode(), sys.argv[5].encode()
+info, nonce = os.urandom(32), os.urandom(12)
+dek = HKDFExpand(algorithm=hashes.SHA256(), length=32, info=info).derive(seed)
+sealed = AESGCM(dek).encrypt(nonce, secret, key)
+def field(number, data):
+    out, n = bytes([number << 3 | 2]), len(data)
+    while n >= 0x80:
+        out += bytes([n & 0x7f | 0x80]); n >>= 7
+    return out + bytes([n]) + data
+value = (b"k8s:enc:kms:v2:sceau:" + field(1, info + nonce + sealed)
+         + field(2, b"sceau-test") + field(3, envelope) + bytes([5 << 3, 1]))
+kv = {"key": base64.b64encode(key).decode(), "value": base64.b64encode(value).decode(),
+      "create_revision": 2, "mod_revision": 2, "version": 1}
+open(sys.argv[3], "w").write(json.dumps({"kvs": [kv], "count": 1}))
+"#;
+
+/// With `--etcd-json` (as with `--etcd-snapshot`), `recover` opens every DEK
+/// seed first and wipes the recovery key before it prints the first
+/// Secret: blocked writing that Secret to a full pipe, its memory holds
+/// neither the scalar nor the shares (values and base64), and its memory is
+/// still locked (VmLck) while the Secrets are printed. Shown failing before
+/// the seeds were opened first: the scalar was found on the heap while the
+/// Secret was being written; and, with `lock_all_memory` not called, VmLck
+/// was 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_recovery_wipes_the_key_before_printing() {
+    let tmp = TempDir::new("shares-etcd-no-key");
+    let dir = tmp.path();
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("e{i}"))).collect();
+    let set = split(dir, "set", 2, &keys);
+    let (seed, envelope) = envelope_for(&tmp, &tpm, &set.public, None, "node").await;
+    let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db","namespace":"default"},"data":{"password":"c2VjcmV0"}}"#;
+    let json = dir.join("etcd.json");
+    let writer = dir.join("etcd-json-writer.py");
+    std::fs::write(&writer, ETCD_JSON_WRITER).unwrap();
+    let seed_hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    ok(
+        run(
+            dir,
+            Path::new("python3"),
+            &[
+                writer.to_str().unwrap(),
+                &seed_hex,
+                envelope.to_str().unwrap(),
+                json.to_str().unwrap(),
+                secret,
+                "/registry/secrets/default/db",
+            ],
+            None,
+        ),
+        "etcd JSON writer",
+    );
+    let plain: Vec<sceau_format::recovery_share::Share> = set
+        .shares
+        .iter()
+        .zip(&keys)
+        .map(|(share, key)| {
+            let opened = ok(
+                run(
+                    dir,
+                    Path::new("age"),
+                    &[
+                        "-d",
+                        "-i",
+                        key.identity.to_str().unwrap(),
+                        share.to_str().unwrap(),
+                    ],
+                    None,
+                ),
+                "age -d",
+            );
+            sceau_format::recovery_share::Share::parse(std::str::from_utf8(&opened.stdout).unwrap())
+                .unwrap()
+        })
+        .collect();
+    let identity = sceau_format::recovery_share::combine(&plain[..2]).unwrap();
+    let scalar = sceau_format::armor::decode(
+        &identity.identity_file(),
+        sceau_format::recovery_key::IDENTITY_LABEL,
+    )
+    .unwrap()
+    .bytes
+    .to_vec();
+    let mut args = vec!["recover".to_string()];
+    for share in &set.shares[..2] {
+        args.extend(["--share".into(), share.display().to_string()]);
+    }
+    for key in &keys {
+        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
+    }
+    args.extend(["--etcd-json".into(), json.display().to_string()]);
+    let (child, reader) = blocked_writing(dir, &args, 1, Stdio::null());
+    let pid = child.id();
+    let mut needles = vec![
+        ("scalar".to_string(), scalar.clone()),
+        (
+            "scalar (little-endian)".to_string(),
+            scalar.iter().rev().copied().collect(),
+        ),
+    ];
+    for (i, share) in plain.iter().enumerate().take(2) {
+        let value = share.value_bytes();
+        needles.push((format!("share {} value", i + 1), value.to_vec()));
+        needles.push((
+            format!("share {} value (little-endian)", i + 1),
+            value.iter().rev().copied().collect(),
+        ));
+        needles.extend(armored_block_lines(
+            &format!("share {}", i + 1),
+            &share.file(),
+        ));
+    }
+    let hits = find_all_in_process(pid, &needles, 16);
+    let locked = locked_kib(pid);
+    let (success, output) = finish(child, reader);
+    assert!(success);
+    assert_eq!(String::from_utf8(output).unwrap().trim_end(), secret);
+    assert!(
+        hits.is_empty(),
+        "the recovery key or a share in memory: {hits:#?}"
+    );
+    assert!(
+        locked > 0,
+        "memory not locked while the Secrets are printed"
+    );
+}
+
+/// VmLck of a live process, in KiB.
+fn locked_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmLck in /proc/PID/status")
+}
+
+/// `recover` locks all its memory (mlockall) before it reads any key: run
+/// as root (CAP_IPC_LOCK), blocked reading the identity's passphrase from
+/// a pipe nobody writes yet, its VmLck is most of its resident memory. Shown
+/// failing with `lock_all_memory` not called: VmLck 0 kB.
+#[test]
+fn recover_locks_its_memory_before_it_reads_a_key() {
+    let tmp = TempDir::new("recover-mlock");
+    let dir = tmp.path();
+    let passphrase = dir.join("passphrase");
+    std::fs::write(&passphrase, "locked in memory\n").unwrap();
+    let identity = dir.join("locked.identity");
+    ok(
+        run(
+            dir,
+            &recover_bin(),
+            &[
+                "recovery-keygen",
+                "--identity",
+                identity.to_str().unwrap(),
+                "--public",
+                dir.join("locked.pub").to_str().unwrap(),
+                "--passphrase-fd",
+                "0",
+            ],
+            Some(&passphrase),
+        ),
+        "recovery-keygen",
+    );
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut child = Command::new(recover_bin())
+        .args([
+            "recover",
+            "--identity",
+            identity.to_str().unwrap(),
+            "--passphrase-fd",
+            "0",
+            "--envelope",
+            "/dev/null",
+        ])
+        .current_dir(dir)
+        .stdin(reader)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let blocked = poll_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|s| s.starts_with("0 "))
+    });
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let locked = locked_kib(pid);
+    drop(writer);
+    let _ = wait_timeout(&mut child, TOOL_TIMEOUT).expect("recover finished");
+    assert!(blocked, "recover never blocked reading the passphrase");
+    let resident: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(
+        locked > 0 && locked * 2 >= resident,
+        "VmLck {locked} kB of VmRSS {resident} kB:\n{status}"
+    );
 }

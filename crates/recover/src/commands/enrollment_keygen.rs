@@ -23,6 +23,7 @@ pub fn run(options: &EnrollmentKeygenOptions) -> anyhow::Result<()> {
     // Gone before anything is written or printed: a memory scan while the
     // output blocks finds none of it.
     drop(identity);
+    super::scrub_stack();
     write_key_pair(
         ["--enrollment-identity", "--enrollment-public"],
         (&options.identity, &file),
