@@ -130,17 +130,22 @@ fn enroll_with(
     (answer, verified)
 }
 
-#[test]
-fn a_member_proves_its_srk_and_ek_share_a_tpm() {
-    let tmp = TempDir::new("enroll");
-    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+/// Steps 1–4 for `tpm` as label `node`, each of which must succeed.
+fn enrolled(tmp: &TempDir, tpm: &Swtpm) {
     let request = ok(
         sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
         "request",
     );
-    let (answer, verified) = enroll_with(&tmp, "node", &request, &tpm);
+    let (answer, verified) = enroll_with(tmp, "node", &request, tpm);
     ok(answer, "respond");
     ok(verified, "verify");
+}
+
+#[test]
+fn a_member_proves_its_srk_and_ek_share_a_tpm() {
+    let tmp = TempDir::new("enroll");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    enrolled(&tmp, &tpm);
     // The member file written is exactly what srk-public prints.
     let member = std::fs::read_to_string(tmp.join("node.pub")).unwrap();
     assert_eq!(
@@ -414,13 +419,7 @@ fn the_enrollment_identity_is_written_encrypted() {
         file.starts_with("-----BEGIN AGE ENCRYPTED FILE-----") && !file.contains("SCEAU"),
         "{file}"
     );
-    let request = ok(
-        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
-        "request",
-    );
-    let (answer, verified) = enroll_with(&tmp, "node", &request, &tpm);
-    ok(answer, "respond");
-    ok(verified, "verify");
+    enrolled(&tmp, &tpm);
     let verify_endorsed = |label: &str, identity: &Path, passphrase: &Path| {
         sceau_recover_reading(
             &[

@@ -632,6 +632,37 @@ fn on_terminal(dir: &Path, passphrase: &str, program: &Path, args: &[&str]) -> R
     run(dir, Path::new("python3"), &all, Some(&input))
 }
 
+/// `recovery-keygen --identity DIR/recovery.identity --public
+/// DIR/recovery.pub` on a pseudo-terminal, run by `under` (a program and
+/// its arguments, such as strace) or directly; what the terminal showed.
+fn keygen_on_terminal(dir: &Path, passphrase: &str, under: &[&str]) -> String {
+    let identity = dir.join("recovery.identity");
+    let public = dir.join("recovery.pub");
+    let recover = recover_bin();
+    let (program, mut args) = match under.split_first() {
+        Some((program, rest)) => (Path::new(*program), rest.to_vec()),
+        None => (recover.as_path(), Vec::new()),
+    };
+    if !under.is_empty() {
+        args.push(recover.to_str().unwrap());
+    }
+    args.extend([
+        "recovery-keygen",
+        "--identity",
+        identity.to_str().unwrap(),
+        "--public",
+        public.to_str().unwrap(),
+    ]);
+    let keygen = on_terminal(dir, passphrase, program, &args);
+    let shown = String::from_utf8_lossy(&keygen.stdout).into_owned();
+    assert!(
+        keygen.success,
+        "keygen on a terminal ({under:?}): {shown} {}",
+        keygen.stderr
+    );
+    shown
+}
+
 /// The passphrase of an identity is typed on a terminal with echo off
 /// (asked twice at keygen) and read through a file descriptor at recover;
 /// on the command line it is refused. The control runs the same driver
@@ -656,26 +687,8 @@ async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
         String::from_utf8_lossy(&echoing.stdout)
     );
 
-    let identity = dir.join("recovery.identity");
-    let public = dir.join("recovery.pub");
-    let keygen = on_terminal(
-        dir,
-        passphrase,
-        &recover_bin(),
-        &[
-            "recovery-keygen",
-            "--identity",
-            identity.to_str().unwrap(),
-            "--public",
-            public.to_str().unwrap(),
-        ],
-    );
-    let shown = String::from_utf8_lossy(&keygen.stdout);
-    assert!(
-        keygen.success,
-        "keygen on a terminal: {shown} {}",
-        keygen.stderr
-    );
+    let (identity, public) = (dir.join("recovery.identity"), dir.join("recovery.pub"));
+    let shown = keygen_on_terminal(dir, passphrase, &[]);
     assert!(
         shown.contains("passphrase for the recovery identity: ")
             && shown.contains("passphrase for the recovery identity (again): "),
@@ -824,32 +837,17 @@ fn the_prompt_is_written_after_echo_is_turned_off() {
     let tmp = TempDir::new("shares-prompt-order");
     let dir = tmp.path();
     let trace = dir.join("keygen.strace");
-    let identity = dir.join("recovery.identity");
-    let public = dir.join("recovery.pub");
-    let recover = recover_bin();
-    let keygen = on_terminal(
+    let shown = keygen_on_terminal(
         dir,
         "order-0f-things",
-        Path::new("strace"),
         &[
+            "strace",
             "-f",
             "-o",
             trace.to_str().unwrap(),
             "-e",
             "trace=write,ioctl",
-            recover.to_str().unwrap(),
-            "recovery-keygen",
-            "--identity",
-            identity.to_str().unwrap(),
-            "--public",
-            public.to_str().unwrap(),
         ],
-    );
-    let shown = String::from_utf8_lossy(&keygen.stdout);
-    assert!(
-        keygen.success,
-        "keygen under strace: {shown} {}",
-        keygen.stderr
     );
     let trace = std::fs::read_to_string(&trace).unwrap();
     let mut echo = true;
@@ -876,6 +874,32 @@ fn the_prompt_is_written_after_echo_is_turned_off() {
     assert!(!shown.contains("order-0f-things"), "echoed: {shown}");
 }
 
+/// A recovery key split 2-of-3 among custodians with age keys, and an
+/// envelope a real sceau made for it alone (its DEK, or KMS v2 seed).
+struct TwoOfThree {
+    tmp: TempDir,
+    keys: Vec<AgeKey>,
+    set: KeySet,
+    dek: Vec<u8>,
+    envelope: PathBuf,
+}
+
+async fn two_of_three(label: &str) -> TwoOfThree {
+    let tmp = TempDir::new(label);
+    let dir = tmp.path();
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("k{i}"))).collect();
+    let set = split(dir, "set", 2, &keys);
+    let (dek, envelope) = envelope_for(&tmp, &tpm, &set.public, None, "node").await;
+    TwoOfThree {
+        tmp,
+        keys,
+        set,
+        dek,
+        envelope,
+    }
+}
+
 /// Where the recovery scalar may be: nowhere on disk (every file keygen and
 /// recover wrote, in every encoding the scalar has: raw, base64 in an
 /// identity file, hex), and nowhere in `sceau-recover recover`'s memory
@@ -894,50 +918,19 @@ fn the_prompt_is_written_after_echo_is_turned_off() {
 /// `combine`.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_file_and_no_memory_holds_the_recovery_scalar() {
-    let tmp = TempDir::new("shares-no-scalar");
+    let TwoOfThree {
+        tmp,
+        keys,
+        set,
+        dek,
+        envelope,
+    } = two_of_three("shares-no-scalar").await;
     let dir = tmp.path();
-    let tpm = Swtpm::start(&tmp.subdir("tpm"));
-    let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("k{i}"))).collect();
-    let set = split(dir, "set", 2, &keys);
-    let (dek, envelope) = envelope_for(&tmp, &tpm, &set.public, None, "node").await;
 
-    // What a custodian sees with `age -d`; the test combines these itself
-    // to learn the scalar it then looks for.
-    let plain: Vec<sceau_format::recovery_share::Share> = set
-        .shares
-        .iter()
-        .zip(&keys)
-        .map(|(share, key)| {
-            let opened = ok(
-                run(
-                    dir,
-                    Path::new("age"),
-                    &[
-                        "-d",
-                        "-i",
-                        key.identity.to_str().unwrap(),
-                        share.to_str().unwrap(),
-                    ],
-                    None,
-                ),
-                "age -d",
-            );
-            let text = String::from_utf8(opened.stdout).unwrap();
-            assert!(
-                text.contains("-----BEGIN SCEAU RECOVERY SHARE-----"),
-                "{text}"
-            );
-            sceau_format::recovery_share::Share::parse(&text).unwrap()
-        })
-        .collect();
+    let plain = opened_by_custodians(dir, &set, &keys);
     let identity = sceau_format::recovery_share::combine(&plain[..2]).unwrap();
     let identity_file = identity.identity_file();
-    let armored =
-        sceau_format::armor::decode(&identity_file, sceau_format::recovery_key::IDENTITY_LABEL)
-            .unwrap();
-    let scalar = armored.bytes.to_vec();
-    assert_eq!(scalar.len(), 32);
-    let reversed: Vec<u8> = scalar.iter().rev().copied().collect();
+    let scalar = scalar_of(&identity_file);
     let encodings: Vec<(String, Vec<u8>)> = vec![
         ("raw".into(), scalar.clone()),
         (
@@ -962,61 +955,15 @@ async fn no_file_and_no_memory_holds_the_recovery_scalar() {
 
     // The memory: recover with a pipe that is already full as its
     // standard output, so that it blocks in write(1, DEK) with the key gone.
-    let (reader, mut writer) = std::io::pipe().unwrap();
-    let filler = vec![b'.'; 1 << 16];
-    // The pipe holds 64 KiB: fill it without blocking the test.
-    set_nonblocking_fill(&mut writer, &filler);
-    let mut args = vec!["recover".to_string()];
-    for share in &set.shares[1..] {
-        args.extend(["--share".into(), share.display().to_string()]);
-    }
-    for key in &keys {
-        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
-    }
-    args.extend(["--envelope".into(), envelope.display().to_string()]);
-    let mut child = Command::new(recover_bin())
-        .args(&args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let blocked_in_write = poll_until(Duration::from_secs(30), || {
-        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
-            .is_ok_and(|s| s.starts_with("1 0x1 "))
-    });
-    assert!(blocked_in_write, "recover never blocked writing its output");
-    let mut needles = vec![
-        ("scalar (big-endian)".to_string(), scalar.clone()),
-        ("scalar (little-endian)".to_string(), reversed),
-    ];
-    for (i, share) in plain.iter().enumerate().skip(1) {
-        let value = share.value_bytes();
-        needles.push((format!("share {} value", i + 1), value.to_vec()));
-        needles.push((
-            format!("share {} value (little-endian)", i + 1),
-            value.iter().rev().copied().collect(),
-        ));
-        // The share file's text as age gives it back: its base64 block.
-        needles.extend(armored_block_lines(
-            &format!("share {}", i + 1),
-            &share.file(),
-        ));
-    }
+    let args = recover_args(&set.shares[1..], &keys, "--envelope", &envelope);
+    let (child, reader) = blocked_writing(dir, &args, 1, Stdio::null());
+    let mut needles = key_needles(&scalar, &plain[1..], 2);
     needles.extend(armored_block_lines("identity file", &identity_file));
-    let hits = find_all_in_process(pid, &needles, 16);
+    let hits = find_all_in_process(child.id(), &needles, 16);
     // Let it finish: drain the pipe, then check it printed the DEK.
-    let drained = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        std::io::Read::read_to_end(&mut { reader }, &mut all).unwrap();
-        all
-    });
-    let status = wait_timeout(&mut child, TOOL_TIMEOUT).expect("recover finished");
-    let output = drained.join().unwrap();
-    assert!(status.success());
-    assert_eq!(&output[filler.len()..], dek.as_slice());
+    let (success, output) = finish(child, reader);
+    assert!(success);
+    assert_eq!(output, dek);
     assert!(
         hits.is_empty(),
         "the recovery key or a share in memory: {hits:#?}"
@@ -1055,6 +1002,93 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
             files.push(path);
         }
     }
+}
+
+/// `age -d -i KEY FILE`, as the holder of KEY opens FILE; the text.
+fn age_decrypt(dir: &Path, key: &Path, file: &Path) -> String {
+    let opened = ok(
+        run(
+            dir,
+            Path::new("age"),
+            &["-d", "-i", key.to_str().unwrap(), file.to_str().unwrap()],
+            None,
+        ),
+        "age -d",
+    );
+    String::from_utf8(opened.stdout).unwrap()
+}
+
+/// What each custodian sees with `age -d`: the share files of `set` opened
+/// with their keys. The tests combine these themselves to learn the scalar
+/// they then look for.
+fn opened_by_custodians(
+    dir: &Path,
+    set: &KeySet,
+    keys: &[AgeKey],
+) -> Vec<sceau_format::recovery_share::Share> {
+    set.shares
+        .iter()
+        .zip(keys)
+        .map(|(share, key)| {
+            let text = age_decrypt(dir, &key.identity, share);
+            assert!(
+                text.contains("-----BEGIN SCEAU RECOVERY SHARE-----"),
+                "{text}"
+            );
+            sceau_format::recovery_share::Share::parse(&text).unwrap()
+        })
+        .collect()
+}
+
+/// The scalar of a recovery identity file's text.
+fn scalar_of(identity_file: &str) -> Vec<u8> {
+    let armored =
+        sceau_format::armor::decode(identity_file, sceau_format::recovery_key::IDENTITY_LABEL)
+            .unwrap();
+    assert_eq!(armored.bytes.len(), 32);
+    armored.bytes.to_vec()
+}
+
+/// `recover` with `shares`, every custodian's age identity, and `input`
+/// (`--envelope`, `--etcd-json`, …) `path`.
+fn recover_args(shares: &[PathBuf], keys: &[AgeKey], input: &str, path: &Path) -> Vec<String> {
+    let mut args = vec!["recover".to_string()];
+    for share in shares {
+        args.extend(["--share".into(), share.display().to_string()]);
+    }
+    for key in keys {
+        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
+    }
+    args.extend([input.into(), path.display().to_string()]);
+    args
+}
+
+/// A memory scan's needles for the recovery key: the scalar in both byte
+/// orders (p256 keeps it as little-endian limbs), and for each of `shares`
+/// (numbered from `first`) its value in both orders and its file's base64.
+fn key_needles(
+    scalar: &[u8],
+    shares: &[sceau_format::recovery_share::Share],
+    first: usize,
+) -> Vec<(String, Vec<u8>)> {
+    let mut needles = vec![
+        ("scalar (big-endian)".to_string(), scalar.to_vec()),
+        (
+            "scalar (little-endian)".to_string(),
+            scalar.iter().rev().copied().collect(),
+        ),
+    ];
+    for (n, share) in (first..).zip(shares) {
+        let value = share.value_bytes();
+        needles.push((format!("share {n} value"), value.to_vec()));
+        needles.push((
+            format!("share {n} value (little-endian)"),
+            value.iter().rev().copied().collect(),
+        ));
+        // The share file's text as age gives it back: its base64 block.
+        needles.extend(armored_block_lines(&format!("share {n}"), &share.file()));
+    }
+    needles
 }
 
 /// The base64 lines of an armored text's block, each a needle: what a
@@ -1160,21 +1194,7 @@ fn keygen_leaves_no_copy_of_the_private_key_in_memory() {
         let pid = child.id();
         // The file is written before the closing line; the test opens it
         // with the holder's key, as its holder would.
-        let opened = ok(
-            run(
-                dir,
-                Path::new("age"),
-                &[
-                    "-d",
-                    "-i",
-                    holder.identity.to_str().unwrap(),
-                    identity.to_str().unwrap(),
-                ],
-                None,
-            ),
-            "age -d",
-        );
-        let text = String::from_utf8(opened.stdout).unwrap();
+        let text = age_decrypt(dir, &holder.identity, &identity);
         let scalar = sceau_format::armor::decode(&text, label).unwrap().bytes;
         assert_eq!(scalar.len(), 32, "{command}");
         let mut needles = vec![
@@ -1233,12 +1253,14 @@ open(sys.argv[3], "w").write(json.dumps({"kvs": [kv], "count": 1}))
 /// was 0.
 #[tokio::test(flavor = "multi_thread")]
 async fn etcd_recovery_wipes_the_key_before_printing() {
-    let tmp = TempDir::new("shares-etcd-no-key");
+    let TwoOfThree {
+        tmp,
+        keys,
+        set,
+        dek: seed,
+        envelope,
+    } = two_of_three("shares-etcd-no-key").await;
     let dir = tmp.path();
-    let tpm = Swtpm::start(&tmp.subdir("tpm"));
-    let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("e{i}"))).collect();
-    let set = split(dir, "set", 2, &keys);
-    let (seed, envelope) = envelope_for(&tmp, &tpm, &set.public, None, "node").await;
     let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db","namespace":"default"},"data":{"password":"c2VjcmV0"}}"#;
     let json = dir.join("etcd.json");
     let writer = dir.join("etcd-json-writer.py");
@@ -1260,66 +1282,13 @@ async fn etcd_recovery_wipes_the_key_before_printing() {
         ),
         "etcd JSON writer",
     );
-    let plain: Vec<sceau_format::recovery_share::Share> = set
-        .shares
-        .iter()
-        .zip(&keys)
-        .map(|(share, key)| {
-            let opened = ok(
-                run(
-                    dir,
-                    Path::new("age"),
-                    &[
-                        "-d",
-                        "-i",
-                        key.identity.to_str().unwrap(),
-                        share.to_str().unwrap(),
-                    ],
-                    None,
-                ),
-                "age -d",
-            );
-            sceau_format::recovery_share::Share::parse(std::str::from_utf8(&opened.stdout).unwrap())
-                .unwrap()
-        })
-        .collect();
+    let plain = opened_by_custodians(dir, &set, &keys);
     let identity = sceau_format::recovery_share::combine(&plain[..2]).unwrap();
-    let scalar = sceau_format::armor::decode(
-        &identity.identity_file(),
-        sceau_format::recovery_key::IDENTITY_LABEL,
-    )
-    .unwrap()
-    .bytes
-    .to_vec();
-    let mut args = vec!["recover".to_string()];
-    for share in &set.shares[..2] {
-        args.extend(["--share".into(), share.display().to_string()]);
-    }
-    for key in &keys {
-        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
-    }
-    args.extend(["--etcd-json".into(), json.display().to_string()]);
+    let scalar = scalar_of(&identity.identity_file());
+    let args = recover_args(&set.shares[..2], &keys, "--etcd-json", &json);
     let (child, reader) = blocked_writing(dir, &args, 1, Stdio::null());
     let pid = child.id();
-    let mut needles = vec![
-        ("scalar".to_string(), scalar.clone()),
-        (
-            "scalar (little-endian)".to_string(),
-            scalar.iter().rev().copied().collect(),
-        ),
-    ];
-    for (i, share) in plain.iter().enumerate().take(2) {
-        let value = share.value_bytes();
-        needles.push((format!("share {} value", i + 1), value.to_vec()));
-        needles.push((
-            format!("share {} value (little-endian)", i + 1),
-            value.iter().rev().copied().collect(),
-        ));
-        needles.extend(armored_block_lines(
-            &format!("share {}", i + 1),
-            &share.file(),
-        ));
-    }
+    let needles = key_needles(&scalar, &plain[..2], 1);
     let hits = find_all_in_process(pid, &needles, 16);
     let locked = locked_kib(pid);
     let (success, output) = finish(child, reader);
@@ -1337,53 +1306,35 @@ async fn etcd_recovery_wipes_the_key_before_printing() {
 
 /// VmLck of a live process, in KiB.
 fn locked_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmLck:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmLck in /proc/PID/status")
+    kib(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap(),
+        "VmLck:",
+    )
 }
 
-/// `recover` locks all its memory (mlockall) before it reads any key: run
-/// as root (CAP_IPC_LOCK), blocked reading the identity's passphrase from
-/// a pipe nobody writes yet, its VmLck is most of its resident memory. Shown
-/// failing with `lock_all_memory` not called: VmLck 0 kB.
+/// A `FIELD: N kB` line of /proc/PID/status, in KiB.
+fn kib(status: &str, field: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+/// `recover` locks all its memory (mlockall) before it holds a key: run
+/// as root (CAP_IPC_LOCK) with the identity read and the envelope still to
+/// come on a pipe nobody writes yet (`--envelope -`), its VmLck is most of
+/// its resident memory. Shown failing with `lock_all_memory` not called:
+/// VmLck 0 kB.
 #[test]
 fn recover_locks_its_memory_before_it_reads_a_key() {
     let tmp = TempDir::new("recover-mlock");
     let dir = tmp.path();
-    let passphrase = dir.join("passphrase");
-    std::fs::write(&passphrase, "locked in memory\n").unwrap();
-    let identity = dir.join("locked.identity");
-    ok(
-        run(
-            dir,
-            &recover_bin(),
-            &[
-                "recovery-keygen",
-                "--identity",
-                identity.to_str().unwrap(),
-                "--public",
-                dir.join("locked.pub").to_str().unwrap(),
-                "--passphrase-fd",
-                "0",
-            ],
-            Some(&passphrase),
-        ),
-        "recovery-keygen",
-    );
+    let (identity, _) = identity_keygen(dir, "locked", &["--unencrypted-private-key"]);
     let (reader, writer) = std::io::pipe().unwrap();
     let mut child = Command::new(recover_bin())
-        .args([
-            "recover",
-            "--identity",
-            identity.to_str().unwrap(),
-            "--passphrase-fd",
-            "0",
-            "--envelope",
-            "/dev/null",
-        ])
+        .args(["recover", "--identity", identity.to_str().unwrap()])
+        .args(["--envelope", "-"])
         .current_dir(dir)
         .stdin(reader)
         .stdout(Stdio::null())
@@ -1392,18 +1343,14 @@ fn recover_locks_its_memory_before_it_reads_a_key() {
         .unwrap();
     let pid = child.id();
     let blocked = poll_until(Duration::from_secs(30), || {
-        std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|s| s.starts_with("0 "))
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| s.starts_with("0 0x0 "))
     });
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let locked = locked_kib(pid);
     drop(writer);
     let _ = wait_timeout(&mut child, TOOL_TIMEOUT).expect("recover finished");
-    assert!(blocked, "recover never blocked reading the passphrase");
-    let resident: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
+    assert!(blocked, "recover never blocked reading its input");
+    let (locked, resident) = (kib(&status, "VmLck:"), kib(&status, "VmRSS:"));
     assert!(
         locked > 0 && locked * 2 >= resident,
         "VmLck {locked} kB of VmRSS {resident} kB:\n{status}"
