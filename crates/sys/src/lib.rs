@@ -52,6 +52,12 @@ pub struct DeferredStopSignals {
 
 impl DeferredStopSignals {
     pub fn hold() -> std::io::Result<Self> {
+        Self::hold_these(&[libc::SIGTERM, libc::SIGINT])
+    }
+
+    /// Holds `signals` pending in the calling thread until the guard is
+    /// dropped.
+    fn hold_these(signals: &[libc::c_int]) -> std::io::Result<Self> {
         let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
         // SAFETY: the pointer is to writable storage for one sigset_t, owned
         // by this frame; sigemptyset writes only there.
@@ -60,7 +66,7 @@ impl DeferredStopSignals {
         }
         // SAFETY: sigemptyset returned 0, so it initialised the whole set.
         let mut set = unsafe { empty.assume_init() };
-        for signal in [libc::SIGTERM, libc::SIGINT] {
+        for &signal in signals {
             // SAFETY: `set` is an initialised sigset_t owned by this frame,
             // and sigaddset writes only into it.
             if unsafe { libc::sigaddset(&mut set, signal) } != 0 {
@@ -86,7 +92,7 @@ impl DeferredStopSignals {
 impl Drop for DeferredStopSignals {
     fn drop(&mut self) {
         if let Err(e) = Self::mask(libc::SIG_UNBLOCK, &self.set) {
-            log::error!("could not unblock SIGTERM and SIGINT: {e}");
+            log::error!("could not unblock the held signals: {e}");
         }
     }
 }
@@ -626,6 +632,14 @@ pub const MAX_PASSPHRASE: usize = 1024;
 /// read into one buffer of [`MAX_PASSPHRASE`] bytes allocated up front and
 /// returned without its newline; the terminal is restored on every return,
 /// and after the line a newline is written, which the terminal did not echo.
+///
+/// The signals that would end or stop the process with echo off (INT,
+/// TERM, HUP, QUIT, TSTP) are held pending while echo is off and delivered
+/// once the terminal is restored: a Ctrl-C discards the line typed so far
+/// and takes effect at the next Enter, with echo back on. (readpassphrase
+/// catches them instead; holding them needs no handler and no global state.)
+/// `sceau-recover` asks with no other thread running, so none receives them
+/// meanwhile.
 pub fn read_passphrase(prompt: &str) -> std::io::Result<zeroize::Zeroizing<String>> {
     use std::io::{Read as _, Write as _};
     use std::os::fd::AsRawFd as _;
@@ -636,6 +650,14 @@ pub fn read_passphrase(prompt: &str) -> std::io::Result<zeroize::Zeroizing<Strin
         .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
         .open("/dev/tty")?;
     let fd = tty.as_raw_fd();
+    // Declared before the restore guard, so released after it.
+    let _held = DeferredStopSignals::hold_these(&[
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGTSTP,
+    ])?;
     let mut saved = MaybeUninit::<libc::termios>::uninit();
     // SAFETY: `saved` is writable storage for one termios, which tcgetattr
     // fills on success; `fd` is the open terminal owned by `tty`.
