@@ -105,7 +105,10 @@ pub(crate) fn read_private(
     // Key files are a few KiB; a larger one is not what was meant, and
     // would be held (locked) in memory whole.
     const MAX_PRIVATE_FILE: u64 = 1024 * 1024;
-    let mut text = zeroize::Zeroizing::new(String::new());
+    // Sized from the file, so that reading never grows (and copies) it.
+    let size =
+        usize::try_from(file.metadata().map_or(0, |m| m.len()).min(MAX_PRIVATE_FILE)).unwrap_or(0);
+    let mut text = zeroize::Zeroizing::new(String::with_capacity(size + 1));
     file.take(MAX_PRIVATE_FILE + 1)
         .read_to_string(&mut text)
         .with_context(|| format!("reading {}", path.display()))?;
