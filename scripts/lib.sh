@@ -11,7 +11,7 @@
 # keys with it and open share files with it, as a custodian would;
 # openssh-client brings ssh-keygen, for the custodians' SSH keys.
 SCEAU_PACKAGES=(libtss2-dev libssl-dev pkg-config gcc binutils swtpm swtpm-tools tpm2-tools systemd util-linux procps python3
-    gnutls-bin openssl zsh man-db groff-base dpkg-dev lintian age openssh-client)
+    gnutls-bin openssl zsh man-db groff-base dpkg-dev lintian age openssh-client strace python3-cryptography)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).
 install_packages() {

@@ -3,7 +3,8 @@
 //! JSON (`values_from_etcdctl_json`, over `crates/recover/src/json.rs`), the KMS v2
 //! stored value (`parse_stored_value`, `decrypt_data`), the decrypted object
 //! (`decode_object`, `describe_secret`, `Secret::to_json`) and the report
-//! loop that ties them together (`report::recover_secrets`).
+//! loop that ties them together (`report::open_seeds`, then
+//! `report::recover_secrets`).
 //!
 //! Input: a mode byte (`sceau_fuzz::codec::recovery_mode`), then a snapshot
 //! file, etcdctl JSON (read as lossy UTF-8), a u8-framed etcd key followed by
@@ -45,7 +46,7 @@ use sceau_recover::kubernetes::{
     DekSourceType, KMS_V2_PREFIX, KmsV2Object, KubeObject, KubernetesError, PROTOBUF_MAGIC, Secret,
     decode_object, decrypt_data, describe_secret, parse_stored_value,
 };
-use sceau_recover::report::recover_secrets;
+use sceau_recover::report::{open_seeds, recover_secrets};
 
 struct Fixture {
     identity: RecoveryIdentity,
@@ -151,8 +152,9 @@ fn recover_with(
     known: Option<&sceau_format::members::KnownMembers>,
 ) -> sceau_recover::report::Summary {
     let (mut out, mut log) = (Vec::new(), Vec::new());
-    let summary = recover_secrets(&fixture().identity, known, values, &mut out, &mut log)
-        .expect("writing to memory succeeds");
+    let seeds = open_seeds(&fixture().identity, known, values);
+    let summary =
+        recover_secrets(&seeds, values, &mut out, &mut log).expect("writing to memory succeeds");
     assert_eq!(
         summary.printed + summary.skipped + summary.failed,
         values.len()

@@ -1128,6 +1128,9 @@ fn enrollment_key(tmp: &TempDir, label: &str) -> KeyPair {
             key.identity.to_str().unwrap(),
             "--enrollment-public",
             key.public.to_str().unwrap(),
+            // The protected identity has its own test
+            // (`enroll::the_enrollment_identity_is_written_encrypted`).
+            "--unencrypted-private-key",
         ],
     );
     key

@@ -24,6 +24,16 @@ fn sceau_recover(args: &[&str]) -> Output {
         .expect("running sceau-recover")
 }
 
+/// `sceau-recover` with `stdin` as its standard input (for
+/// `--passphrase-fd 0`).
+fn sceau_recover_reading(args: &[&str], stdin: &Path) -> Output {
+    Command::new(recover_bin())
+        .args(args)
+        .stdin(std::fs::File::open(stdin).unwrap())
+        .output()
+        .expect("running sceau-recover")
+}
+
 fn ok(output: Output, what: &str) -> String {
     assert!(
         output.status.success(),
@@ -35,6 +45,39 @@ fn ok(output: Output, what: &str) -> String {
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// `enroll verify` of the files `enroll_with` wrote for `label`, with
+/// `request` (written to `LABEL.swapped`) in place of the request the
+/// challenge was made from; the member file goes to `LABEL.swapped.pub`.
+fn verify_with_request(tmp: &TempDir, label: &str, request: &str) -> Output {
+    let swapped = tmp.join(&format!("{label}.swapped"));
+    std::fs::write(&swapped, request).unwrap();
+    sceau_recover(&[
+        "enroll",
+        "verify",
+        "--request",
+        path(&swapped),
+        "--expected",
+        path(&tmp.join(&format!("{label}.expected"))),
+        "--response",
+        path(&tmp.join(&format!("{label}.response"))),
+        "--member-out",
+        path(&tmp.join(&format!("{label}.swapped.pub"))),
+    ])
+}
+
+/// The refusal of a request swapped between challenge and verify: one
+/// line naming what changed, and no member file.
+fn assert_swap_refused(tmp: &TempDir, label: &str, refused: Output, says: &str) {
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{label}: verified");
+    assert_eq!(stderr.lines().count(), 1, "{label}: {stderr}");
+    assert!(
+        stderr.contains(says) && stderr.contains("the request changed since `enroll challenge`"),
+        "{label}: {stderr}"
+    );
+    assert!(!tmp.join(&format!("{label}.swapped.pub")).exists());
 }
 
 /// Runs steps 2–4 for `request`, answering on `answering_tpm`.
@@ -87,17 +130,22 @@ fn enroll_with(
     (answer, verified)
 }
 
-#[test]
-fn a_member_proves_its_srk_and_ek_share_a_tpm() {
-    let tmp = TempDir::new("enroll");
-    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+/// Steps 1–4 for `tpm` as label `node`, each of which must succeed.
+fn enrolled(tmp: &TempDir, tpm: &Swtpm) {
     let request = ok(
         sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
         "request",
     );
-    let (answer, verified) = enroll_with(&tmp, "node", &request, &tpm);
+    let (answer, verified) = enroll_with(tmp, "node", &request, tpm);
     ok(answer, "respond");
     ok(verified, "verify");
+}
+
+#[test]
+fn a_member_proves_its_srk_and_ek_share_a_tpm() {
+    let tmp = TempDir::new("enroll");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    enrolled(&tmp, &tpm);
     // The member file written is exactly what srk-public prints.
     let member = std::fs::read_to_string(tmp.join("node.pub")).unwrap();
     assert_eq!(
@@ -200,6 +248,25 @@ fn a_signing_key_from_another_tpm_is_not_enrolled() {
     );
 }
 
+/// The answer proves the SRK and signing key share a TPM with the EK the
+/// challenge was made for; `verify` then reports that EK and endorses the
+/// member file with it. A request swapped between challenge and verify
+/// (the same member keys with another TPM's EK) is refused by the EK the
+/// expected answer pins. Shown failing before the pin: verify wrote the
+/// member file and reported the other TPM's EK.
+#[test]
+fn a_request_with_another_ek_at_verify_is_refused() {
+    let tmp = TempDir::new("enroll-swapped-ek");
+    let [(tpm_a, request_a), (_tpm_b, request_b)] = two_tpms_and_their_requests(&tmp);
+    let (answer, verified) = enroll_with(&tmp, "node", &request_a, &tpm_a);
+    ok(answer, "respond");
+    ok(verified, "verify");
+    let member_a = &request_a[..request_a.find("# The endorsement key").unwrap()];
+    let ek_b = &request_b[request_b.find("# The endorsement key").unwrap()..];
+    let swapped = verify_with_request(&tmp, "node", &format!("{member_a}{ek_b}"));
+    assert_swap_refused(&tmp, "node", swapped, "the challenge was made for EK");
+}
+
 /// A TCG EK certificate at NV index 0x01c0000a (issued here by swtpm's own
 /// local CA for the TPM's P-256 EK) travels in the request, and the challenge
 /// step checks that it names the EK; one for another key is refused.
@@ -227,6 +294,16 @@ fn an_ek_certificate_must_name_the_ek() {
     let (answer, verified) = enroll_with(&tmp, "certified", &request, &tpm);
     ok(answer, "respond");
     ok(verified, "verify");
+    // The certificate is pinned by the expected answer: the same request
+    // without it is refused at verify (shown failing before the pin).
+    let cert_at = request.find("# DER").unwrap();
+    let uncertified = verify_with_request(&tmp, "certified", &request[..cert_at]);
+    assert_swap_refused(
+        &tmp,
+        "certified",
+        uncertified,
+        "the challenge was made for EK certificate",
+    );
 
     // The same certificate in another TPM's request does not name its EK.
     let other = Swtpm::start(&tmp.subdir("other"));
@@ -304,4 +381,101 @@ fn store_ek_certificate(tools: &Tpm2Tools, der: &[u8]) {
         ],
     );
     tools.run("tpm2_nvwrite", &["0x01c0000a", "-C", "p", "-i", "ek.der"]);
+}
+
+/// `enrollment-keygen` writes the enrollment identity as an age file (to a
+/// passphrase by default, asked before the key exists), as
+/// `recovery-keygen` does, and `enroll verify --enrollment-identity` opens it
+/// with the passphrase (through `--passphrase-fd`) and endorses; a wrong
+/// passphrase writes no member file. Plaintext only with
+/// `--unencrypted-private-key`, which verify still opens, with a warning.
+/// Shown failing before `--protect`: keygen wrote the identity in plaintext
+/// (and refused `--passphrase-fd` as a usage error).
+#[test]
+fn the_enrollment_identity_is_written_encrypted() {
+    let tmp = TempDir::new("enroll-protected");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let passphrase = tmp.join("passphrase");
+    std::fs::write(&passphrase, "enrolment custodian phrase\n").unwrap();
+    let identity = tmp.join("enrollment.identity");
+    let public = tmp.join("enrollment.pub");
+    ok(
+        sceau_recover_reading(
+            &[
+                "enrollment-keygen",
+                "--enrollment-identity",
+                path(&identity),
+                "--enrollment-public",
+                path(&public),
+                "--passphrase-fd",
+                "0",
+            ],
+            &passphrase,
+        ),
+        "enrollment-keygen",
+    );
+    let file = std::fs::read_to_string(&identity).unwrap();
+    assert!(
+        file.starts_with("-----BEGIN AGE ENCRYPTED FILE-----") && !file.contains("SCEAU"),
+        "{file}"
+    );
+    enrolled(&tmp, &tpm);
+    let verify_endorsed = |label: &str, identity: &Path, passphrase: &Path| {
+        sceau_recover_reading(
+            &[
+                "enroll",
+                "verify",
+                "--request",
+                path(&tmp.join("node.request")),
+                "--expected",
+                path(&tmp.join("node.expected")),
+                "--response",
+                path(&tmp.join("node.response")),
+                "--member-out",
+                path(&tmp.join(&format!("{label}.pub"))),
+                "--enrollment-identity",
+                path(identity),
+                "--passphrase-fd",
+                "0",
+            ],
+            passphrase,
+        )
+    };
+    let wrong = tmp.join("wrong");
+    std::fs::write(&wrong, "not the phrase\n").unwrap();
+    let refused = verify_endorsed("wrong", &identity, &wrong);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("wrong passphrase"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!tmp.join("wrong.pub").exists());
+    ok(
+        verify_endorsed("endorsed", &identity, &passphrase),
+        "verify with the encrypted identity",
+    );
+    let member = std::fs::read_to_string(tmp.join("endorsed.pub")).unwrap();
+    assert!(member.contains("SCEAU MEMBER ENDORSEMENT"), "{member}");
+
+    // Plaintext only when asked; it still opens, with a warning.
+    let plain = tmp.join("plain.identity");
+    ok(
+        sceau_recover(&[
+            "enrollment-keygen",
+            "--enrollment-identity",
+            path(&plain),
+            "--enrollment-public",
+            path(&tmp.join("plain.pub")),
+            "--unencrypted-private-key",
+        ]),
+        "enrollment-keygen --unencrypted-private-key",
+    );
+    let opened = verify_endorsed("plain-endorsed", &plain, &passphrase);
+    let stderr = String::from_utf8_lossy(&opened.stderr);
+    assert!(opened.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("holds the enrollment private key unencrypted"),
+        "{stderr}"
+    );
 }

@@ -594,19 +594,20 @@ fn set_private(path: &Path) {
 
 /// Drives a program on a pseudo-terminal: answers every prompt that ends
 /// in "passphrase for …: " with the passphrase (read from standard input,
-/// so that it is in no argument), only once the prompt is there, and
+/// so that it is in no argument), as soon as the prompt is there, and
 /// prints what the terminal showed. Typing before the prompt would be
-/// echoed by the line discipline whatever the program does; and rpassword
-/// writes the prompt a moment before it turns echo off, so the driver, like
-/// a person, types 300 ms after the prompt (typed within microseconds of
-/// it, the passphrase was echoed once in this test: readpassphrase(3), as
-/// ssh uses it, turns echo off first; rpassword's order is kept here).
+/// echoed by the line discipline whatever the program does; typing right
+/// after it is what a program that writes its prompt before turning echo
+/// off (rpassword did) shows on the screen, so the driver does not wait.
+/// Given `^C` as the passphrase, it types Ctrl-C at the prompt and Enter
+/// 300 ms later, and then prints the program's exit status and whether
+/// the terminal echoes.
 const PTY_DRIVER: &str = r#"
-import os, pty, sys, time
+import os, pty, sys, termios, time
 passphrase = sys.stdin.readline().rstrip("\n").encode()
 pid, fd = pty.fork()
 if pid == 0:
-    os.execv(sys.argv[1], sys.argv[1:])
+    os.execvp(sys.argv[1], sys.argv[1:])
 shown, answered = b"", 0
 while True:
     try:
@@ -618,10 +619,16 @@ while True:
     shown += chunk
     if shown.count(b"passphrase for") > answered:
         answered += 1
-        time.sleep(0.3)
-        os.write(fd, passphrase + b"\n")
+        if passphrase == b"^C":
+            os.write(fd, b"\x03")
+            time.sleep(0.3)
+        os.write(fd, passphrase + b"\n" if passphrase != b"^C" else b"\n")
 _, status = os.waitpid(pid, 0)
 sys.stdout.write(shown.decode("utf-8", "replace"))
+if passphrase == b"^C":
+    echo = termios.tcgetattr(fd)[3] & termios.ECHO
+    sys.stdout.write("\nstatus %d, echo %s\n" % (os.waitstatus_to_exitcode(status), "on" if echo else "off"))
+    sys.exit(0)
 sys.exit(os.waitstatus_to_exitcode(status))
 "#;
 
@@ -633,6 +640,37 @@ fn on_terminal(dir: &Path, passphrase: &str, program: &Path, args: &[&str]) -> R
     let mut all = vec![driver.to_str().unwrap(), program.to_str().unwrap()];
     all.extend(args);
     run(dir, Path::new("python3"), &all, Some(&input))
+}
+
+/// `recovery-keygen --identity DIR/recovery.identity --public
+/// DIR/recovery.pub` on a pseudo-terminal, run by `under` (a program and
+/// its arguments, such as strace) or directly; what the terminal showed.
+fn keygen_on_terminal(dir: &Path, passphrase: &str, under: &[&str]) -> String {
+    let identity = dir.join("recovery.identity");
+    let public = dir.join("recovery.pub");
+    let recover = recover_bin();
+    let (program, mut args) = match under.split_first() {
+        Some((program, rest)) => (Path::new(*program), rest.to_vec()),
+        None => (recover.as_path(), Vec::new()),
+    };
+    if !under.is_empty() {
+        args.push(recover.to_str().unwrap());
+    }
+    args.extend([
+        "recovery-keygen",
+        "--identity",
+        identity.to_str().unwrap(),
+        "--public",
+        public.to_str().unwrap(),
+    ]);
+    let keygen = on_terminal(dir, passphrase, program, &args);
+    let shown = String::from_utf8_lossy(&keygen.stdout).into_owned();
+    assert!(
+        keygen.success,
+        "keygen on a terminal ({under:?}): {shown} {}",
+        keygen.stderr
+    );
+    shown
 }
 
 /// The passphrase of an identity is typed on a terminal with echo off
@@ -659,26 +697,8 @@ async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
         String::from_utf8_lossy(&echoing.stdout)
     );
 
-    let identity = dir.join("recovery.identity");
-    let public = dir.join("recovery.pub");
-    let keygen = on_terminal(
-        dir,
-        passphrase,
-        &recover_bin(),
-        &[
-            "recovery-keygen",
-            "--identity",
-            identity.to_str().unwrap(),
-            "--public",
-            public.to_str().unwrap(),
-        ],
-    );
-    let shown = String::from_utf8_lossy(&keygen.stdout);
-    assert!(
-        keygen.success,
-        "keygen on a terminal: {shown} {}",
-        keygen.stderr
-    );
+    let (identity, public) = (dir.join("recovery.identity"), dir.join("recovery.pub"));
+    let shown = keygen_on_terminal(dir, passphrase, &[]);
     assert!(
         shown.contains("passphrase for the recovery identity: ")
             && shown.contains("passphrase for the recovery identity (again): "),
@@ -816,13 +836,112 @@ async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
 }
 
+/// The terminal prompt turns echo off before it writes the prompt, as
+/// readpassphrase(3) does: `strace` of `recovery-keygen` on a
+/// pseudo-terminal records every TCSETS ioctl (with its c_lflag) and every
+/// write, and at each write of a prompt the last TCSETS must have cleared
+/// ECHO. Shown failing with rpassword, which wrote the prompt first and then
+/// called tcsetattr: "prompt written with echo on".
+#[test]
+fn the_prompt_is_written_after_echo_is_turned_off() {
+    let tmp = TempDir::new("shares-prompt-order");
+    let dir = tmp.path();
+    let trace = dir.join("keygen.strace");
+    let shown = keygen_on_terminal(
+        dir,
+        "order-0f-things",
+        &[
+            "strace",
+            "-f",
+            "-o",
+            trace.to_str().unwrap(),
+            "-e",
+            "trace=write,ioctl",
+        ],
+    );
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let mut echo = true;
+    let mut prompts = 0;
+    let mut settings = 0;
+    for line in trace.lines() {
+        if line.contains("ioctl(") && line.contains("TCSETS") {
+            let lflag = line
+                .split("c_lflag=")
+                .nth(1)
+                .and_then(|rest| rest.split([',', '}']).next())
+                .unwrap_or_else(|| panic!("no c_lflag in {line}"));
+            echo = lflag.split('|').any(|flag| flag.trim() == "ECHO");
+            settings += 1;
+        } else if line.contains("write(") && line.contains("\"passphrase for") {
+            assert!(!echo, "prompt written with echo on:\n{trace}");
+            prompts += 1;
+        }
+    }
+    // Two prompts (the passphrase and its confirmation), each between echo
+    // off and the restore.
+    assert_eq!((prompts, settings), (2, 4), "{trace}");
+    assert!(echo, "the terminal was left with echo off:\n{trace}");
+    assert!(!shown.contains("order-0f-things"), "echoed: {shown}");
+}
+
+/// Ctrl-C while a passphrase is asked ends the command with the terminal
+/// echoing again: the stop signals are held while echo is off and
+/// delivered once it is restored, so the run ends by SIGINT at the next
+/// Enter, and no key is written. Shown failing with SIGINT left out of the
+/// held signals: the process died at once and left the terminal with echo
+/// off.
+#[test]
+fn ctrl_c_at_the_prompt_leaves_the_terminal_echoing() {
+    let tmp = TempDir::new("shares-prompt-interrupt");
+    let dir = tmp.path();
+    // The driver exits 0 and reports the program's status in its output.
+    let shown = keygen_on_terminal(dir, "^C", &[]);
+    assert!(
+        shown.contains("passphrase for the recovery identity: "),
+        "{shown}"
+    );
+    // SIGINT is 2: waitstatus_to_exitcode gives -2.
+    assert!(shown.contains("status -2, echo on"), "{shown}");
+    assert!(!dir.join("recovery.identity").exists());
+}
+
+/// A recovery key split 2-of-3 among custodians with age keys, and an
+/// envelope a real sceau made for it alone (its DEK, or KMS v2 seed).
+struct TwoOfThree {
+    tmp: TempDir,
+    keys: Vec<AgeKey>,
+    set: KeySet,
+    dek: Vec<u8>,
+    envelope: PathBuf,
+}
+
+async fn two_of_three(label: &str) -> TwoOfThree {
+    let tmp = TempDir::new(label);
+    let dir = tmp.path();
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("k{i}"))).collect();
+    let set = split(dir, "set", 2, &keys);
+    let (dek, envelope) = envelope_for(&tmp, &tpm, &set.public, None, "node").await;
+    TwoOfThree {
+        tmp,
+        keys,
+        set,
+        dek,
+        envelope,
+    }
+}
+
 /// Where the recovery scalar may be: nowhere on disk (every file keygen and
 /// recover wrote, in every encoding the scalar has: raw, base64 in an
 /// identity file, hex), and nowhere in `sceau-recover recover`'s memory
 /// once it has opened the envelope: the scan runs while the process is
 /// blocked writing the DEK to a full pipe, after it dropped the key. The
 /// scan looks for the scalar big-endian and little-endian (p256 keeps it as
-/// little-endian limbs) and for each share value. Checked once to fail,
+/// little-endian limbs), for each share value, and for the base64 block of
+/// each share file and of the identity file (what a freed copy of a file's
+/// text would hold). Without the wiping allocator, the scan found the share
+/// files' base64 (read_to_end's and armor's grown buffers, freed unwiped:
+/// shown once). Checked once to fail,
 /// three ways: with the share values inline in `Share`, the scan found one
 /// on the heap (a moved-from Vec slot); with the key inline in
 /// `RecoveryIdentity`, copies of the scalar in `run`'s frame (moved-from
@@ -830,50 +949,19 @@ async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {
 /// `combine`.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_file_and_no_memory_holds_the_recovery_scalar() {
-    let tmp = TempDir::new("shares-no-scalar");
+    let TwoOfThree {
+        tmp,
+        keys,
+        set,
+        dek,
+        envelope,
+    } = two_of_three("shares-no-scalar").await;
     let dir = tmp.path();
-    let tpm = Swtpm::start(&tmp.subdir("tpm"));
-    let keys: Vec<AgeKey> = (0..3).map(|i| age_key(dir, &format!("k{i}"))).collect();
-    let set = split(dir, "set", 2, &keys);
-    let (dek, envelope) = envelope_for(&tmp, &tpm, &set.public, None, "node").await;
 
-    // What a custodian sees with `age -d`; the test combines these itself
-    // to learn the scalar it then looks for.
-    let plain: Vec<sceau_format::recovery_share::Share> = set
-        .shares
-        .iter()
-        .zip(&keys)
-        .map(|(share, key)| {
-            let opened = ok(
-                run(
-                    dir,
-                    Path::new("age"),
-                    &[
-                        "-d",
-                        "-i",
-                        key.identity.to_str().unwrap(),
-                        share.to_str().unwrap(),
-                    ],
-                    None,
-                ),
-                "age -d",
-            );
-            let text = String::from_utf8(opened.stdout).unwrap();
-            assert!(
-                text.contains("-----BEGIN SCEAU RECOVERY SHARE-----"),
-                "{text}"
-            );
-            sceau_format::recovery_share::Share::parse(&text).unwrap()
-        })
-        .collect();
+    let plain = opened_by_custodians(dir, &set, &keys);
     let identity = sceau_format::recovery_share::combine(&plain[..2]).unwrap();
     let identity_file = identity.identity_file();
-    let armored =
-        sceau_format::armor::decode(&identity_file, sceau_format::recovery_key::IDENTITY_LABEL)
-            .unwrap();
-    let scalar = armored.bytes.to_vec();
-    assert_eq!(scalar.len(), 32);
-    let reversed: Vec<u8> = scalar.iter().rev().copied().collect();
+    let scalar = scalar_of(&identity_file);
     let encodings: Vec<(String, Vec<u8>)> = vec![
         ("raw".into(), scalar.clone()),
         (
@@ -898,55 +986,15 @@ async fn no_file_and_no_memory_holds_the_recovery_scalar() {
 
     // The memory: recover with a pipe that is already full as its
     // standard output, so that it blocks in write(1, DEK) with the key gone.
-    let (reader, mut writer) = std::io::pipe().unwrap();
-    let filler = vec![b'.'; 1 << 16];
-    // The pipe holds 64 KiB: fill it without blocking the test.
-    set_nonblocking_fill(&mut writer, &filler);
-    let mut args = vec!["recover".to_string()];
-    for share in &set.shares[1..] {
-        args.extend(["--share".into(), share.display().to_string()]);
-    }
-    for key in &keys {
-        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
-    }
-    args.extend(["--envelope".into(), envelope.display().to_string()]);
-    let mut child = Command::new(recover_bin())
-        .args(&args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let blocked_in_write = poll_until(Duration::from_secs(30), || {
-        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
-            .is_ok_and(|s| s.starts_with("1 0x1 "))
-    });
-    assert!(blocked_in_write, "recover never blocked writing its output");
-    let mut needles = vec![
-        ("scalar (big-endian)".to_string(), scalar.clone()),
-        ("scalar (little-endian)".to_string(), reversed),
-    ];
-    for (i, share) in plain.iter().enumerate().skip(1) {
-        let value = share.value_bytes();
-        needles.push((format!("share {} value", i + 1), value.to_vec()));
-        needles.push((
-            format!("share {} value (little-endian)", i + 1),
-            value.iter().rev().copied().collect(),
-        ));
-    }
-    let hits = find_all_in_process(pid, &needles, 16);
+    let args = recover_args(&set.shares[1..], &keys, "--envelope", &envelope);
+    let (child, reader) = blocked_writing(dir, &args, 1, Stdio::null());
+    let mut needles = key_needles(&scalar, &plain[1..], 2);
+    needles.extend(armored_block_lines("identity file", &identity_file));
+    let hits = find_all_in_process(child.id(), &needles, 16);
     // Let it finish: drain the pipe, then check it printed the DEK.
-    let drained = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        std::io::Read::read_to_end(&mut { reader }, &mut all).unwrap();
-        all
-    });
-    let status = wait_timeout(&mut child, TOOL_TIMEOUT).expect("recover finished");
-    let output = drained.join().unwrap();
-    assert!(status.success());
-    assert_eq!(&output[filler.len()..], dek.as_slice());
+    let (success, output) = finish(child, reader);
+    assert!(success);
+    assert_eq!(output, dek);
     assert!(
         hits.is_empty(),
         "the recovery key or a share in memory: {hits:#?}"
@@ -985,4 +1033,357 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) {
             files.push(path);
         }
     }
+}
+
+/// `age -d -i KEY FILE`, as the holder of KEY opens FILE; the text.
+fn age_decrypt(dir: &Path, key: &Path, file: &Path) -> String {
+    let opened = ok(
+        run(
+            dir,
+            Path::new("age"),
+            &["-d", "-i", key.to_str().unwrap(), file.to_str().unwrap()],
+            None,
+        ),
+        "age -d",
+    );
+    String::from_utf8(opened.stdout).unwrap()
+}
+
+/// What each custodian sees with `age -d`: the share files of `set` opened
+/// with their keys. The tests combine these themselves to learn the scalar
+/// they then look for.
+fn opened_by_custodians(
+    dir: &Path,
+    set: &KeySet,
+    keys: &[AgeKey],
+) -> Vec<sceau_format::recovery_share::Share> {
+    set.shares
+        .iter()
+        .zip(keys)
+        .map(|(share, key)| {
+            let text = age_decrypt(dir, &key.identity, share);
+            assert!(
+                text.contains("-----BEGIN SCEAU RECOVERY SHARE-----"),
+                "{text}"
+            );
+            sceau_format::recovery_share::Share::parse(&text).unwrap()
+        })
+        .collect()
+}
+
+/// The scalar of a recovery identity file's text.
+fn scalar_of(identity_file: &str) -> Vec<u8> {
+    let armored =
+        sceau_format::armor::decode(identity_file, sceau_format::recovery_key::IDENTITY_LABEL)
+            .unwrap();
+    assert_eq!(armored.bytes.len(), 32);
+    armored.bytes.to_vec()
+}
+
+/// `recover` with `shares`, every custodian's age identity, and `input`
+/// (`--envelope`, `--etcd-json`, …) `path`.
+fn recover_args(shares: &[PathBuf], keys: &[AgeKey], input: &str, path: &Path) -> Vec<String> {
+    let mut args = vec!["recover".to_string()];
+    for share in shares {
+        args.extend(["--share".into(), share.display().to_string()]);
+    }
+    for key in keys {
+        args.extend(["--age-identity".into(), key.identity.display().to_string()]);
+    }
+    args.extend([input.into(), path.display().to_string()]);
+    args
+}
+
+/// A memory scan's needles for the recovery key: the scalar in both byte
+/// orders (p256 keeps it as little-endian limbs), and for each of `shares`
+/// (numbered from `first`) its value in both orders and its file's base64.
+fn key_needles(
+    scalar: &[u8],
+    shares: &[sceau_format::recovery_share::Share],
+    first: usize,
+) -> Vec<(String, Vec<u8>)> {
+    let mut needles = vec![
+        ("scalar (big-endian)".to_string(), scalar.to_vec()),
+        (
+            "scalar (little-endian)".to_string(),
+            scalar.iter().rev().copied().collect(),
+        ),
+    ];
+    for (n, share) in (first..).zip(shares) {
+        let value = share.value_bytes();
+        needles.push((format!("share {n} value"), value.to_vec()));
+        needles.push((
+            format!("share {n} value (little-endian)"),
+            value.iter().rev().copied().collect(),
+        ));
+        // The share file's text as age gives it back: its base64 block.
+        needles.extend(armored_block_lines(&format!("share {n}"), &share.file()));
+    }
+    needles
+}
+
+/// The base64 lines of an armored text's block, each a needle: what a
+/// freed copy of a key or share file's text would hold.
+fn armored_block_lines(label: &str, text: &str) -> Vec<(String, Vec<u8>)> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .enumerate()
+        .map(|(i, line)| {
+            (
+                format!("{label} base64 line {}", i + 1),
+                line.as_bytes().to_vec(),
+            )
+        })
+        .collect()
+}
+
+/// Spawns `sceau-recover ARGS` with a full pipe as `stream` (1: standard
+/// output, 2: standard error), the other output to /dev/null, and waits
+/// until it blocks writing to that pipe. Returns the child and the pipe's
+/// reading end (drain it to let the child finish).
+fn blocked_writing(
+    dir: &Path,
+    args: &[String],
+    stream: u32,
+    stdin: Stdio,
+) -> (std::process::Child, std::io::PipeReader) {
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    set_nonblocking_fill(&mut writer, &vec![b'.'; 1 << 16]);
+    let mut command = Command::new(recover_bin());
+    command.args(args).current_dir(dir).stdin(stdin);
+    if stream == 1 {
+        command.stdout(writer).stderr(Stdio::null());
+    } else {
+        command.stdout(Stdio::null()).stderr(writer);
+    }
+    let child = command.spawn().unwrap();
+    let pid = child.id();
+    let blocked = poll_until(Duration::from_secs(60), || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| s.starts_with(&format!("1 {stream:#x} ")))
+    });
+    assert!(blocked, "{args:?} never blocked writing to fd {stream}");
+    (child, reader)
+}
+
+/// Drains `reader` and waits for `child`; its exit status and what it wrote
+/// after the 64 KiB that filled the pipe.
+fn finish(mut child: std::process::Child, reader: std::io::PipeReader) -> (bool, Vec<u8>) {
+    let drained = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        std::io::Read::read_to_end(&mut { reader }, &mut all).unwrap();
+        all
+    });
+    let status = wait_timeout(&mut child, TOOL_TIMEOUT).expect("sceau-recover finished");
+    let output = drained.join().unwrap();
+    (status.success(), output[1 << 16..].to_vec())
+}
+
+/// The private key `recovery-keygen --identity` and `enrollment-keygen`
+/// made is in none of their memory once the files are written: the scan
+/// runs while each is blocked writing its closing line to a full standard
+/// error, and looks for the scalar (both byte orders) and the base64 of
+/// the identity file, which armor builds in a growing string and age
+/// encrypts through its own stream buffer. Shown failing: without the
+/// wiping allocator, recovery-keygen's heap held the identity file's base64
+/// in freed blocks; with the enrollment key inline in `EnrollmentIdentity`,
+/// enrollment-keygen's stack held the scalar (a moved-from copy in its
+/// caller's frame).
+#[test]
+fn keygen_leaves_no_copy_of_the_private_key_in_memory() {
+    let tmp = TempDir::new("keygen-no-key");
+    let dir = tmp.path();
+    let holder = age_key(dir, "holder");
+    let cases = [
+        (
+            "recovery-keygen",
+            ["--identity", "--public"],
+            sceau_format::recovery_key::IDENTITY_LABEL,
+        ),
+        (
+            "enrollment-keygen",
+            ["--enrollment-identity", "--enrollment-public"],
+            sceau_format::endorsement::ENROLLMENT_IDENTITY_LABEL,
+        ),
+    ];
+    for (command, [identity_flag, public_flag], label) in cases {
+        let identity = dir.join(format!("{command}.identity"));
+        let args: Vec<String> = [
+            command,
+            identity_flag,
+            identity.to_str().unwrap(),
+            public_flag,
+            dir.join(format!("{command}.pub")).to_str().unwrap(),
+            "--protect",
+            &holder.spec,
+        ]
+        .map(str::to_string)
+        .to_vec();
+        let (child, reader) = blocked_writing(dir, &args, 2, Stdio::null());
+        let pid = child.id();
+        // The file is written before the closing line; the test opens it
+        // with the holder's key, as its holder would.
+        let text = age_decrypt(dir, &holder.identity, &identity);
+        let scalar = sceau_format::armor::decode(&text, label).unwrap().bytes;
+        assert_eq!(scalar.len(), 32, "{command}");
+        let mut needles = vec![
+            (format!("{command} scalar"), scalar.to_vec()),
+            (
+                format!("{command} scalar (little-endian)"),
+                scalar.iter().rev().copied().collect(),
+            ),
+        ];
+        needles.extend(armored_block_lines(command, &text));
+        let hits = find_all_in_process(pid, &needles, 16);
+        let (success, stderr) = finish(child, reader);
+        assert!(success, "{command}: {}", String::from_utf8_lossy(&stderr));
+        assert!(
+            hits.is_empty(),
+            "{command}: the private key in memory: {hits:#?}"
+        );
+    }
+}
+
+/// Builds an `etcdctl get -w json` answer holding one Secret stored as the
+/// kube-apiserver stores it with KMS v2: JSON-encoded, AES-256-GCM under
+/// HKDF-SHA256(seed, info), the etcd key as additional data, the envelope
+/// as encryptedDEKSource. Python's `cryptography` does the AES-GCM, which
+/// the test binary does not link.
+const ETCD_JSON_WRITER: &str = r#"
+import base64, json, os, sys
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+seed = bytes.fromhex(sys.argv[1])
+envelope = open(sys.argv[2], "rb").read()
+secret, key = sys.argv[4].encode(), sys.argv[5].encode()
+info, nonce = os.urandom(32), os.urandom(12)
+dek = HKDFExpand(algorithm=hashes.SHA256(), length=32, info=info).derive(seed)
+sealed = AESGCM(dek).encrypt(nonce, secret, key)
+def field(number, data):
+    out, n = bytes([number << 3 | 2]), len(data)
+    while n >= 0x80:
+        out += bytes([n & 0x7f | 0x80]); n >>= 7
+    return out + bytes([n]) + data
+value = (b"k8s:enc:kms:v2:sceau:" + field(1, info + nonce + sealed)
+         + field(2, b"sceau-test") + field(3, envelope) + bytes([5 << 3, 1]))
+kv = {"key": base64.b64encode(key).decode(), "value": base64.b64encode(value).decode(),
+      "create_revision": 2, "mod_revision": 2, "version": 1}
+open(sys.argv[3], "w").write(json.dumps({"kvs": [kv], "count": 1}))
+"#;
+
+/// With `--etcd-json` (as with `--etcd-snapshot`), `recover` opens every DEK
+/// seed first and wipes the recovery key before it prints the first
+/// Secret: blocked writing that Secret to a full pipe, its memory holds
+/// neither the scalar nor the shares (values and base64), and its memory is
+/// still locked (VmLck) while the Secrets are printed. Shown failing before
+/// the seeds were opened first: the scalar was found on the heap while the
+/// Secret was being written; and, with `lock_all_memory` not called, VmLck
+/// was 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_recovery_wipes_the_key_before_printing() {
+    let TwoOfThree {
+        tmp,
+        keys,
+        set,
+        dek: seed,
+        envelope,
+    } = two_of_three("shares-etcd-no-key").await;
+    let dir = tmp.path();
+    let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db","namespace":"default"},"data":{"password":"c2VjcmV0"}}"#;
+    let json = dir.join("etcd.json");
+    let writer = dir.join("etcd-json-writer.py");
+    std::fs::write(&writer, ETCD_JSON_WRITER).unwrap();
+    let seed_hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+    ok(
+        run(
+            dir,
+            Path::new("python3"),
+            &[
+                writer.to_str().unwrap(),
+                &seed_hex,
+                envelope.to_str().unwrap(),
+                json.to_str().unwrap(),
+                secret,
+                "/registry/secrets/default/db",
+            ],
+            None,
+        ),
+        "etcd JSON writer",
+    );
+    let plain = opened_by_custodians(dir, &set, &keys);
+    let identity = sceau_format::recovery_share::combine(&plain[..2]).unwrap();
+    let scalar = scalar_of(&identity.identity_file());
+    let args = recover_args(&set.shares[..2], &keys, "--etcd-json", &json);
+    let (child, reader) = blocked_writing(dir, &args, 1, Stdio::null());
+    let pid = child.id();
+    let needles = key_needles(&scalar, &plain[..2], 1);
+    let hits = find_all_in_process(pid, &needles, 16);
+    let locked = locked_kib(pid);
+    let (success, output) = finish(child, reader);
+    assert!(success);
+    assert_eq!(String::from_utf8(output).unwrap().trim_end(), secret);
+    assert!(
+        hits.is_empty(),
+        "the recovery key or a share in memory: {hits:#?}"
+    );
+    assert!(
+        locked > 0,
+        "memory not locked while the Secrets are printed"
+    );
+}
+
+/// VmLck of a live process, in KiB.
+fn locked_kib(pid: u32) -> u64 {
+    kib(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap(),
+        "VmLck:",
+    )
+}
+
+/// A `FIELD: N kB` line of /proc/PID/status, in KiB.
+fn kib(status: &str, field: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+/// `recover` locks all its memory (mlockall) before it holds a key: run
+/// as root (CAP_IPC_LOCK) with the identity read and the envelope still to
+/// come on a pipe nobody writes yet (`--envelope -`), its VmLck is most of
+/// its resident memory. Shown failing with `lock_all_memory` not called:
+/// VmLck 0 kB.
+#[test]
+fn recover_locks_its_memory_before_it_reads_a_key() {
+    let tmp = TempDir::new("recover-mlock");
+    let dir = tmp.path();
+    let (identity, _) = identity_keygen(dir, "locked", &["--unencrypted-private-key"]);
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut child = Command::new(recover_bin())
+        .args(["recover", "--identity", identity.to_str().unwrap()])
+        .args(["--envelope", "-"])
+        .current_dir(dir)
+        .stdin(reader)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let blocked = poll_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| s.starts_with("0 0x0 "))
+    });
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    drop(writer);
+    let _ = wait_timeout(&mut child, TOOL_TIMEOUT).expect("recover finished");
+    assert!(blocked, "recover never blocked reading its input");
+    let (locked, resident) = (kib(&status, "VmLck:"), kib(&status, "VmRSS:"));
+    assert!(
+        locked > 0 && locked * 2 >= resident,
+        "VmLck {locked} kB of VmRSS {resident} kB:\n{status}"
+    );
 }

@@ -146,7 +146,10 @@ impl EnrollmentPublic {
 
 /// The enrollment key's private half, held by the verifier only.
 pub struct EnrollmentIdentity {
-    secret: SecretKey,
+    /// Boxed, as the recovery identity's: each move of an inline key would
+    /// leave a copy of the scalar behind that its wipe on drop never reaches
+    /// (`enrollment-keygen`'s memory scan found one in its caller's frame).
+    secret: Box<SecretKey>,
     public: EnrollmentPublic,
 }
 
@@ -157,7 +160,10 @@ impl EnrollmentIdentity {
 
     fn from_secret(secret: SecretKey) -> Self {
         let public = EnrollmentPublic::from_point(secret.public_key());
-        Self { secret, public }
+        Self {
+            secret: Box::new(secret),
+            public,
+        }
     }
 
     /// The key with scalar `bytes`: fixed keys for tests and fuzz seeds.

@@ -7,10 +7,12 @@
 //! 2. `enroll challenge` (verifier, offline): checks the certificate names the
 //!    EK, makes two credentials for the EK, one bound to the SRK's Name and
 //!    one to the signing key's (`credential::make_credential`), keeps the
-//!    expected answers.
+//!    expected answers with the Names they were made for and the
+//!    certificate's SHA-256.
 //! 3. `enroll respond` (member): TPM2_ActivateCredential answers each; a TPM
 //!    can only do so if it holds the EK and loaded keys with both Names.
-//! 4. `enroll verify` (verifier): compares, then writes the member file,
+//! 4. `enroll verify` (verifier): checks the request is the challenge's (the
+//!    same four pins), compares, then writes the member file,
 //!    endorsed by the enrollment key when one is given (`endorsement`).
 
 use sha2::{Digest as _, Sha256};
@@ -64,6 +66,21 @@ pub enum EnrollmentError {
         "the answer does not match: this SRK, signing key and EK are not proven to share a TPM"
     )]
     WrongAnswer,
+    /// An expected-answer file written before it named the EK.
+    #[error(
+        "the expected-answer file names no EK (written by an older sceau-recover): run `enroll challenge` again and have the member answer the new challenge"
+    )]
+    UnpinnedEk,
+    /// `expected` comes from the file: quoted and escaped (`{:?}`).
+    #[error(
+        "the challenge was made for EK {expected:?}, but this request's EK is {actual}: the request changed since `enroll challenge`; verify with the request the challenge was made from"
+    )]
+    WrongEk { expected: String, actual: String },
+    /// `expected` comes from the file: quoted and escaped (`{:?}`).
+    #[error(
+        "the challenge was made for EK certificate {expected:?}, but this request's is {actual}: the request changed since `enroll challenge`; verify with the request the challenge was made from"
+    )]
+    WrongCertificate { expected: String, actual: String },
 }
 
 /// A member's enrollment request, parsed and checked for internal consistency.
@@ -139,7 +156,19 @@ impl Request {
         }
         Ok(Some(hex(&Sha256::digest(der))))
     }
+
+    /// What the expected-answer file pins of the certificate: its SHA-256,
+    /// or `none`.
+    fn certificate_pin(&self) -> String {
+        match &self.certificate {
+            Some(der) => hex(&Sha256::digest(der)),
+            None => NO_CERTIFICATE.into(),
+        }
+    }
 }
+
+/// The `ek_certificate_sha256` of a request without a certificate.
+const NO_CERTIFICATE: &str = "none";
 
 fn pinned_key(text: &str, label: &'static str, field: &str) -> Result<StorageKey, EnrollmentError> {
     let armored = armor::decode(text, label)?;
@@ -178,10 +207,19 @@ pub fn challenge_files(request: &Request) -> (String, Zeroizing<String>) {
         &w.finish(),
     );
     let answer = Zeroizing::new([&srk.expected[..], &signing.expected[..]].concat());
+    // The EK and its certificate are what `verify` reports and endorses:
+    // pinned here, so that a request swapped after the challenge (same SRK
+    // and signing key, another TPM's EK or another certificate) is refused.
+    let [srk_pin, signing_pin] = pins;
     let expected = Zeroizing::new(armor::encode(
         EXPECTED_LABEL,
         &["Keep with the verifier; compared by sceau-recover enroll verify."],
-        &pins,
+        &[
+            srk_pin,
+            signing_pin,
+            ("ek_name", hex(request.ek.name())),
+            ("ek_certificate_sha256", request.certificate_pin()),
+        ],
         &answer,
     ));
     (challenge, expected)
@@ -255,8 +293,35 @@ pub fn verify(request: &Request, expected: &str, response: &str) -> Result<(), E
     let expected = armor::decode(expected, EXPECTED_LABEL)?;
     let response = armor::decode(response, RESPONSE_LABEL)?;
     check_pins(&expected, &request.member)?;
+    check_ek_pins(&expected, request)?;
     if expected.bytes.len() != ANSWER_LEN || !constant_time_eq(&expected.bytes, &response.bytes) {
         return Err(EnrollmentError::WrongAnswer);
+    }
+    Ok(())
+}
+
+/// The expected answer names the EK and the certificate the challenge was
+/// made for; both must be the request's.
+fn check_ek_pins(expected: &armor::Armored, request: &Request) -> Result<(), EnrollmentError> {
+    let (Some(ek), Some(certificate)) = (
+        expected.header("ek_name"),
+        expected.header("ek_certificate_sha256"),
+    ) else {
+        return Err(EnrollmentError::UnpinnedEk);
+    };
+    let actual = hex(request.ek.name());
+    if !ek.eq_ignore_ascii_case(&actual) {
+        return Err(EnrollmentError::WrongEk {
+            expected: ek.to_string(),
+            actual,
+        });
+    }
+    let actual = request.certificate_pin();
+    if !certificate.eq_ignore_ascii_case(&actual) {
+        return Err(EnrollmentError::WrongCertificate {
+            expected: certificate.to_string(),
+            actual,
+        });
     }
     Ok(())
 }
@@ -359,6 +424,66 @@ mod tests {
                 Err(EnrollmentError::WrongAnswer)
             ));
         }
+    }
+
+    /// The expected answer pins the EK and the certificate: the same SRK
+    /// and signing key with another EK, or with a certificate added,
+    /// removed or changed, are refused at verify although the answer is
+    /// right; an expected-answer file without the pins is refused too.
+    #[test]
+    fn verify_refuses_a_request_whose_ek_or_certificate_changed() {
+        let (_, request) = software_request();
+        let (_, expected) = challenge_files(&request);
+        let answer = armor::decode(&expected, EXPECTED_LABEL).unwrap().bytes;
+        let response = response_file(&answer);
+        assert!(verify(&request, &expected, &response).is_ok());
+        let (_, other) = software_request();
+        let swapped_ek = Request {
+            member: request.member.clone(),
+            ek: other.ek.clone(),
+            certificate: None,
+        };
+        assert!(matches!(
+            verify(&swapped_ek, &expected, &response),
+            Err(EnrollmentError::WrongEk { .. })
+        ));
+        let with_certificate = Request {
+            member: request.member.clone(),
+            ek: request.ek.clone(),
+            certificate: Some(vec![0x30, 0x00]),
+        };
+        let error = verify(&with_certificate, &expected, &response).unwrap_err();
+        assert!(
+            matches!(error, EnrollmentError::WrongCertificate { .. }),
+            "{error}"
+        );
+        assert!(!error.to_string().contains('\n'));
+        let (_, certified_expected) = challenge_files(&with_certificate);
+        let certified_response = response_file(
+            &armor::decode(&certified_expected, EXPECTED_LABEL)
+                .unwrap()
+                .bytes,
+        );
+        assert!(verify(&with_certificate, &certified_expected, &certified_response).is_ok());
+        let other_certificate = Request {
+            certificate: Some(vec![0x30, 0x01]),
+            ..with_certificate
+        };
+        for changed in [&request, &other_certificate] {
+            assert!(matches!(
+                verify(changed, &certified_expected, &certified_response),
+                Err(EnrollmentError::WrongCertificate { .. })
+            ));
+        }
+        let unpinned: String = expected
+            .lines()
+            .filter(|l| !l.starts_with("ek_"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(matches!(
+            verify(&request, &unpinned, &response),
+            Err(EnrollmentError::UnpinnedEk)
+        ));
     }
 
     /// Found by the `key_files` fuzz target (audit/fuzzing.md, «The challenge's

@@ -101,8 +101,9 @@ pub const ENROLLMENT_IDENTITY: Flag = Flag::value(
     "The enrollment key's private half (mode 0600)",
 )
 .long_help(
-    "enrollment-keygen: created with mode 0600; an existing file is refused.\n\
-     enroll verify: endorses the member file it writes, so that `sceau serve\n\
+    "enrollment-keygen: an age file (see --protect), created with mode 0600;\n\
+     an existing file is refused. enroll verify: opens it with a passphrase\n\
+     or --age-identity (a plaintext one still works, with a warning) and endorses the member file it writes, so that `sceau serve\n\
      --enrollment-key` admits it. Whoever holds it admits members: keep it\n\
      on the verifier's offline machine",
 );
@@ -215,9 +216,9 @@ pub const PROTECT: Flag = Flag::value(
 )
 .default("passphrase")
 .long_help(
-    "recovery-keygen --identity and policy keygen write an armored age file;\n\
-     recover, policy sign and share verify open it with a passphrase or\n\
-     --age-identity",
+    "recovery-keygen --identity, enrollment-keygen and policy keygen write an\n\
+     armored age file; recover, enroll verify, policy sign and share verify\n\
+     open it with a passphrase or --age-identity",
 );
 pub const UNENCRYPTED_PRIVATE_KEY: Flag = Flag::switch(
     "--unencrypted-private-key",
@@ -278,9 +279,15 @@ pub const ENROLLMENT_KEYGEN: CommandSpec = CommandSpec {
     name: "enrollment-keygen",
     summary: "Create the enrollment key pair that endorses member files (run offline)",
     about: "Create the enrollment key pair (P-256) whose endorsement `sceau serve --enrollment-key` requires of every member file",
-    usage: "enrollment-keygen --enrollment-identity FILE --enrollment-public FILE",
+    usage: "enrollment-keygen --enrollment-identity FILE --enrollment-public FILE [--protect HOW | --unencrypted-private-key] [--passphrase-fd N]",
     steps: &[],
-    flags: &[&ENROLLMENT_IDENTITY, &ENROLLMENT_PUBLIC],
+    flags: &[
+        &ENROLLMENT_IDENTITY,
+        &ENROLLMENT_PUBLIC,
+        &PROTECT,
+        &UNENCRYPTED_PRIVATE_KEY,
+        &PASSPHRASE_FD,
+    ],
     notes: "",
 };
 pub const RECOVER: CommandSpec = CommandSpec {
@@ -316,6 +323,8 @@ pub const ENROLL: CommandSpec = CommandSpec {
         &RESPONSE,
         &MEMBER_OUT,
         &ENROLLMENT_IDENTITY,
+        &AGE_IDENTITY,
+        &PASSPHRASE_FD,
     ],
     notes: sceau_cli::ENROLL_STEPS,
 };
@@ -434,6 +443,8 @@ pub enum EnrollStep {
         response: PathBuf,
         member_out: PathBuf,
         enrollment_identity: Option<PathBuf>,
+        /// What opens the enrollment identity when it is an age file.
+        unlock: Unlock,
     },
 }
 
@@ -471,6 +482,8 @@ pub struct EnrollmentKeygenOptions {
     pub identity: PathBuf,
     /// The public half, for `serve --enrollment-key`.
     pub public: PathBuf,
+    pub protection: Protection,
+    pub passphrase_fd: Option<u32>,
 }
 
 /// What opens the age files a command reads: identities, passphrases.
@@ -703,6 +716,8 @@ fn enrollment_keygen(m: &Matches) -> Result<EnrollmentKeygenOptions, UsageError>
     Ok(EnrollmentKeygenOptions {
         identity: required(m, &ENROLLMENT_IDENTITY, "enrollment-keygen")?,
         public: required(m, &ENROLLMENT_PUBLIC, "enrollment-keygen")?,
+        protection: protection(m)?,
+        passphrase_fd: m.last(&PASSPHRASE_FD, fd_number)?,
     })
 }
 
@@ -760,6 +775,7 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
                     response: required(m, &RESPONSE, &format!("enroll {what}"))?,
                     member_out: required(m, &MEMBER_OUT, &format!("enroll {what}"))?,
                     enrollment_identity: m.last(&ENROLLMENT_IDENTITY, path)?,
+                    unlock: unlock(m)?,
                 })
             })(),
             &[
@@ -768,6 +784,8 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
                 &RESPONSE,
                 &MEMBER_OUT,
                 &ENROLLMENT_IDENTITY,
+                &AGE_IDENTITY,
+                &PASSPHRASE_FD,
             ],
         ),
         Some(step) => return Err(PROGRAM.unknown_command(&format!("enroll {step}"))),
@@ -947,18 +965,26 @@ impl Command {
                 response,
                 member_out,
                 enrollment_identity,
-            }) => Args::command("enroll verify")
-                .flag(&REQUEST, path_arg(request))
-                .flag(&EXPECTED, path_arg(expected))
-                .flag(&RESPONSE, path_arg(response))
-                .flag(&MEMBER_OUT, path_arg(member_out))
-                .optional(
-                    &ENROLLMENT_IDENTITY,
-                    enrollment_identity.as_deref().map(path_arg),
-                ),
-            Self::EnrollmentKeygen(o) => Args::command(ENROLLMENT_KEYGEN.name)
-                .flag(&ENROLLMENT_IDENTITY, path_arg(&o.identity))
-                .flag(&ENROLLMENT_PUBLIC, path_arg(&o.public)),
+                unlock,
+            }) => unlock_args(
+                Args::command("enroll verify")
+                    .flag(&REQUEST, path_arg(request))
+                    .flag(&EXPECTED, path_arg(expected))
+                    .flag(&RESPONSE, path_arg(response))
+                    .flag(&MEMBER_OUT, path_arg(member_out))
+                    .optional(
+                        &ENROLLMENT_IDENTITY,
+                        enrollment_identity.as_deref().map(path_arg),
+                    ),
+                unlock,
+            ),
+            Self::EnrollmentKeygen(o) => protection_args(
+                Args::command(ENROLLMENT_KEYGEN.name)
+                    .flag(&ENROLLMENT_IDENTITY, path_arg(&o.identity))
+                    .flag(&ENROLLMENT_PUBLIC, path_arg(&o.public)),
+                &o.protection,
+            )
+            .optional(&PASSPHRASE_FD, o.passphrase_fd.map(|fd| fd.to_string())),
             Self::Policy(PolicyStep::Keygen {
                 private,
                 public,
@@ -1108,7 +1134,10 @@ mod tests {
             "enroll challenge --request q --challenge-out c --expected-out e",
             "enroll verify --request q --expected e --response r --member-out m",
             "enroll verify --request q --expected e --response r --member-out m --enrollment-identity k",
+            "enroll verify --request q --expected e --response r --member-out m --enrollment-identity k --age-identity a --passphrase-fd 3",
             "enrollment-keygen --enrollment-identity k --enrollment-public p",
+            "enrollment-keygen --enrollment-identity k --enrollment-public p --unencrypted-private-key",
+            "enrollment-keygen --enrollment-identity k --enrollment-public p --protect age:age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p --passphrase-fd 0",
             "policy keygen --policy-private k --policy-key p",
             "policy keygen --policy-private k --policy-key p --unencrypted-private-key",
             "policy sign --policy-private k --pcrs 7,11 --values v --serial 0 --policy-out o",

@@ -1,6 +1,6 @@
 //! Private keys at rest. What `sceau-recover` writes that opens envelopes or
-//! decides boot states (a recovery share, the recovery identity, the PCR
-//! policy signing key) is written as an armored age file
+//! decides boot states or admits members (a recovery share, the recovery
+//! identity, the PCR policy signing key, the enrollment identity) is written as an armored age file
 //! (age-encryption.org/v1), encrypted to a passphrase (scrypt), to an age
 //! X25519 recipient or to an SSH public key (ssh-ed25519, ssh-rsa: age's
 //! own SSH recipients), so that its holder can inspect it with the `age` tool
@@ -231,13 +231,13 @@ impl Passphrases {
     }
 }
 
+/// One passphrase from the terminal, echo turned off before the prompt is
+/// written (`sceau_sys::read_passphrase`).
 fn ask(prompt: &str, what: &str) -> Result<Zeroizing<String>, CustodyError> {
-    rpassword::prompt_password(prompt)
-        .map(Zeroizing::new)
-        .map_err(|e| CustodyError::NoTerminal {
-            what: format!("the passphrase for {what}"),
-            reason: e.to_string(),
-        })
+    sceau_sys::read_passphrase(prompt).map_err(|e| CustodyError::NoTerminal {
+        what: format!("the passphrase for {what}"),
+        reason: e.to_string(),
+    })
 }
 
 /// A [`Protection`] made ready to encrypt: its passphrase asked for, its

@@ -21,6 +21,13 @@ use std::process::ExitCode;
 
 use sceau_recover::cli::{self, Command};
 
+/// Every heap block is wiped before it is freed, and no reallocation grows a
+/// block in place: the tools read and write key files, shares and
+/// passphrases through buffers that grow (read_to_end, armor, age's
+/// stream), and each freed copy would otherwise keep its bytes.
+#[global_allocator]
+static ALLOCATOR: sceau_sys::alloc::WipeOnFree = sceau_sys::alloc::WipeOnFree;
+
 /// The exit status of a usage error, as for most Unix tools.
 const USAGE_ERROR: u8 = 2;
 
@@ -53,6 +60,11 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::RecoveryKeygen(_)
             | Command::Recover(_)
             | Command::ShareVerify(_)
+            | Command::EnrollmentKeygen(_)
+            | Command::Enroll(cli::EnrollStep::Verify {
+                enrollment_identity: Some(_),
+                ..
+            })
             | Command::Policy(cli::PolicyStep::Keygen { .. } | cli::PolicyStep::Sign { .. })
     );
     if holds_a_private_key && let Err(error) = sceau_sys::lock_all_memory() {

@@ -25,24 +25,80 @@ pub struct Summary {
     pub unverified: usize,
 }
 
-/// Writes each recovered Secret to `out` (one JSON manifest per line) and one
-/// line per value it could not recover, or opened unverified, to `log`,
-/// naming the etcd key.
-pub fn recover_secrets(
+/// Every value's DEK seed, opened with the recovery identity before anything
+/// is printed, so that the identity can be wiped before the first Secret is
+/// written (a blocked output then holds no key).
+pub struct OpenedSeeds {
+    values: Vec<Opened>,
+}
+
+/// One stored value after the identity has done its part.
+enum Opened {
+    /// Not a KMS v2 value (stored in the clear or by another provider).
+    NotKms,
+    Failed(String),
+    /// The value itself is parsed again when it is printed, rather than
+    /// kept here twice (in locked memory).
+    Ready {
+        seed: zeroize::Zeroizing<Vec<u8>>,
+        checked: Checked,
+    },
+}
+
+/// Opens the DEK seed of every KMS v2 value in `values` with `identity`,
+/// after checking its envelope against `known`; nothing is decrypted or
+/// printed yet.
+pub fn open_seeds(
     identity: &RecoveryIdentity,
     known: Option<&KnownMembers>,
+    values: &[StoredValue],
+) -> OpenedSeeds {
+    let values = values
+        .iter()
+        .map(|stored| open_seed(identity, known, stored).unwrap_or_else(Opened::Failed))
+        .collect();
+    OpenedSeeds { values }
+}
+
+fn open_seed(
+    identity: &RecoveryIdentity,
+    known: Option<&KnownMembers>,
+    stored: &StoredValue,
+) -> Result<Opened, String> {
+    let Some(object) = parse_stored_value(&stored.value).map_err(|e| e.to_string())? else {
+        return Ok(Opened::NotKms);
+    };
+    let annotations: HashMap<String, Vec<u8>> = object.annotations.clone().into_iter().collect();
+    let checked = check(
+        known,
+        &object.encrypted_dek_source,
+        &annotations,
+        Some(&object.key_id),
+    )
+    .map_err(|e| e.to_string())?;
+    let seed = identity
+        .open(&object.encrypted_dek_source, &annotations)
+        .map_err(|e| e.to_string())?;
+    Ok(Opened::Ready { seed, checked })
+}
+
+/// Writes each recovered Secret to `out` (one JSON manifest per line) and one
+/// line per value it could not recover, or opened unverified, to `log`,
+/// naming the etcd key. `seeds` are [`open_seeds`] of the same `values`.
+pub fn recover_secrets(
+    seeds: &OpenedSeeds,
     values: &[StoredValue],
     out: &mut impl Write,
     log: &mut impl Write,
 ) -> std::io::Result<Summary> {
     let mut summary = Summary::default();
-    for stored in values {
+    for (stored, opened) in values.iter().zip(&seeds.values) {
         // The key, like a decrypted object's kind below, comes from etcd:
         // escaped, so that control characters cannot reach the terminal.
         let key = String::from_utf8_lossy(&stored.key)
             .escape_debug()
             .to_string();
-        match recover_one(identity, known, stored) {
+        match recover_one(stored, opened) {
             Ok(Some((manifest, checked))) => {
                 out.write_all(manifest.as_bytes())?;
                 out.write_all(b"\n")?;
@@ -74,28 +130,22 @@ enum Failure {
     Unrecoverable(String),
 }
 
-/// `Ok(None)`: not a KMS v2 value (stored in the clear or by another provider).
+/// `Ok(None)`: not a KMS v2 value.
 fn recover_one(
-    identity: &RecoveryIdentity,
-    known: Option<&KnownMembers>,
     stored: &StoredValue,
+    opened: &Opened,
 ) -> Result<Option<(zeroize::Zeroizing<String>, Checked)>, Failure> {
     let unrecoverable = |e: &dyn std::fmt::Display| Failure::Unrecoverable(e.to_string());
+    let (seed, checked) = match opened {
+        Opened::NotKms => return Ok(None),
+        Opened::Failed(why) => return Err(Failure::Unrecoverable(why.clone())),
+        Opened::Ready { seed, checked } => (seed, *checked),
+    };
+    // Parsed in `open_seed` already, so this cannot fail or be None.
     let Some(object) = parse_stored_value(&stored.value).map_err(|e| unrecoverable(&e))? else {
         return Ok(None);
     };
-    let annotations: HashMap<String, Vec<u8>> = object.annotations.clone().into_iter().collect();
-    let checked = check(
-        known,
-        &object.encrypted_dek_source,
-        &annotations,
-        Some(&object.key_id),
-    )
-    .map_err(|e| unrecoverable(&e))?;
-    let seed = identity
-        .open(&object.encrypted_dek_source, &annotations)
-        .map_err(|e| unrecoverable(&e))?;
-    let plaintext = decrypt_data(&object, &seed, &stored.key).map_err(|e| unrecoverable(&e))?;
+    let plaintext = decrypt_data(&object, seed, &stored.key).map_err(|e| unrecoverable(&e))?;
     match describe_secret(&plaintext) {
         Ok(manifest) => Ok(Some((manifest, checked))),
         Err(KubernetesError::NotASecret { api_version, kind }) => {
@@ -199,7 +249,8 @@ mod tests {
             ),
         ];
         let (mut out, mut log) = (Vec::new(), Vec::new());
-        let summary = recover_secrets(&identity, None, &values, &mut out, &mut log).unwrap();
+        let seeds = open_seeds(&identity, None, &values);
+        let summary = recover_secrets(&seeds, &values, &mut out, &mut log).unwrap();
         assert_eq!(
             summary,
             Summary {

@@ -9,6 +9,10 @@
 //! Memory the C libraries (tpm2-tss, OpenSSL) allocate with malloc is not
 //! covered; see docs/hardening.md for what stays and why.
 //!
+//! `sceau-recover` installs it too: key files, shares and passphrases pass
+//! through buffers that grow by reallocation (read_to_end, armor, age's
+//! stream buffer), and each old block would otherwise keep its bytes.
+//!
 //! A global allocator cannot be written without `unsafe` (`GlobalAlloc` is
 //! an unsafe trait), so it lives in `sys`, the one module allowed `unsafe`;
 //! audit/unsafe.md lists each block here.

@@ -52,6 +52,12 @@ pub struct DeferredStopSignals {
 
 impl DeferredStopSignals {
     pub fn hold() -> std::io::Result<Self> {
+        Self::hold_these(&[libc::SIGTERM, libc::SIGINT])
+    }
+
+    /// Holds `signals` pending in the calling thread until the guard is
+    /// dropped.
+    fn hold_these(signals: &[libc::c_int]) -> std::io::Result<Self> {
         let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
         // SAFETY: the pointer is to writable storage for one sigset_t, owned
         // by this frame; sigemptyset writes only there.
@@ -60,7 +66,7 @@ impl DeferredStopSignals {
         }
         // SAFETY: sigemptyset returned 0, so it initialised the whole set.
         let mut set = unsafe { empty.assume_init() };
-        for signal in [libc::SIGTERM, libc::SIGINT] {
+        for &signal in signals {
             // SAFETY: `set` is an initialised sigset_t owned by this frame,
             // and sigaddset writes only into it.
             if unsafe { libc::sigaddset(&mut set, signal) } != 0 {
@@ -86,7 +92,7 @@ impl DeferredStopSignals {
 impl Drop for DeferredStopSignals {
     fn drop(&mut self) {
         if let Err(e) = Self::mask(libc::SIG_UNBLOCK, &self.set) {
-            log::error!("could not unblock SIGTERM and SIGINT: {e}");
+            log::error!("could not unblock the held signals: {e}");
         }
     }
 }
@@ -612,6 +618,113 @@ pub fn lock_all_memory() -> std::io::Result<()> {
 pub fn unlock_all_memory() {
     // SAFETY: munlockall takes no arguments; failing leaves pages locked.
     unsafe { libc::munlockall() };
+}
+
+/// The longest passphrase [`read_passphrase`] takes, in bytes; a longer
+/// line is refused rather than cut.
+pub const MAX_PASSPHRASE: usize = 1024;
+
+/// Asks for a passphrase on the controlling terminal (`/dev/tty`) as
+/// readpassphrase(3) does: echo is turned off first, then the prompt is
+/// written, the line read and the terminal restored. In the other order a
+/// passphrase typed as soon as the prompt shows is echoed. Input typed
+/// before the prompt is discarded (TCSAFLUSH): it was echoed. The line is
+/// read into one buffer of [`MAX_PASSPHRASE`] bytes allocated up front and
+/// returned without its newline; the terminal is restored on every return,
+/// and after the line a newline is written, which the terminal did not echo.
+///
+/// The signals that would end or stop the process with echo off (INT,
+/// TERM, HUP, QUIT, TSTP) are held pending while echo is off and delivered
+/// once the terminal is restored: a Ctrl-C discards the line typed so far
+/// and takes effect at the next Enter, with echo back on. (readpassphrase
+/// catches them instead; holding them needs no handler and no global state.)
+/// `sceau-recover` asks with no other thread running, so none receives them
+/// meanwhile.
+pub fn read_passphrase(prompt: &str) -> std::io::Result<zeroize::Zeroizing<String>> {
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open("/dev/tty")?;
+    let fd = tty.as_raw_fd();
+    // Declared before the restore guard, so released after it.
+    let _held = DeferredStopSignals::hold_these(&[
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGTSTP,
+    ])?;
+    let mut saved = MaybeUninit::<libc::termios>::uninit();
+    // SAFETY: `saved` is writable storage for one termios, which tcgetattr
+    // fills on success; `fd` is the open terminal owned by `tty`.
+    if unsafe { libc::tcgetattr(fd, saved.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: tcgetattr returned 0, which means it wrote the whole struct.
+    let saved = unsafe { saved.assume_init() };
+    let mut quiet = saved;
+    quiet.c_lflag &= !(libc::ECHO | libc::ECHONL);
+    quiet.c_lflag |= libc::ICANON;
+    // SAFETY: `quiet` is an initialised termios that tcsetattr only reads;
+    // `fd` is open (owned by `tty`, alive until the end of the function).
+    if unsafe { libc::tcsetattr(fd, libc::TCSAFLUSH, &quiet) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let restore = EchoRestore { fd, saved };
+    tty.write_all(prompt.as_bytes())?;
+    let mut line = zeroize::Zeroizing::new(Vec::with_capacity(MAX_PASSPHRASE));
+    let mut too_long = false;
+    let mut byte = [0u8; 1];
+    loop {
+        match tty.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) if line.len() < MAX_PASSPHRASE => line.push(byte[0]),
+            Ok(_) => too_long = true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    zeroize::Zeroize::zeroize(&mut byte);
+    drop(restore);
+    // The newline the user typed was not echoed.
+    tty.write_all(b"\n")?;
+    if too_long {
+        return Err(std::io::Error::other(format!(
+            "the passphrase is longer than {MAX_PASSPHRASE} bytes"
+        )));
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    let bytes = std::mem::take(&mut *line);
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok(zeroize::Zeroizing::new(text)),
+        Err(error) => {
+            drop(zeroize::Zeroizing::new(error.into_bytes()));
+            Err(std::io::Error::other("the passphrase is not UTF-8"))
+        }
+    }
+}
+
+/// Puts a terminal's settings back as they were, whichever way
+/// [`read_passphrase`] returns.
+struct EchoRestore {
+    fd: libc::c_int,
+    saved: libc::termios,
+}
+
+impl Drop for EchoRestore {
+    fn drop(&mut self) {
+        // SAFETY: `saved` is the initialised termios tcgetattr gave for
+        // `fd`, which the caller's `tty` keeps open until after this drop;
+        // a failure leaves echo off, which nothing here can repair.
+        unsafe { libc::tcsetattr(self.fd, libc::TCSAFLUSH, &self.saved) };
+    }
 }
 
 /// One page of memory for key material: locked into RAM (never swapped),

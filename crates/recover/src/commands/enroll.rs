@@ -7,7 +7,9 @@ use sceau_format::key_id::{KeyId, hex};
 use sceau_format::members::member_file;
 use sceau_recover::cli::EnrollStep;
 
-use super::{read_private, write_new};
+use sceau_recover::custody::Passphrases;
+
+use super::{age_identities, read_protected, write_new};
 
 pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
     use sceau_format::enrollment::{self, Request};
@@ -39,12 +41,18 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
             response,
             member_out,
             enrollment_identity,
+            unlock,
         } => {
-            // Read before any check, so that a wrong path fails first.
+            // Read before any check, so that a wrong path or passphrase
+            // fails first; opened as the recovery identity is (an age file,
+            // or plaintext with a warning).
             let identity = enrollment_identity
                 .as_deref()
-                .map(|path| {
-                    EnrollmentIdentity::parse(&read_private(path, "enrollment")?)
+                .map(|path| -> anyhow::Result<_> {
+                    let mut passphrases = Passphrases::new(unlock.passphrase_fd);
+                    let identities = age_identities(unlock, &mut passphrases)?;
+                    let text = read_protected(path, "enrollment", &identities, &mut passphrases)?;
+                    EnrollmentIdentity::parse(&text)
                         .with_context(|| format!("reading {}", path.display()))
                 })
                 .transpose()?;

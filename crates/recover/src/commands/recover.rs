@@ -50,19 +50,6 @@ impl Key {
     }
 }
 
-/// Overwrites the stack below the caller's frame, where combining the
-/// shares and opening envelopes left copies of the scalar (p256's `Scalar`
-/// and `SecretKey` are `Copy`-like values that every call and move copies;
-/// their own wipe covers only the last copy). 128 KiB is several times the
-/// deepest call of `combine` and `open` (the memory scan test fails with
-/// the scalar on the stack without this).
-#[inline(never)]
-fn scrub_stack() {
-    let mut stack = [0u8; 128 * 1024];
-    zeroize::Zeroize::zeroize(&mut stack[..]);
-    std::hint::black_box(&stack);
-}
-
 /// No TPM, no sandbox; an offline operator tool.
 pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
     use std::io::{IsTerminal as _, Read as _, Write as _};
@@ -94,7 +81,7 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
             // The key is wiped before anything is written: a memory scan
             // while the output blocks finds none of it.
             drop(identity);
-            scrub_stack();
+            super::scrub_stack();
             sceau_sys::unlock_all_memory();
             let (dek, checked) = opened?;
             std::io::stdout().write_all(&dek)?;
@@ -104,16 +91,12 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
         }
         RecoverInput::EtcdSnapshot(path) => {
             let values = sceau_recover::etcd::values_from_snapshot(&read_input(path)?)?;
-            print_secrets(&key.identity()?, known.as_ref(), &values)?;
-            scrub_stack();
-            sceau_sys::unlock_all_memory();
+            print_secrets(key, known.as_ref(), &values)?;
         }
         RecoverInput::EtcdJson(path) => {
             let text = String::from_utf8(read_input(path)?).context("etcdctl JSON is not UTF-8")?;
             let values = sceau_recover::etcd::values_from_etcdctl_json(&text)?;
-            print_secrets(&key.identity()?, known.as_ref(), &values)?;
-            scrub_stack();
-            sceau_sys::unlock_all_memory();
+            print_secrets(key, known.as_ref(), &values)?;
         }
     }
     Ok(())
@@ -144,18 +127,29 @@ fn open_envelope_input(
     }
 }
 
+/// Opens every DEK seed, wipes the key, then decrypts and prints: the key
+/// lives only until the last seed is opened, not until the last Secret is
+/// written (a memory scan while the output blocks finds none of it). The
+/// seeds and the Secrets stay in locked memory until everything is printed.
 fn print_secrets(
-    identity: &RecoveryIdentity,
+    key: Key,
     known: Option<&KnownMembers>,
     values: &[sceau_recover::etcd::StoredValue],
 ) -> anyhow::Result<()> {
+    let identity = key.identity()?;
+    let seeds = sceau_recover::report::open_seeds(&identity, known, values);
+    drop(identity);
+    super::scrub_stack();
     let summary = sceau_recover::report::recover_secrets(
-        identity,
-        known,
+        &seeds,
         values,
         &mut std::io::stdout().lock(),
         &mut std::io::stderr().lock(),
-    )?;
+    );
+    drop(seeds);
+    super::scrub_stack();
+    sceau_sys::unlock_all_memory();
+    let summary = summary?;
     eprintln!(
         "{} Secrets recovered ({} of them unverified), {} values skipped, {} failed",
         summary.printed, summary.unverified, summary.skipped, summary.failed

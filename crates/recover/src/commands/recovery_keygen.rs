@@ -19,14 +19,19 @@ pub fn run(options: &RecoveryKeygenOptions) -> anyhow::Result<()> {
             let sealer = Sealer::prepare(protection, &mut passphrases, what)?;
             let identity = RecoveryIdentity::generate();
             let file = sealer.seal(identity.identity_file().as_bytes(), what)?;
+            let public = identity.public_file();
+            let name = hex(identity.public().name());
+            // Gone before anything is written or printed: a memory scan
+            // while the output blocks finds none of it.
+            drop(identity);
+            super::scrub_stack();
             write_key_pair(
                 ["--identity", "--public"],
                 (path, &file),
-                (&options.public, identity.public_file().as_bytes()),
+                (&options.public, public.as_bytes()),
             )?;
             eprintln!(
-                "recovery key {} written: identity {} ({}; keep it offline), public {}",
-                hex(identity.public().name()),
+                "recovery key {name} written: identity {} ({}; keep it offline), public {}",
                 path.display(),
                 match protection {
                     Protection::Unencrypted => "UNENCRYPTED",
