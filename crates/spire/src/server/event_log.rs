@@ -1954,6 +1954,27 @@ mod tests {
             },
         )
         .unwrap();
+        // The Spec ID event counts: a log of it alone is one event. Shown
+        // failing: without the count of it, max_events 0 accepted it.
+        let spec_id_only = Encoder::sha256_only().out;
+        let at_most = |max_events| {
+            EventLog::parse(
+                &spec_id_only,
+                Limits {
+                    max_events,
+                    ..Limits::default()
+                },
+            )
+        };
+        assert_eq!(
+            at_most(0),
+            Err(EventLogError::TooManyEvents {
+                index: 0,
+                offset: 0,
+                max: 0
+            })
+        );
+        assert_eq!(at_most(1).unwrap().events().len(), 0);
 
         let limits = Limits {
             max_log_bytes: e.out.len() - 1,
