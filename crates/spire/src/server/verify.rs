@@ -758,24 +758,83 @@ pub(crate) mod tests {
     /// 0–7 at the values its own replay gives (the fixtures come without
     /// their TPM's quote).
     fn check_fixture(name: &str) -> Result<Vec<String>, Refusal> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/event_log")
-            .join(name);
-        let log = std::fs::read(&path).unwrap();
+        let log = fixture(name);
         // Within the payload limit with room to spare: six times over.
         assert!(
             log.len() * 6 < crate::payload::MAX_EVENT_LOG_LEN,
             "{name}: {}",
             log.len()
         );
-        let replayed = EventLog::parse(&log, event_log::Limits::default())
+        check_log(&log, &log)
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/event_log")
+            .join(name);
+        std::fs::read(&path).unwrap()
+    }
+
+    /// `log` checked against a quote of PCRs 0–7 at the values `replayed`
+    /// replays to (a log of the same digests).
+    fn check_log(log: &[u8], replayed: &[u8]) -> Result<Vec<String>, Refusal> {
+        let replayed = EventLog::parse(replayed, event_log::Limits::default())
             .unwrap()
             .replay(Bank::Sha256)
             .unwrap();
         let quoted: Vec<(u8, &[u8])> = (0..8u8)
             .map(|pcr| (pcr, replayed[usize::from(pcr)].as_slice()))
             .collect();
-        check_event_log(MeasuredBoot::Required, Bank::Sha256, &quoted, &log)
+        check_event_log(MeasuredBoot::Required, Bank::Sha256, &quoted, log)
+    }
+
+    // The forgery of a Secure-Boot-off node's real log (event_log::forgery):
+    // as the reviewer made it, refused; without the relabelled separator,
+    // no Secure Boot state and an incomplete log. Shown failing: with
+    // separators and the SecureBoot variable known by their types, the
+    // first gave "secureboot:enabled" and "eventlog:complete".
+    #[test]
+    fn a_forged_real_log_claims_neither_secure_boot_nor_completeness() {
+        use event_log::forgery::{Forgery, forge};
+        let genuine = fixture("gce-ubuntu-2104-sb-off.bin");
+        // What the TPM holds after the forgery: relabelling changes no
+        // digest.
+        let extended = forge(
+            &genuine,
+            Forgery {
+                relabel_variable: false,
+                relabel_separator: false,
+                append_separator: true,
+            },
+        );
+        let refusal = check_log(&forge(&genuine, Forgery::FULL), &extended).unwrap_err();
+        let line = refusal.to_string();
+        assert!(
+            line.starts_with("malformed event log: event ")
+                && line.ends_with(": a separator's digest on an event that is not an EV_SEPARATOR"),
+            "{line}"
+        );
+        let forged = forge(
+            &genuine,
+            Forgery {
+                relabel_separator: false,
+                ..Forgery::FULL
+            },
+        );
+        let selectors = check_log(&forged, &extended).unwrap();
+        assert_eq!(selectors.first().unwrap(), "secureboot:unknown");
+        assert_eq!(selectors.last().unwrap(), "eventlog:incomplete");
+        // PCR 4 is untouched: its boot applications are still known.
+        assert_eq!(
+            selectors
+                .iter()
+                .filter(|s| s.starts_with("boot_app:"))
+                .count(),
+            2
+        );
+        let genuine = check_log(&genuine, &genuine).unwrap();
+        assert_eq!(genuine.first().unwrap(), "secureboot:disabled");
+        assert_eq!(genuine.last().unwrap(), "eventlog:complete");
     }
 
     #[test]
