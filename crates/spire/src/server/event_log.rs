@@ -1719,12 +1719,7 @@ mod tests {
         // Data that is not what was measured, under a type whose data is
         // not checked when parsed (EV_EFI_VARIABLE_DRIVER_CONFIG's is).
         let mut e = Encoder::sha256_only();
-        e.digest(
-            7,
-            EV_EFI_VARIABLE_AUTHORITY,
-            sha256(&sb(&[0])),
-            &sb(&[1]),
-        );
+        e.digest(7, EV_EFI_VARIABLE_AUTHORITY, sha256(&sb(&[0])), &sb(&[1]));
         e.separators(0..=7);
         assert_eq!(
             facts_of(&parse(&e.out).unwrap(), Bank::Sha256, 0..=7).secure_boot,
@@ -1842,7 +1837,9 @@ mod tests {
             e.separators(0..=6);
             change(&mut e);
             match parse(&e.out) {
-                Err(EventLogError::Mislabelled { index: 8, reason, .. }) => reason,
+                Err(EventLogError::Mislabelled {
+                    index: 8, reason, ..
+                }) => reason,
                 other => panic!("{other:?}"),
             }
         };
@@ -1859,19 +1856,17 @@ mod tests {
         );
         // A separator of other data, or of data not its digest's.
         let separator = "an EV_SEPARATOR whose data is not 00000000, 00000001 or FFFFFFFF, or not what its digests measure";
-        assert_eq!(mislabelled(&|e| e.measure(7, EV_SEPARATOR, b"sep")), separator);
+        assert_eq!(
+            mislabelled(&|e| e.measure(7, EV_SEPARATOR, b"sep")),
+            separator
+        );
         assert_eq!(
             mislabelled(&|e| e.digest(7, EV_SEPARATOR, sha256(&[0xff; 4]), &[0; 4])),
             separator
         );
         // Actions and variables whose data is not what was measured.
         assert_eq!(
-            mislabelled(&|e| e.digest(
-                7,
-                EV_EFI_ACTION,
-                [7; 32],
-                b"Exit Boot Services Invocation"
-            )),
+            mislabelled(&|e| e.digest(7, EV_EFI_ACTION, [7; 32], b"Exit Boot Services Invocation")),
             "an EV_EFI_ACTION whose string is not what its digests measure"
         );
         let sb = variable(&EFI_GLOBAL_VARIABLE, "SecureBoot", &[1]);

@@ -29,10 +29,12 @@ use super::event_log::{self, Bank, EventLog, Facts, PcrCheckError};
 use super::keys::Key;
 use super::structures::{
     Attestation, Attested, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE, Signature,
-    TPM_GENERATED, attributes as attr, sha256_selection,
+    TPM_GENERATED, attributes as attr, creation_outside_info, sha256_selection,
 };
 use super::x509::Parsed;
-use crate::payload::{Challenge, ChallengeResponse, Payload, SECRET_LEN};
+use crate::payload::{
+    Challenge, ChallengeResponse, PLACE_PROOF_LEN, Payload, SECRET_LEN, place_proof,
+};
 
 /// Why an attestation was refused. Display is the one line logged and sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,6 +80,10 @@ pub struct VerifiedPayload {
     pub ak_name: [u8; NAME_LEN],
     /// Selectors known before the challenge (EK hash, certificate facts).
     pub selectors: Vec<String>,
+    /// The place proof the AK's creation data carries (its outsideInfo,
+    /// when that is a proof's length), unverified: `server::limits`
+    /// compares it with the one it expects for the EK.
+    pub place_proof: Option<[u8; PLACE_PROOF_LEN]>,
 }
 
 /// What the server remembers between its challenge and the answer.
@@ -172,12 +178,18 @@ fn check_trusted_payload(
     }
 
     let (ak, ak_name) = check_ak(payload)?;
+    // Creation data that is not a TPMS_CREATION_DATA carries no proof; it
+    // is not refused for that, as it was not before proofs.
+    let place_proof = creation_outside_info(&payload.creation_data)
+        .ok()
+        .and_then(|info| info.try_into().ok());
     Ok(VerifiedPayload {
         ek,
         pub_hash,
         ak,
         ak_name,
         selectors,
+        place_proof,
     })
 }
 
@@ -337,6 +349,14 @@ fn check_ak(payload: &Payload) -> Result<(Key, [u8; NAME_LEN]), Refusal> {
     ak.verify_tpm(&payload.creation_attestation, &signature)
         .map_err(|_| Refusal::Creation("its signature does not verify with the AK"))?;
     Ok((ak, ak_name))
+}
+
+impl Pending {
+    /// The place proof the EK's next payload must carry, should this
+    /// attestation pass: derived from this credential's secret.
+    pub fn next_place_proof(&self) -> zeroize::Zeroizing<[u8; PLACE_PROOF_LEN]> {
+        place_proof(self.credential.expected.as_slice())
+    }
 }
 
 /// A fresh credential and nonce for a verified payload.
