@@ -44,36 +44,67 @@
 //! `sha2` and not on a SHA-1 implementation, so SHA-1 digests are parsed and
 //! kept but never checked ([`PcrCheckError::UnsupportedBank`]).
 //!
+//! # Types and data
+//!
+//! A quote authenticates digests only: an event's type, and the data of an
+//! event whose digest is not the hash of its data, are the agent's word.
+//! So no fact depends on a type alone. `parse` refuses, in PCRs 0–7
+//! ([`EventLogError::Mislabelled`]), and in every bank it can hash:
+//!
+//! - an extension by the hash of `00000000`, `00000001` or `FFFFFFFF` (a
+//!   separator's data) whose type is not EV_SEPARATOR, and an EV_SEPARATOR
+//!   whose data is not one of them or not what its digests measure: a
+//!   separator cannot be relabelled, hidden or invented;
+//! - an EV_EFI_ACTION whose string, or an EV_EFI_VARIABLE_DRIVER_CONFIG
+//!   whose UEFI_VARIABLE_DATA, is not what its digests measure;
+//! - an EV_EFI_VARIABLE_BOOT or BOOT2 whose data is not a UEFI variable
+//!   whose whole, or VariableData alone, is what its digests measure (edk2
+//!   measures the VariableData: `boot-variables-after-separator.bin`).
+//!
+//! EV_EFI_VARIABLE_AUTHORITY data is not required to match: shim 15
+//! measures one byte less than the event it logs (`partial-sb-on.bin`).
+//! Nothing is read from such data unless it matches. The fixtures in
+//! `tests/fixtures/event_log` (OVMF's among them) and the one further
+//! crypto-agile log of go-attestation's test data
+//! (`coreos_36_shielded_vm_no_secure_boot_eventlog`) pass these checks;
+//! SHA-1 digests are not checked (below).
+//!
 //! # What a verified log says ([`Verified::facts`])
 //!
 //! Facts are read only from PCRs whose quoted value equalled the replay
-//! ([`EventLog::matches`]), and, for events whose digest is the hash of
-//! their data (variables, separators, actions), only when that digest, in
-//! the verified bank, is the hash of the data: the data of any other event
-//! is unauthenticated.
+//! ([`EventLog::matches`]) and that are *sealed*: exactly one separator,
+//! of data `00000000` (an error separator is not a clean hand-off), and
+//! after it only the events the firmware and the boot loader may still
+//! measure there once the pre-boot phase is over. Anything else extended
+//! after the separator (software can extend any PCR after boot) unseals
+//! the PCR, and the facts read from it are unknown; a PCR without its
+//! separator is not sealed either (nothing tells the firmware's events
+//! from later ones). Data is read only when the digest, in the verified
+//! bank, is its hash.
 //!
-//! - `secure_boot`, as go-attestation's `ParseSecurebootState` reads it: the
-//!   one EV_EFI_VARIABLE_DRIVER_CONFIG event in PCR 7 for the EFI global
-//!   variable `SecureBoot`, before PCR 7's separator, whose one byte of data
-//!   is 1 (enabled) or 0 (disabled). A second one, one after the separator,
-//!   another size or value, or data that is not what was measured: unknown.
-//! - `boot_applications`: the digests of the EV_EFI_BOOT_SERVICES_APPLICATION
-//!   events in PCR 4, in order (the Authenticode hashes of the PE images the
-//!   firmware and shim started: boot manager, shim, boot loader, UKI or
-//!   kernel), the measurements keylime's measured-boot policy checks.
-//! - `firmware_debugger`: PCR 7 holds the EV_EFI_ACTION "UEFI Debug Mode"
-//!   (the PFP's record of a firmware debugger; go-attestation refuses such
-//!   logs).
-//! - `complete`: each of PCRs 0–7 holds exactly one EV_SEPARATOR, of data
-//!   `00000000` (an error separator is not a clean hand-off), and after it
-//!   only the events the firmware and the boot loader may still measure
-//!   there once the pre-boot phase is over. Neither reference states one
-//!   rule; this list combines keylime's (`keylime/mba/elchecking/tests.py`:
-//!   `EvSeperatorTest`, `EvEfiActionTest`'s strings per PCR; the example
-//!   policy's (PCR, type) dispatcher), go-attestation's for PCR 7
-//!   (`ParseSecurebootState`: one separator, variables only before it,
-//!   authorities before or after it) and what 10 real firmware logs hold
-//!   after their separators (go-attestation's and tpm2-tools' test logs):
+//! - `secure_boot`, PCR 7 sealed: from every event whose data is the EFI
+//!   global variable `SecureBoot` and is what was measured, whatever its
+//!   type says (a relabelled measurement still counts). Exactly one, before
+//!   the separator, of one byte 1 (enabled) or 0 (disabled); none, a
+//!   second one, one after the separator, another size or value: unknown.
+//!   go-attestation's `ParseSecurebootState` reads the one
+//!   EV_EFI_VARIABLE_DRIVER_CONFIG instead.
+//! - `boot_applications`, PCR 4 sealed: the digests of the
+//!   EV_EFI_BOOT_SERVICES_APPLICATION events in PCR 4, in order (the
+//!   Authenticode hashes of the PE images the firmware and shim started:
+//!   boot manager, shim, boot loader, UKI or kernel), the measurements
+//!   keylime's measured-boot policy checks.
+//! - `firmware_debugger`, PCR 7 sealed: an extension of PCR 7 by the hash
+//!   of "UEFI Debug Mode" (the PFP's EV_EFI_ACTION for a firmware debugger;
+//!   go-attestation refuses such logs), whatever its type.
+//! - `complete`: each of PCRs 0–7 sealed. What may follow a separator has
+//!   no single rule in the references; this list combines keylime's
+//!   (`keylime/mba/elchecking/tests.py`: `EvSeperatorTest`,
+//!   `EvEfiActionTest`'s strings per PCR; the example policy's (PCR, type)
+//!   dispatcher), go-attestation's for PCR 7 (`ParseSecurebootState`: one
+//!   separator, variables only before it, authorities before or after it)
+//!   and what 10 real firmware logs hold after their separators
+//!   (go-attestation's and tpm2-tools' test logs):
 //!   - PCR 1: EV_EFI_VARIABLE_BOOT / EV_EFI_VARIABLE_BOOT2 (boot managers
 //!     that measure Boot#### when they try it: 3 of the 10 logs; keylime
 //!     accepts them in PCR 1 wherever they are),
@@ -84,8 +115,13 @@
 //!     Invocation" / "Exit Boot Services Returned with Success" / "... with
 //!     Failure",
 //!   - PCR 7: EV_EFI_VARIABLE_AUTHORITY (the db entry that verified the boot
-//!     loader, shim's SbatLevel and MOK authorities),
+//!     loader, shim's SbatLevel and MOK authorities), unless its data is a
+//!     measured `SecureBoot` variable,
 //!   - PCRs 0, 2, 3, 6: nothing.
+//!
+//!   The types of the events allowed after a separator remain the agent's
+//!   word: software that extends PCR 4 after boot and logs the extension
+//!   as a boot application keeps PCR 4 sealed (one more boot application).
 //!
 //! [`unextended`] is the check on the quoted values themselves: a boot PCR
 //! (0–7) that is all zeros or all ones was never extended by the firmware
@@ -861,41 +897,30 @@ fn check_labelled(event: &Event) -> Result<(), &'static str> {
     if separator_digest && event.event_type != EV_SEPARATOR {
         return Err("a separator's digest on an event that is not an EV_SEPARATOR");
     }
-    match event.event_type {
-        EV_SEPARATOR => {
-            let value = SEPARATOR_VALUES.iter().any(|v| event.data == v);
-            if !value || !measures(event, &event.data) {
-                return Err(
-                    "an EV_SEPARATOR whose data is not 00000000, 00000001 or FFFFFFFF, or not what its digests measure",
-                );
-            }
-        }
-        EV_EFI_ACTION if !measures(event, &event.data) => {
-            return Err("an EV_EFI_ACTION whose string is not what its digests measure");
-        }
-        EV_EFI_VARIABLE_DRIVER_CONFIG => {
-            if Variable::parse(&event.data).is_none() || !measures(event, &event.data) {
-                return Err(
-                    "an EV_EFI_VARIABLE_DRIVER_CONFIG whose data is not a UEFI variable, or not what its digests measure",
-                );
-            }
-        }
+    let whole = || measures(event, &event.data);
+    let refused = match event.event_type {
+        EV_SEPARATOR => (!SEPARATOR_VALUES.iter().any(|v| event.data == v) || !whole()).then_some(
+            "an EV_SEPARATOR whose data is not 00000000, 00000001 or FFFFFFFF, or not what its digests measure",
+        ),
+        EV_EFI_ACTION => (!whole())
+            .then_some("an EV_EFI_ACTION whose string is not what its digests measure"),
+        EV_EFI_VARIABLE_DRIVER_CONFIG => (Variable::parse(&event.data).is_none() || !whole())
+            .then_some(
+                "an EV_EFI_VARIABLE_DRIVER_CONFIG whose data is not a UEFI variable, or not what its digests measure",
+            ),
         // edk2 measures a boot variable's VariableData alone (the fixture
         // boot-variables-after-separator.bin), other firmware the whole
         // UEFI_VARIABLE_DATA.
         EV_EFI_VARIABLE_BOOT | EV_EFI_VARIABLE_BOOT2 => {
-            let measured = Variable::parse(&event.data).is_some_and(|variable| {
-                measures(event, &event.data) || measures(event, variable.data)
-            });
-            if !measured {
-                return Err(
-                    "an EFI boot variable event whose data is not a UEFI variable, or not what its digests measure",
-                );
-            }
+            let measured = Variable::parse(&event.data)
+                .is_some_and(|variable| whole() || measures(event, variable.data));
+            (!measured).then_some(
+                "an EFI boot variable event whose data is not a UEFI variable, or not what its digests measure",
+            )
         }
-        _ => {}
-    }
-    Ok(())
+        _ => None,
+    };
+    refused.map_or(Ok(()), Err)
 }
 
 /// A UEFI_VARIABLE_DATA (PFP): VariableName (GUID), UnicodeNameLength
