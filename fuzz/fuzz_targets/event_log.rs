@@ -20,11 +20,15 @@
 //!   SHA-512) replays to 24 values of the bank's size, the same on every
 //!   call (and `replay_sha256` agrees); a bank the log does not carry is
 //!   `BankNotInLog`, SHA-1 is `UnsupportedBank`;
+//! - in PCRs 0–7 of an accepted log, every EV_SEPARATOR carries
+//!   `00000000`, `00000001` or `FFFFFFFF` (`parse` refuses relabelled and
+//!   invented separators);
 //! - `matches` of the replayed values themselves for PCRs 0–7 succeeds and
 //!   covers exactly those PCRs; `facts()` does not panic and agrees with the
-//!   events (boot applications are PCR 4's, a complete log has an event in
-//!   each boot PCR, a Secure Boot state comes from an event in PCR 7); one
-//!   changed value is refused as a `Mismatch` of that PCR;
+//!   events: a fact of PCR 4 or 7 (boot applications, which are PCR 4's;
+//!   Secure Boot and the debugger) only when that PCR holds exactly one
+//!   separator, of zeros, and a complete log only when every boot PCR
+//!   does; one changed value is refused as a `Mismatch` of that PCR;
 //! - `unextended` of the replayed values names the first boot PCR that no
 //!   event extended (PCR 0 only when its startup locality is 0 too);
 //! - re-parsing the same bytes gives the same log and the same replay;
@@ -95,6 +99,15 @@ fn check_shape(log: &EventLog, bytes: &[u8], limits: Limits) {
         assert_eq!(event.digests.len(), algorithms.len());
         for &(alg, size) in algorithms {
             assert_eq!(event.digest(alg).map(<[u8]>::len), Some(usize::from(size)));
+        }
+        if BOOT_PCRS.contains(&event.pcr) && event.event_type == event_type::EV_SEPARATOR {
+            assert!(
+                [[0u8; 4], [0, 0, 0, 1], [0xff; 4]]
+                    .iter()
+                    .any(|v| event.data == v),
+                "a separator of data {:?}",
+                event.data
+            );
         }
     }
 }
@@ -210,18 +223,26 @@ fn check_bank(log: &EventLog, bank: Bank) {
         .filter(|e| e.event_type == event_type::EV_EFI_BOOT_SERVICES_APPLICATION)
         .map(|e| e.digest(bank.alg_id()).expect("every event has the bank"))
         .collect();
-    let facts_applications = facts.boot_applications.as_ref().expect("PCR 4 is verified");
-    assert!(
-        facts_applications
-            .iter()
-            .map(Vec::as_slice)
-            .eq(applications)
-    );
-    if facts.complete {
-        assert!(BOOT_PCRS.iter().all(|&pcr| extending(pcr).next().is_some()));
+    // One separator, of zeros: what a sealed PCR holds at least.
+    let one_clean_separator = |pcr: u8| {
+        let mut separators = extending(pcr).filter(|e| e.event_type == event_type::EV_SEPARATOR);
+        separators.next().is_some_and(|e| e.data == [0; 4]) && separators.next().is_none()
+    };
+    if let Some(facts_applications) = &facts.boot_applications {
+        assert!(one_clean_separator(4));
+        assert!(
+            facts_applications
+                .iter()
+                .map(Vec::as_slice)
+                .eq(applications)
+        );
     }
-    if facts.secure_boot.is_some() || facts.firmware_debugger {
-        assert!(extending(7).next().is_some());
+    if facts.complete {
+        assert!(BOOT_PCRS.iter().all(|&pcr| one_clean_separator(pcr)));
+        assert!(facts.boot_applications.is_some() && facts.firmware_debugger.is_some());
+    }
+    if facts.secure_boot.is_some() || facts.firmware_debugger.is_some() {
+        assert!(one_clean_separator(7));
     }
 
     let never_extended = BOOT_PCRS

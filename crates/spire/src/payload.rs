@@ -56,6 +56,26 @@ pub const MAX_CERTIFICATE_LEN: usize = 8 * 1024;
 pub const MAX_TPM_STRUCTURE_LEN: usize = 2048;
 /// The credential the server makes and the nonce it sends: 32 bytes each.
 pub const SECRET_LEN: usize = 32;
+/// A place proof's length.
+pub const PLACE_PROOF_LEN: usize = 32;
+/// What a place proof hashes before the credential's secret.
+const PLACE_PROOF_LABEL: &[u8] = b"sceau-spire place proof\0";
+
+/// The place proof after an attestation whose credential carried
+/// `secret`: SHA-256 of a label and the secret. The server expects it in
+/// the EK's next payload for a place in its proven pool
+/// (`server::limits`); the agent sends it there as the outsideInfo of its
+/// next AK's creation data, a field servers that do not read it ignore.
+/// Only the TPM holding the EK opened the credential, so only its agent
+/// can know it; the hash keeps the secret itself out of the next payload.
+pub fn place_proof(secret: &[u8]) -> Zeroizing<[u8; PLACE_PROOF_LEN]> {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    hash.update(PLACE_PROOF_LABEL);
+    hash.update(secret);
+    Zeroizing::new(hash.finalize().into())
+}
+
 /// SHA-256 PCRs a quote may cover (a PC client TPM has 24).
 pub const PCR_COUNT: u8 = 24;
 /// The SHA-256 digest length of a PCR value.

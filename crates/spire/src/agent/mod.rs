@@ -5,7 +5,11 @@
 //! TPM2_CertifyCreation), waits for the server's challenge, answers it
 //! (TPM2_ActivateCredential, TPM2_Quote) and then drops every TPM object it
 //! loaded. TPM work runs in `spawn_blocking`; attestations are serialized so
-//! that a TPM without a resource manager never holds two at once.
+//! that a TPM without a resource manager never holds two at once. The lock
+//! that serializes them holds the place proof of the last answered
+//! challenge (`payload::place_proof`, in memory only), which the next
+//! payload carries so that the server keeps this node a place its
+//! public-data stalls cannot take (`server::limits`).
 //!
 //! - `config`: the `plugin_data` keys (`tcti`, `ek_algorithm`,
 //!   `event_log_path`);
@@ -23,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::payload::Challenge;
+use crate::payload::{Challenge, PLACE_PROOF_LEN, place_proof};
 use crate::pb::agent_attestor::node_attestor_server::{NodeAttestor, NodeAttestorServer};
 use crate::pb::agent_attestor::payload_or_challenge_response::Data;
 use crate::pb::agent_attestor::{Challenge as ChallengeMessage, PayloadOrChallengeResponse};
@@ -43,6 +47,9 @@ pub fn silence_tss_log() -> std::io::Result<()> {
     Ok(())
 }
 
+/// A place proof, wiped when replaced.
+type PlaceProof = zeroize::Zeroizing<[u8; PLACE_PROOF_LEN]>;
+
 /// How long the server may take to send its challenge after the payload.
 pub const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long an attestation waits for the one before it to finish.
@@ -58,7 +65,9 @@ pub const TPM_STEP_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct AgentPlugin {
     settings: RwLock<Option<Arc<TpmSettings>>>,
     /// One attestation at a time uses the TPM.
-    busy: Arc<Mutex<()>>,
+    /// Held by the attestation running; the place proof of the last
+    /// answered challenge.
+    busy: Arc<Mutex<Option<PlaceProof>>>,
     tpm_step_timeout: Duration,
 }
 
@@ -161,17 +170,18 @@ async fn attest(
     settings: Arc<TpmSettings>,
     mut inbound: Streaming<ChallengeMessage>,
     sender: &mpsc::Sender<Result<PayloadOrChallengeResponse, Status>>,
-    busy: Arc<Mutex<()>>,
+    busy: Arc<Mutex<Option<PlaceProof>>>,
     limit: Duration,
 ) -> Result<(), Status> {
-    let _turn = tokio::time::timeout(QUEUE_TIMEOUT, busy.lock_owned())
+    let mut turn = tokio::time::timeout(QUEUE_TIMEOUT, busy.lock_owned())
         .await
         .map_err(|_| Status::unavailable("another TPM attestation is still running"))?;
     let started = std::time::Instant::now();
+    let proof = turn.clone();
     let (attestation, payload) = bounded(
         limit,
         "the payload",
-        blocking(move || Attestation::begin(&settings)),
+        blocking(move || Attestation::begin_with_place_proof(&settings, proof.as_deref())),
     )
     .await?;
     log::info!("TPM payload ready in {} ms", started.elapsed().as_millis());
@@ -216,7 +226,12 @@ async fn attest(
         "TPM challenge answered in {} ms",
         started.elapsed().as_millis()
     );
+    let next_proof = place_proof(&response.credential);
     send(sender, Data::ChallengeResponse(response.encode())).await?;
+    // Sent: whether the server accepted it or not, only this TPM could
+    // have opened the credential. A proof the server does not expect (it
+    // refused the answer) only puts the next payload in the shared pool.
+    *turn = Some(next_proof);
     release(attestation).await;
     Ok(())
 }

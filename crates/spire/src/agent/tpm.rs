@@ -34,7 +34,9 @@ use tss_esapi::tss2_esys::{TPMS_CREATION_DATA, TPMT_TK_CREATION};
 use std::path::{Path, PathBuf};
 
 use super::raw::{RawChannel, RawError};
-use crate::payload::{Challenge, ChallengeResponse, MAX_EVENT_LOG_LEN, PCR_DIGEST_LEN, Payload};
+use crate::payload::{
+    Challenge, ChallengeResponse, MAX_EVENT_LOG_LEN, PCR_DIGEST_LEN, PLACE_PROOF_LEN, Payload,
+};
 use crate::plugin::file::read_bounded;
 
 /// TPM2_PCR_Read returns at most eight digests per call (TPML_DIGEST).
@@ -160,8 +162,20 @@ impl Attestation {
     /// Opens the TPM, makes and certifies a fresh AK, reads the EK and its
     /// certificate, and returns the payload for the server.
     pub fn begin(settings: &TpmSettings) -> Result<(Self, Payload), AgentTpmError> {
+        Self::begin_with_place_proof(settings, None)
+    }
+
+    /// As [`Attestation::begin`], with the place proof of this EK's last
+    /// attestation ([`crate::payload::place_proof`] of the credential it
+    /// activated) in the AK's creation data, where TPM2_Create records it
+    /// as outsideInfo: the server gives a payload that carries the proof
+    /// it expects a place kept for nodes that attested before.
+    pub fn begin_with_place_proof(
+        settings: &TpmSettings,
+        proof: Option<&[u8; PLACE_PROOF_LEN]>,
+    ) -> Result<(Self, Payload), AgentTpmError> {
         let template = ak_template().map_err(|e| AgentTpmError::step("AK template", e))?;
-        Self::begin_with_ak_template(settings, template)
+        Self::begin_with(settings, template, proof)
     }
 
     /// As [`Attestation::begin`], with another AK template. Only the test
@@ -170,6 +184,14 @@ impl Attestation {
     pub fn begin_with_ak_template(
         settings: &TpmSettings,
         ak_template: Public,
+    ) -> Result<(Self, Payload), AgentTpmError> {
+        Self::begin_with(settings, ak_template, None)
+    }
+
+    fn begin_with(
+        settings: &TpmSettings,
+        ak_template: Public,
+        proof: Option<&[u8; PLACE_PROOF_LEN]>,
     ) -> Result<(Self, Payload), AgentTpmError> {
         // Refuse a TCTI that cannot carry CertifyCreation before any TPM work.
         let raw = RawChannel::for_tcti(&settings.tcti)?;
@@ -193,7 +215,7 @@ impl Attestation {
             answered: false,
             event_log_path: settings.event_log_path.clone(),
         };
-        let payload = attestation.make_payload(&raw, settings.ek_algorithm, ak_template)?;
+        let payload = attestation.make_payload(&raw, settings.ek_algorithm, ak_template, proof)?;
         Ok((attestation, payload))
     }
 
@@ -202,12 +224,17 @@ impl Attestation {
         raw: &RawChannel,
         ek_algorithm: EkAlgorithm,
         template: Public,
+        proof: Option<&[u8; PLACE_PROOF_LEN]>,
     ) -> Result<Payload, AgentTpmError> {
+        let outside_info = proof
+            .map(|proof| Data::try_from(proof.to_vec()))
+            .transpose()
+            .map_err(|e| AgentTpmError::step("outsideInfo", TpmError::new("Data", e)))?;
         let (ctx, srk) = self.tpm.context_and_srk();
         let srk = srk.handle;
         let created = ctx
             .execute_with_session(Some(AuthSession::Password), |c| {
-                c.create(srk, template, None, None, None, None)
+                c.create(srk, template, None, None, outside_info, None)
             })
             .map_err(|e| AgentTpmError::step("Create (AK)", TpmError::new("Create", e)))?;
         let ak_public = created

@@ -9,27 +9,51 @@
 //! Without bounds, 62 stalled attestations made SPIRE queue every other
 //! agent's call behind them.
 //!
-//! So a challenge is issued only with a [`Slot`]: at most
-//! [`MAX_PENDING_PER_EK`] for one EK, each held for at most
-//! [`ANSWER_TIMEOUT`], and in two pools. An EK that has answered a
-//! challenge since the plugin started has proven that its sender holds the
-//! TPM; its challenges take places among [`MAX_PENDING_PROVEN`] kept for
-//! such EKs. Every other EK's take places among [`MAX_PENDING`]. A sender
-//! who only has public data never answers, so its EKs are never proven:
-//! however many trusted EKs it sends, it fills the second pool only, and
-//! the nodes that attested before (spire-agent re-attests them to renew
-//! their SVIDs) keep theirs. Past a cap the attestation is refused at once
-//! with RESOURCE_EXHAUSTED, which spire-agent retries with backoff (only
-//! PERMISSION_DENIED is final). The slot is released when it is dropped,
-//! so on every way out of an attestation: the answer, the deadline, a
-//! refusal, the agent going away, the task being dropped.
+//! So a challenge is issued only with a [`Slot`], held for at most
+//! [`ANSWER_TIMEOUT`], in one of two pools. A payload that proves its
+//! sender answered this server before for its EK takes a place among
+//! [`MAX_PENDING_PROVEN`]; every other payload takes one among
+//! [`MAX_PENDING`], at most [`MAX_PENDING_PER_EK`] for one EK.
 //!
-//! The proven EKs are remembered in memory only, up to [`MAX_PROVEN_EKS`]:
-//! after a restart every node is in the shared pool until it attests once.
+//! What proves it is a place proof
+//! ([`crate::payload::place_proof`]): the hash of the secret of the
+//! credential that EK's last successful attestation here activated, which
+//! only the TPM holding the EK could open. The server keeps the one it
+//! expects next for each EK ([`ChallengeSlots::prove`], called only after a
+//! whole answer passed); the agent keeps it in memory and sends it in the
+//! outsideInfo of its next AK's creation data. A payload's EK is not
+//! proof: EK certificates are public, and a payload naming the EK of a node
+//! that attested before, with an AK made in software, passes every check
+//! before the challenge. Such payloads carry no place proof, so whatever
+//! EKs they name they take places in the shared pool only, and the proven
+//! pool stays for the nodes that attested before (spire-agent re-attests
+//! them to renew their SVIDs). A proof is used once: the place it gets
+//! consumes it, so a proof seen once cannot hold a place again, and the
+//! node's next successful attestation sets the next one. Proven places
+//! are not counted against the per-EK cap of the shared pool, so stalls
+//! naming a node's EK do not keep that node out either.
+//!
+//! Past a cap the attestation is refused at once with RESOURCE_EXHAUSTED,
+//! which spire-agent retries with backoff (only PERMISSION_DENIED is
+//! final). The slot is released when it is dropped, so on every way out of
+//! an attestation: the answer, the deadline, a refusal, the agent going
+//! away, the task being dropped.
+//!
+//! The expected proofs are kept in memory only, up to [`MAX_PROVEN_EKS`],
+//! and so are the agent's: after a restart of either, a node is in the
+//! shared pool until it attests once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use subtle::ConstantTimeEq as _;
+use zeroize::Zeroizing;
+
+use crate::payload::PLACE_PROOF_LEN;
+
+/// A place proof ([`crate::payload::place_proof`]).
+pub type PlaceProof = [u8; PLACE_PROOF_LEN];
 
 /// How long the agent has to answer the challenge. The agent's side is 8
 /// TPM commands: two StartAuthSession, PolicySecret, ActivateCredential,
@@ -51,22 +75,24 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// the agent before it calls the plugin), so an agent cannot make this
 /// wait; it only bounds a broken host.
 pub const PAYLOAD_TIMEOUT: Duration = Duration::from_secs(30);
-/// Challenges waiting for an answer for one EK. One agent has one
-/// attestation in flight; two lets an agent that restarted mid-attestation
-/// attest again at once while its abandoned attempt runs out.
+/// Challenges waiting for an answer for one EK in the shared pool. One
+/// agent has one attestation in flight; two lets an agent that restarted
+/// mid-attestation attest again at once while its abandoned attempt runs
+/// out.
 pub const MAX_PENDING_PER_EK: usize = 2;
 /// Challenges waiting for an answer for EKs not yet proven: a quarter of
 /// the connection's stream limit (64), so that stalled attestations can
 /// never take the streams that other agents' attestations, Configure and
 /// health need.
 pub const MAX_PENDING: usize = 16;
-/// Challenges waiting for an answer for proven EKs: another quarter. Both
-/// pools full leave half the streams (less go-plugin's two) to other calls.
+/// Challenges waiting for an answer with a place proof: another quarter.
+/// Both pools full leave half the streams (less go-plugin's two) to other
+/// calls.
 pub const MAX_PENDING_PROVEN: usize = 16;
-/// Proven EKs remembered: a 64-character hash each, about 1 MiB in all at
-/// the limit, past which a new EK is no longer remembered (it still
-/// attests, in the shared pool). Above the node count of any cluster one
-/// SPIRE server serves.
+/// EKs whose next place proof is remembered: a 64-character hash and a
+/// 32-byte proof each, about 1.5 MiB in all at the limit, past which a new
+/// EK is no longer remembered (it still attests, in the shared pool). Above
+/// the node count of any cluster one SPIRE server serves.
 pub const MAX_PROVEN_EKS: usize = 8192;
 
 /// The bounds one server plugin applies.
@@ -120,12 +146,14 @@ pub struct Full {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Pending in the shared pool, per EK.
     by_ek: HashMap<String, usize>,
-    /// Pending in the pool of EKs not yet proven, and in the proven pool.
+    /// Pending in the shared pool, and in the proven pool.
     pending: usize,
     pending_proven: usize,
     refused: u64,
-    proven: HashSet<String>,
+    /// The place proof each EK's next payload must carry.
+    proven: HashMap<String, Zeroizing<PlaceProof>>,
 }
 
 /// The pending challenges of one server plugin; clones share the count.
@@ -147,23 +175,23 @@ impl ChallengeSlots {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot for one challenge to the EK `ek` (its hash), or the cap that
-    /// is reached. Never waits.
-    pub fn try_acquire(&self, ek: &str) -> Result<Slot, Full> {
+    /// A slot for one challenge to the EK `ek` (its hash) whose payload
+    /// carries `proof`, or the cap that is reached. Never waits. The slot
+    /// is in the proven pool when `proof` is the one [`Self::prove`] left
+    /// for `ek`, which it then consumes.
+    pub fn try_acquire(&self, ek: &str, proof: Option<&PlaceProof>) -> Result<Slot, Full> {
         let mut state = self.lock();
-        let for_ek = state.by_ek.get(ek).copied().unwrap_or(0);
-        let proven = state.proven.contains(ek);
-        let (in_pool, pool_cap, pool) = if proven {
-            (state.pending_proven, self.limits.proven_total, Cap::Proven)
-        } else {
-            (state.pending, self.limits.total, Cap::Total)
+        let proven = match (state.proven.get(ek), proof) {
+            (Some(expected), Some(proof)) => bool::from(expected.ct_eq(proof)),
+            _ => false,
         };
-        let cap = if for_ek >= self.limits.per_ek {
+        let cap = if proven {
+            (state.pending_proven >= self.limits.proven_total)
+                .then_some((Cap::Proven, self.limits.proven_total))
+        } else if state.by_ek.get(ek).copied().unwrap_or(0) >= self.limits.per_ek {
             Some((Cap::PerEk, self.limits.per_ek))
-        } else if in_pool >= pool_cap {
-            Some((pool, pool_cap))
         } else {
-            None
+            (state.pending >= self.limits.total).then_some((Cap::Total, self.limits.total))
         };
         if let Some((cap, limit)) = cap {
             state.refused += 1;
@@ -173,10 +201,11 @@ impl ChallengeSlots {
                 refused: state.refused,
             });
         }
-        *state.by_ek.entry(ek.to_owned()).or_insert(0) += 1;
         if proven {
+            state.proven.remove(ek);
             state.pending_proven += 1;
         } else {
+            *state.by_ek.entry(ek.to_owned()).or_insert(0) += 1;
             state.pending += 1;
         }
         Ok(Slot {
@@ -187,14 +216,14 @@ impl ChallengeSlots {
     }
 
     /// Records that `ek`'s sender answered a challenge with it (the
-    /// credential activated, the quote verified): its later challenges
-    /// take places in the proven pool. Call only after the whole answer
-    /// passed; a refusal after the challenge proves nothing about who
-    /// holds the TPM.
-    pub fn prove(&self, ek: &str) {
+    /// credential activated, the quote verified), and the place proof its
+    /// next payload carries to take a proven place: the one derived from
+    /// that credential's secret. Call only after the whole answer passed; a
+    /// refusal after the challenge proves nothing about who holds the TPM.
+    pub fn prove(&self, ek: &str, next: &PlaceProof) {
         let mut state = self.lock();
-        if state.proven.len() < MAX_PROVEN_EKS {
-            state.proven.insert(ek.to_owned());
+        if state.proven.len() < MAX_PROVEN_EKS || state.proven.contains_key(ek) {
+            state.proven.insert(ek.to_owned(), Zeroizing::new(*next));
         }
     }
 
@@ -209,12 +238,13 @@ impl ChallengeSlots {
         self.lock().pending_proven
     }
 
-    /// EKs proven since the start.
+    /// EKs whose next place proof is remembered: those that attested since
+    /// the start, less those whose proof is in use.
     pub fn proven(&self) -> usize {
         self.lock().proven.len()
     }
 
-    /// Challenges waiting for an answer for `ek` now.
+    /// Challenges waiting for an answer for `ek` now in the shared pool.
     pub fn pending_for(&self, ek: &str) -> usize {
         self.lock().by_ek.get(ek).copied().unwrap_or(0)
     }
@@ -239,9 +269,9 @@ impl Drop for Slot {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if self.proven {
             state.pending_proven = state.pending_proven.saturating_sub(1);
-        } else {
-            state.pending = state.pending.saturating_sub(1);
+            return;
         }
+        state.pending = state.pending.saturating_sub(1);
         if let Some(count) = state.by_ek.get_mut(&self.ek) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -270,9 +300,9 @@ mod tests {
     #[test]
     fn one_ek_gets_at_most_its_cap_and_others_are_not_affected() {
         let slots = slots(2, 16);
-        let first = slots.try_acquire(A).unwrap();
-        let _second = slots.try_acquire(A).unwrap();
-        let full = slots.try_acquire(A).unwrap_err();
+        let first = slots.try_acquire(A, None).unwrap();
+        let _second = slots.try_acquire(A, None).unwrap();
+        let full = slots.try_acquire(A, None).unwrap_err();
         assert_eq!(
             full,
             Full {
@@ -282,11 +312,15 @@ mod tests {
             }
         );
         assert!(full.to_string().contains("2 challenges for this EK"));
-        let _other = slots.try_acquire(B).expect("another EK has its own places");
+        let _other = slots
+            .try_acquire(B, None)
+            .expect("another EK has its own places");
         assert_eq!((slots.pending(), slots.pending_for(A)), (3, 2));
         drop(first);
         assert_eq!(slots.pending_for(A), 1);
-        let _again = slots.try_acquire(A).expect("a freed place is reusable");
+        let _again = slots
+            .try_acquire(A, None)
+            .expect("a freed place is reusable");
     }
 
     #[test]
@@ -294,10 +328,10 @@ mod tests {
         let slots = slots(2, 3);
         let held: Vec<Slot> = ["1", "2", "3"]
             .iter()
-            .map(|ek| slots.try_acquire(ek).unwrap())
+            .map(|ek| slots.try_acquire(ek, None).unwrap())
             .collect();
         for n in 1..=2 {
-            let full = slots.try_acquire("4").unwrap_err();
+            let full = slots.try_acquire("4", None).unwrap_err();
             assert_eq!((full.cap, full.limit, full.refused), (Cap::Total, 3, n));
         }
         assert_eq!(slots.refused(), 2);
@@ -305,7 +339,9 @@ mod tests {
         drop(held);
         assert_eq!(slots.pending(), 0);
         assert_eq!(slots.pending_for("1"), 0);
-        let _ = slots.try_acquire("4").expect("every place is free again");
+        let _ = slots
+            .try_acquire("4", None)
+            .expect("every place is free again");
         assert_eq!(slots.refused(), 2, "a refusal is counted once");
     }
 
@@ -315,7 +351,7 @@ mod tests {
         // A panic while the slot is held (unwinding drops it).
         let shared = slots.clone();
         let panicked = std::thread::spawn(move || {
-            let _slot = shared.try_acquire(A).unwrap();
+            let _slot = shared.try_acquire(A, None).unwrap();
             panic!("the attestation task failed");
         })
         .join();
@@ -329,7 +365,7 @@ mod tests {
             .unwrap();
         let shared = slots.clone();
         let task = runtime.spawn(async move {
-            let _slot = shared.try_acquire(A).unwrap();
+            let _slot = shared.try_acquire(A, None).unwrap();
             std::future::pending::<()>().await;
         });
         runtime.block_on(tokio::task::yield_now());
@@ -356,6 +392,8 @@ mod tests {
         );
     }
 
+    const PROOF: PlaceProof = [0x70; PLACE_PROOF_LEN];
+
     // Without the second pool (every EK counted in `pending`), the proven
     // EK is refused here: seen failing with "a proven EK has its own
     // places".
@@ -364,45 +402,101 @@ mod tests {
         let slots = slots(2, 3);
         let stalls: Vec<Slot> = ["1", "2", "3"]
             .iter()
-            .map(|ek| slots.try_acquire(ek).unwrap())
+            .map(|ek| slots.try_acquire(ek, None).unwrap())
             .collect();
-        assert_eq!(slots.try_acquire("4").unwrap_err().cap, Cap::Total);
+        assert_eq!(slots.try_acquire("4", None).unwrap_err().cap, Cap::Total);
         // An EK that has not answered is not proven by a challenge alone.
-        assert_eq!(slots.try_acquire(A).unwrap_err().cap, Cap::Total);
-        slots.prove(A);
+        assert_eq!(
+            slots.try_acquire(A, Some(&PROOF)).unwrap_err().cap,
+            Cap::Total
+        );
+        slots.prove(A, &PROOF);
         let first = slots
-            .try_acquire(A)
+            .try_acquire(A, Some(&PROOF))
             .expect("a proven EK has its own places");
-        let _second = slots.try_acquire(A).unwrap();
-        assert_eq!(slots.try_acquire(A).unwrap_err().cap, Cap::PerEk);
-        assert_eq!((slots.pending(), slots.pending_proven()), (5, 2));
+        // The proof is used once.
+        assert_eq!(
+            slots.try_acquire(A, Some(&PROOF)).unwrap_err().cap,
+            Cap::Total
+        );
+        assert_eq!((slots.pending(), slots.pending_proven()), (4, 1));
         drop(first);
         drop(stalls);
-        assert_eq!((slots.pending(), slots.pending_proven()), (1, 1));
+        assert_eq!((slots.pending(), slots.pending_proven()), (0, 0));
         // The proven pool has its own cap.
-        for ek in ["b1", "b2", "b3"] {
-            slots.prove(ek);
+        for ek in ["b1", "b2", "b3", "b4"] {
+            slots.prove(ek, &PROOF);
         }
-        let _b1 = slots.try_acquire("b1").unwrap();
-        let _b2 = slots.try_acquire("b2").unwrap();
-        let full = slots.try_acquire("b3").unwrap_err();
+        let _b: Vec<Slot> = ["b1", "b2", "b3"]
+            .iter()
+            .map(|ek| slots.try_acquire(ek, Some(&PROOF)).unwrap())
+            .collect();
+        let full = slots.try_acquire("b4", Some(&PROOF)).unwrap_err();
         assert_eq!((full.cap, full.limit), (Cap::Proven, 3));
         assert!(full.to_string().contains("for EKs that attested before"));
-        assert_eq!(slots.proven(), 4);
+        // Refused, its proof was not used: it gets the next free place.
+        assert_eq!(slots.proven(), 1);
+    }
+
+    // The fill with public data: payloads naming the EKs of nodes that
+    // attested before (their certificates are public), with AKs made in
+    // software, as many as the caps allow. They carry no place proof, so
+    // they take shared places only, and each proven node still gets its
+    // place, the per-EK cap of the shared pool notwithstanding. Shown
+    // failing: with the pool chosen by the EK alone (proven =
+    // `state.proven.contains_key(ek)`), the forged payloads took the 3
+    // proven places (pending (3, 3)), leaving none to the proven nodes.
+    #[test]
+    fn public_data_cannot_fill_the_proven_pool() {
+        let slots = slots(2, 3);
+        let nodes = ["n1", "n2", "n3"];
+        for node in nodes {
+            slots.prove(node, &PROOF);
+        }
+        let mut forged = Vec::new();
+        for node in nodes.iter().cycle().take(12) {
+            if let Ok(slot) = slots.try_acquire(node, None) {
+                forged.push(slot);
+            }
+        }
+        assert_eq!((slots.pending(), slots.pending_proven()), (3, 0));
+        let genuine: Vec<Slot> = nodes
+            .iter()
+            .map(|node| {
+                slots
+                    .try_acquire(node, Some(&PROOF))
+                    .expect("a proven node keeps its place")
+            })
+            .collect();
+        assert_eq!(slots.pending_proven(), 3);
+        // A wrong proof is no proof.
+        slots.prove("n4", &PROOF);
+        assert_eq!(
+            slots.try_acquire("n4", Some(&[0; 32])).unwrap_err().cap,
+            Cap::Total
+        );
+        drop((forged, genuine));
     }
 
     #[test]
     fn proven_eks_are_remembered_up_to_the_limit() {
         let slots = slots(2, 1);
         for n in 0..MAX_PROVEN_EKS + 10 {
-            slots.prove(&format!("{n:064x}"));
+            slots.prove(&format!("{n:064x}"), &PROOF);
         }
         assert_eq!(slots.proven(), MAX_PROVEN_EKS);
-        let _held = slots.try_acquire("x").unwrap();
+        let _held = slots.try_acquire("x", None).unwrap();
         // Past the limit an EK is not remembered: it shares the other pool.
         let late = format!("{:064x}", MAX_PROVEN_EKS + 1);
-        assert_eq!(slots.try_acquire(&late).unwrap_err().cap, Cap::Total);
+        assert_eq!(
+            slots.try_acquire(&late, Some(&PROOF)).unwrap_err().cap,
+            Cap::Total
+        );
+        // One remembered gets its next proof at the limit.
         let early = format!("{:064x}", 1);
-        let _ = slots.try_acquire(&early).expect("remembered");
+        slots.prove(&early, &[1; 32]);
+        let _ = slots
+            .try_acquire(&early, Some(&[1; 32]))
+            .expect("remembered");
     }
 }

@@ -240,11 +240,15 @@ impl Attestation {
         };
         // Held until this function returns, whichever way: the slot is
         // freed by its drop.
-        let _slot = self.slots.try_acquire(&ek).map_err(|full| Failure {
-            ek: Some(ek.clone()),
-            status: Status::resource_exhausted(format!("sceau_tpm: {full}")),
-            refused_for_capacity: Some(full.refused),
-        })?;
+        let proof = verified.place_proof;
+        let _slot = self
+            .slots
+            .try_acquire(&ek, proof.as_ref())
+            .map_err(|full| Failure {
+                ek: Some(ek.clone()),
+                status: Status::resource_exhausted(format!("sceau_tpm: {full}")),
+                refused_for_capacity: Some(full.refused),
+            })?;
         let (pending, challenge) =
             verify::issue_challenge(config, verified).map_err(|r| with_ek(refused(&r)))?;
         outbound
@@ -270,12 +274,13 @@ impl Attestation {
                 )));
             }
         };
+        let next_proof = pending.next_place_proof();
         let selectors =
             verify::check_response(pending, &response).map_err(|r| with_ek(refused(&r)))?;
         // Only now: the sender activated the credential made for this EK,
         // which takes the EK's private key inside its TPM; public data
-        // cannot do that.
-        self.slots.prove(&ek);
+        // cannot do that, nor know the secret the next proof derives from.
+        self.slots.prove(&ek, &next_proof);
         Ok(AgentAttributes {
             spiffe_id: format!(
                 "spiffe://{}/spire/agent/{PLUGIN_NAME}/{ek}",

@@ -78,7 +78,9 @@ impl Attestation {
         r.tpm2b("qualifiedSigner")?;
         let extra_data = r.tpm2b("extraData")?.to_vec();
         // TPMS_CLOCK_INFO (clock, resetCount, restartCount, safe), then the
-        // firmware version: nothing here depends on them.
+        // firmware version: nothing here depends on them (the counts and the
+        // version are obfuscated for an AK outside the endorsement
+        // hierarchy, as the agent's is).
         r.take(8 + 4 + 4 + 1, "clockInfo")?;
         r.take(8, "firmwareVersion")?;
         let attested = match kind {
@@ -116,6 +118,29 @@ impl Attestation {
             attested,
         })
     }
+}
+
+/// The outsideInfo of a TPMS_CREATION_DATA (Part 2 §15.1): the data the
+/// creator of an object asked TPM2_Create to record with it.
+pub fn creation_outside_info(tpms_creation_data: &[u8]) -> Result<&[u8], StructureError> {
+    let mut r = Reader::new(tpms_creation_data);
+    let count = r.u32("PCR selection count")?;
+    if count > 16 {
+        return Err(StructureError::Unsupported("at most 16 PCR banks"));
+    }
+    for _ in 0..count {
+        r.u16("PCR bank")?;
+        let size = r.u8("sizeofSelect")?;
+        r.take(usize::from(size), "pcrSelect")?;
+    }
+    r.tpm2b("pcrDigest")?;
+    r.u8("locality")?;
+    r.u16("parentNameAlg")?;
+    r.tpm2b("parentName")?;
+    r.tpm2b("parentQualifiedName")?;
+    let outside_info = r.tpm2b("outsideInfo")?;
+    r.finish("creation data")?;
+    Ok(outside_info)
 }
 
 /// A TPMT_SIGNATURE of one of the schemes an AK may use.

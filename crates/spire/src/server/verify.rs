@@ -29,10 +29,12 @@ use super::event_log::{self, Bank, EventLog, Facts, PcrCheckError};
 use super::keys::Key;
 use super::structures::{
     Attestation, Attested, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE, Signature,
-    TPM_GENERATED, attributes as attr, sha256_selection,
+    TPM_GENERATED, attributes as attr, creation_outside_info, sha256_selection,
 };
 use super::x509::Parsed;
-use crate::payload::{Challenge, ChallengeResponse, Payload, SECRET_LEN};
+use crate::payload::{
+    Challenge, ChallengeResponse, PLACE_PROOF_LEN, Payload, SECRET_LEN, place_proof,
+};
 
 /// Why an attestation was refused. Display is the one line logged and sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,6 +80,10 @@ pub struct VerifiedPayload {
     pub ak_name: [u8; NAME_LEN],
     /// Selectors known before the challenge (EK hash, certificate facts).
     pub selectors: Vec<String>,
+    /// The place proof the AK's creation data carries (its outsideInfo,
+    /// when that is a proof's length), unverified: `server::limits`
+    /// compares it with the one it expects for the EK.
+    pub place_proof: Option<[u8; PLACE_PROOF_LEN]>,
 }
 
 /// What the server remembers between its challenge and the answer.
@@ -172,12 +178,18 @@ fn check_trusted_payload(
     }
 
     let (ak, ak_name) = check_ak(payload)?;
+    // Creation data that is not a TPMS_CREATION_DATA carries no proof; it
+    // is not refused for that, as it was not before proofs.
+    let place_proof = creation_outside_info(&payload.creation_data)
+        .ok()
+        .and_then(|info| info.try_into().ok());
     Ok(VerifiedPayload {
         ek,
         pub_hash,
         ak,
         ak_name,
         selectors,
+        place_proof,
     })
 }
 
@@ -337,6 +349,14 @@ fn check_ak(payload: &Payload) -> Result<(Key, [u8; NAME_LEN]), Refusal> {
     ak.verify_tpm(&payload.creation_attestation, &signature)
         .map_err(|_| Refusal::Creation("its signature does not verify with the AK"))?;
     Ok((ak, ak_name))
+}
+
+impl Pending {
+    /// The place proof the EK's next payload must carry, should this
+    /// attestation pass: derived from this credential's secret.
+    pub fn next_place_proof(&self) -> zeroize::Zeroizing<[u8; PLACE_PROOF_LEN]> {
+        place_proof(self.credential.expected.as_slice())
+    }
 }
 
 /// A fresh credential and nonce for a verified payload.
@@ -758,24 +778,83 @@ pub(crate) mod tests {
     /// 0–7 at the values its own replay gives (the fixtures come without
     /// their TPM's quote).
     fn check_fixture(name: &str) -> Result<Vec<String>, Refusal> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/event_log")
-            .join(name);
-        let log = std::fs::read(&path).unwrap();
+        let log = fixture(name);
         // Within the payload limit with room to spare: six times over.
         assert!(
             log.len() * 6 < crate::payload::MAX_EVENT_LOG_LEN,
             "{name}: {}",
             log.len()
         );
-        let replayed = EventLog::parse(&log, event_log::Limits::default())
+        check_log(&log, &log)
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/event_log")
+            .join(name);
+        std::fs::read(&path).unwrap()
+    }
+
+    /// `log` checked against a quote of PCRs 0–7 at the values `replayed`
+    /// replays to (a log of the same digests).
+    fn check_log(log: &[u8], replayed: &[u8]) -> Result<Vec<String>, Refusal> {
+        let replayed = EventLog::parse(replayed, event_log::Limits::default())
             .unwrap()
             .replay(Bank::Sha256)
             .unwrap();
         let quoted: Vec<(u8, &[u8])> = (0..8u8)
             .map(|pcr| (pcr, replayed[usize::from(pcr)].as_slice()))
             .collect();
-        check_event_log(MeasuredBoot::Required, Bank::Sha256, &quoted, &log)
+        check_event_log(MeasuredBoot::Required, Bank::Sha256, &quoted, log)
+    }
+
+    // The forgery of a Secure-Boot-off node's real log (event_log::forgery):
+    // as the reviewer made it, refused; without the relabelled separator,
+    // no Secure Boot state and an incomplete log. Shown failing: with
+    // separators and the SecureBoot variable known by their types, the
+    // first gave "secureboot:enabled" and "eventlog:complete".
+    #[test]
+    fn a_forged_real_log_claims_neither_secure_boot_nor_completeness() {
+        use event_log::forgery::{Forgery, forge};
+        let genuine = fixture("gce-ubuntu-2104-sb-off.bin");
+        // What the TPM holds after the forgery: relabelling changes no
+        // digest.
+        let extended = forge(
+            &genuine,
+            Forgery {
+                relabel_variable: false,
+                relabel_separator: false,
+                append_separator: true,
+            },
+        );
+        let refusal = check_log(&forge(&genuine, Forgery::FULL), &extended).unwrap_err();
+        let line = refusal.to_string();
+        assert!(
+            line.starts_with("malformed event log: event ")
+                && line.ends_with(": a separator's digest on an event that is not an EV_SEPARATOR"),
+            "{line}"
+        );
+        let forged = forge(
+            &genuine,
+            Forgery {
+                relabel_separator: false,
+                ..Forgery::FULL
+            },
+        );
+        let selectors = check_log(&forged, &extended).unwrap();
+        assert_eq!(selectors.first().unwrap(), "secureboot:unknown");
+        assert_eq!(selectors.last().unwrap(), "eventlog:incomplete");
+        // PCR 4 is untouched: its boot applications are still known.
+        assert_eq!(
+            selectors
+                .iter()
+                .filter(|s| s.starts_with("boot_app:"))
+                .count(),
+            2
+        );
+        let genuine = check_log(&genuine, &genuine).unwrap();
+        assert_eq!(genuine.first().unwrap(), "secureboot:disabled");
+        assert_eq!(genuine.last().unwrap(), "eventlog:complete");
     }
 
     #[test]

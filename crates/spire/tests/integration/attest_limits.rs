@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use sceau_rpc::client::{Bodies, Connection};
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
-use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
+use sceau_spire::payload::{Challenge, ChallengeResponse, PLACE_PROOF_LEN, Payload, place_proof};
 use sceau_spire::pb::health::HealthCheckRequest;
 use sceau_spire::pb::health::health_client::HealthClient;
 use sceau_spire::pb::server_attestor::node_attestor_client::NodeAttestorClient;
@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http::Uri;
 use tonic::{Code, Status, Streaming};
+use zeroize::Zeroizing;
 
 /// Far above any answer's time here: reaching it is a hang.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -479,6 +480,11 @@ struct GenuineNode {
     _dir: TempDir,
     _tpm: Swtpm,
     settings: TpmSettings,
+    /// The EK's TPMT_PUBLIC, as its payloads carry it.
+    ek_public: Vec<u8>,
+    /// The place proof of the last answered challenge, as the agent
+    /// plugin keeps it.
+    proof: std::sync::Mutex<Option<Zeroizing<[u8; PLACE_PROOF_LEN]>>>,
 }
 
 impl GenuineNode {
@@ -496,6 +502,8 @@ impl GenuineNode {
             _dir: dir,
             _tpm: tpm,
             settings,
+            ek_public: payload.ek_public.clone(),
+            proof: std::sync::Mutex::default(),
         };
         (node, ek.pub_hash())
     }
@@ -504,11 +512,15 @@ impl GenuineNode {
     /// and how long it took.
     async fn attest(&self, connection: &Connection) -> (Result<Vec<String>, Status>, Duration) {
         let started = Instant::now();
-        let (mut agent, payload) = Attestation::begin(&self.settings).expect("the agent's payload");
+        let proof = self.proof.lock().unwrap().clone();
+        let (mut agent, payload) =
+            Attestation::begin_with_place_proof(&self.settings, proof.as_deref())
+                .expect("the agent's payload");
         let result = tokio::time::timeout(CALL_TIMEOUT, async {
             let (mut attestation, challenge) = open(connection, &payload).await?;
             let response = agent.answer(&challenge).expect("the TPM answers");
             attestation.respond(&response).await;
+            *self.proof.lock().unwrap() = Some(place_proof(&response.credential));
             match attestation
                 .answers
                 .message()
@@ -627,4 +639,54 @@ async fn sixty_two_stalls_leave_a_node_that_attested_before_unaffected_and_leak_
     );
     let (last, _) = node.attest(&connection).await;
     last.expect("the genuine node attests after the stalls");
+}
+
+// The fill with public data: after a node attested, payloads naming its EK
+// (its certificate is public) with AKs made in software, as many as the
+// per-EK cap lets through, and others filling the rest of the shared pool.
+// They carry no place proof, so they hold shared places; the node's next
+// payload carries the proof of its last answer and takes a proven place.
+// Shown failing: with the pool chosen by the EK alone (and the per-EK cap
+// over both pools, as before), the two forged payloads naming the node's
+// EK took proven places and the node was refused with
+// RESOURCE_EXHAUSTED.
+#[tokio::test]
+async fn stalls_naming_a_proven_node_do_not_keep_it_out() {
+    let (node, genuine_ek) = GenuineNode::start();
+    let mut allowed = software_eks(1..=MAX_PENDING as u8);
+    allowed.push(genuine_ek.clone());
+    let server = ServerThread::start(Limits::default(), &allowed);
+    let connection = connect(&server.socket).await;
+    let (first, _) = node.attest(&connection).await;
+    first.expect("the genuine node attests");
+
+    let mut naming_the_node = forgery_with_ek(1).0;
+    naming_the_node.ek_public = node.ek_public.clone();
+    let mut stalls = Vec::new();
+    for _ in 0..MAX_PENDING_PER_EK {
+        let (stall, _) = open(&connection, &naming_the_node)
+            .await
+            .expect("a payload naming a proven EK gets a shared place");
+        stalls.push(stall);
+    }
+    for ek in 1..=(MAX_PENDING - MAX_PENDING_PER_EK) as u8 {
+        let (result, _) = attest(&connection, ek).await;
+        stalls.push(result.expect("a shared place"));
+    }
+    let (again, _) = node.attest(&connection).await;
+    let selectors = again.expect("the proven node attests during the stalls");
+    assert!(selectors.contains(&format!("pub_hash:{genuine_ek}")));
+    // The stalls all hold shared places, and a third naming the node is
+    // refused.
+    assert_eq!(
+        (
+            server.plugin.challenge_slots().pending(),
+            server.plugin.challenge_slots().pending_proven()
+        ),
+        (MAX_PENDING, 0)
+    );
+    let status = open(&connection, &naming_the_node).await.err().unwrap();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    drop(stalls);
+    wait_for_no_pending(&server.plugin).await;
 }

@@ -13,7 +13,8 @@ use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
 use sceau_spire::plugin::CoreConfig;
 use sceau_spire::server::config::ServerConfig;
 use sceau_spire::server::event_log::event_type::{
-    EV_EFI_BOOT_SERVICES_APPLICATION, EV_EFI_VARIABLE_DRIVER_CONFIG, EV_SEPARATOR,
+    EV_EFI_ACTION, EV_EFI_BOOT_SERVICES_APPLICATION, EV_EFI_VARIABLE_AUTHORITY,
+    EV_EFI_VARIABLE_DRIVER_CONFIG, EV_SEPARATOR,
 };
 use sceau_spire::server::event_log::{ALG_SHA1, Bank, PcrCheckError};
 use sceau_spire::server::keys::Key;
@@ -268,14 +269,22 @@ fn an_oversized_log_is_not_sent_and_is_refused_as_absent() {
 
 // The SecureBoot variable's data changed from 1 to 0 under the digest of
 // 1: the replay still matches (the digest is what was extended), but the
-// data was not what was measured, so no Secure Boot state is claimed from
-// it. Without the data check (data_measured in event_log.rs) this reads
-// "secureboot:disabled".
+// data is not what was measured. Under its own type the log is refused,
+// naming the event; relabelled as an authority (a type whose data is not
+// checked when parsed, shim's being one byte off) it claims no Secure Boot
+// state. Without the data check (data_measured in event_log.rs) the second
+// reads "secureboot:disabled".
 #[test]
 fn event_data_changed_under_its_digest_claims_no_secure_boot_state() {
     let (node, mut log) = booted("sceau-spire-mb-data");
     let variable = log.position(7, EV_EFI_VARIABLE_DRIVER_CONFIG);
     log.events[variable].data = secure_boot_variable(0);
+    let line = refusal_for(&node, &log).to_string();
+    assert_eq!(
+        line,
+        "malformed event log: event 1 at offset 65: an EV_EFI_VARIABLE_DRIVER_CONFIG whose data is not a UEFI variable, or not what its digests measure"
+    );
+    log.events[variable].kind = EV_EFI_VARIABLE_AUTHORITY;
     let selectors = selectors_for(&node, &log);
     assert_eq!(
         log_selectors(&selectors)[0],
@@ -354,6 +363,65 @@ fn software_on_the_node_can_add_a_boot_app_selector_after_boot() {
             &format!("boot_app:sha256:{}", hex(&SHIM)),
             &format!("boot_app:sha256:{}", hex(&[0xab; 32])),
             "eventlog:complete",
+        ],
+        "{selectors:?}"
+    );
+}
+
+/// A Secure-Boot-off node where software, after boot, extended PCR 7 with
+/// a SecureBoot variable of 1 and a separator, and a log that relabels the
+/// genuine SecureBoot measurement as an authority (and, if
+/// `relabel_separator`, PCR 7's separator as an action) with those two
+/// events appended: the swtpm's PCR 7 equals the log's replay.
+fn forged_secure_boot(name: &str, relabel_separator: bool) -> (Node, Log) {
+    let node = Node::start(name);
+    let mut log = Log::boot(0);
+    extend_into(&log, &node.tools());
+    let variable = log.position(7, EV_EFI_VARIABLE_DRIVER_CONFIG);
+    log.events[variable].kind = EV_EFI_VARIABLE_AUTHORITY;
+    if relabel_separator {
+        let separator = log.position(7, EV_SEPARATOR);
+        log.events[separator].kind = EV_EFI_ACTION;
+    }
+    let genuine = log.events.len();
+    log.measure(7, EV_EFI_VARIABLE_DRIVER_CONFIG, &secure_boot_variable(1));
+    log.measure(7, EV_SEPARATOR, &[0; 4]);
+    let appended = Log {
+        alg: log.alg,
+        events: log.events[genuine..].to_vec(),
+    };
+    extend_into(&appended, &node.tools());
+    (node, log)
+}
+
+// The forgery as an outside review made it on a real log: refused, naming
+// the relabelled separator. Shown failing: with separators known by their
+// type, this attested with "secureboot:enabled" and "eventlog:complete".
+#[test]
+fn a_relabelled_separator_is_refused() {
+    let (node, log) = forged_secure_boot("sceau-spire-mb-relabelled", true);
+    let refusal = refusal_for(&node, &log);
+    let line = refusal.to_string();
+    assert!(matches!(refusal, Refusal::Malformed(_)), "{refusal:?}");
+    assert!(
+        line.ends_with(": a separator's digest on an event that is not an EV_SEPARATOR"),
+        "{line}"
+    );
+}
+
+// Without the relabelled separator, what software extended after PCR 7's
+// separator leaves Secure Boot unknown and the log incomplete, while PCR
+// 4, untouched, still gives its boot application.
+#[test]
+fn events_extended_after_a_separator_unseal_its_pcr() {
+    let (node, log) = forged_secure_boot("sceau-spire-mb-appended", false);
+    let selectors = selectors_for(&node, &log);
+    assert_eq!(
+        log_selectors(&selectors),
+        [
+            "secureboot:unknown",
+            &format!("boot_app:sha256:{}", hex(&SHIM)),
+            "eventlog:incomplete",
         ],
         "{selectors:?}"
     );

@@ -86,7 +86,8 @@ impl Log {
         });
     }
 
-    fn measure(&mut self, pcr: u8, kind: u32, data: &[u8]) {
+    /// Appends an event whose digest is the SHA-256 of its data.
+    pub fn measure(&mut self, pcr: u8, kind: u32, data: &[u8]) {
         self.event(pcr, kind, Sha256::digest(data).into(), data);
     }
 
@@ -103,8 +104,17 @@ impl Log {
     /// SecureBoot variable (1) in PCR 7, a separator in each of PCRs 0–7,
     /// then the shim (`SHIM`) started from PCR 4.
     pub fn secure_boot() -> Self {
+        Self::boot(1)
+    }
+
+    /// `secure_boot`, with the SecureBoot variable holding `state`.
+    pub fn boot(state: u8) -> Self {
         let mut log = Self::new();
-        log.measure(7, EV_EFI_VARIABLE_DRIVER_CONFIG, &secure_boot_variable(1));
+        log.measure(
+            7,
+            EV_EFI_VARIABLE_DRIVER_CONFIG,
+            &secure_boot_variable(state),
+        );
         for pcr in 0..=7 {
             log.measure(pcr, EV_SEPARATOR, &[0; 4]);
         }
