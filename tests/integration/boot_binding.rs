@@ -383,9 +383,12 @@ async fn a_password_session_cannot_unseal_a_bound_envelope() {
 }
 
 /// What must stop the start, each with a line naming the file: a policy
-/// over a PCR no one extended, a policy of another key, a signature that
-/// the TPM does not verify, a TPM without a SHA-256 bank; and flags that
-/// do not go together.
+/// over PCR 16 or 23, one over PCR 11 alone without
+/// `--accept-policies-another-os-can-meet`, a policy of another key, a
+/// signature that the TPM does not verify, a TPM without a SHA-256 bank;
+/// and flags that do not go together. (A policy over a PCR no one extended
+/// is skipped instead: `a_staged_policy_over_an_unextended_pcr_is_skipped`;
+/// `policy sign` refuses it, checked here.)
 #[test]
 fn bad_policies_stop_the_start() {
     let mut rig = Rig::new("boot-binding-refusals");
@@ -1134,7 +1137,7 @@ async fn a_staged_policy_over_an_unextended_pcr_is_skipped() {
 /// under their own key_id, while `--former-policy-key` names it and its
 /// policies are loaded beside the new key's; new DEKs are sealed to the new
 /// key, under a new key_id. Without the flag, the old envelope is refused
-/// before any TPM work (and a policy of the old key stops the start).
+/// before any TPM work.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_policy_key_rotation_keeps_old_deks_open() {
     let (rig, _) = Rig::in_signed_state("boot-binding-rotation", "old-key");

@@ -677,7 +677,7 @@ fn keygen_on_terminal(dir: &Path, passphrase: &str, under: &[&str]) -> String {
 /// (asked twice at keygen) and read through a file descriptor at recover;
 /// on the command line it is refused. The control runs the same driver
 /// on a shell `read`, which echoes: there the passphrase shows, so the
-/// check can see an echo. Without rpassword's echo-off, keygen fails this
+/// check can see an echo. Without the echo-off in `sceau_sys::read_passphrase`, keygen fails this
 /// with the passphrase in the terminal transcript.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_passphrase_is_read_without_echo_and_through_a_descriptor() {

@@ -49,7 +49,7 @@ pub const NO_DA: u32 = 1 << 25;
 pub const WRITTEN: u32 = 1 << 29;
 
 /// A revocation serial: a number the operator gives every policy signed for
-/// one boot state, and gives `sceau policy revoke` to withdraw them all.
+/// one boot state, and gives `sceau revoke-policy` to withdraw them all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Serial(u16);
 

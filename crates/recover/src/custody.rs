@@ -115,6 +115,8 @@ pub enum CustodyError {
         "no terminal to ask for {what} on ({reason}): pass --passphrase-fd N with one passphrase a line"
     )]
     NoTerminal { what: String, reason: String },
+    #[error("{what} typed on the terminal was refused: {reason}; run the command again")]
+    BadPassphrase { what: String, reason: String },
     #[error("--passphrase-fd {fd}: {reason}")]
     PassphraseFd { fd: u32, reason: String },
     #[error(
@@ -234,9 +236,19 @@ impl Passphrases {
 /// One passphrase from the terminal, echo turned off before the prompt is
 /// written (`sceau_sys::read_passphrase`).
 fn ask(prompt: &str, what: &str) -> Result<Zeroizing<String>, CustodyError> {
-    sceau_sys::read_passphrase(prompt).map_err(|e| CustodyError::NoTerminal {
-        what: format!("the passphrase for {what}"),
-        reason: e.to_string(),
+    let what = format!("the passphrase for {what}");
+    sceau_sys::read_passphrase(prompt).map_err(|e| match e.raw_os_error() {
+        // An error of the system (no terminal, not a terminal): ask
+        // through a descriptor instead.
+        Some(_) => CustodyError::NoTerminal {
+            what,
+            reason: e.to_string(),
+        },
+        // The line itself (too long, not UTF-8): the terminal works.
+        None => CustodyError::BadPassphrase {
+            what,
+            reason: e.to_string(),
+        },
     })
 }
 

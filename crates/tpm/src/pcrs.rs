@@ -111,8 +111,7 @@ mod tests {
     use super::*;
 
     // Shown failing: with the count check removed, the short answer paired
-    // PCR 7 alone and PCR 11 went without a value, which the boot policy's
-    // start then met with a panic ("read above").
+    // PCR 7 alone and PCR 11 went without a value.
     #[test]
     fn an_answer_with_fewer_digests_than_pcrs_is_refused() {
         let one = [1u8; 32];
