@@ -247,6 +247,18 @@ pub const AGE_IDENTITY: Flag = Flag::value(
 );
 
 const INPUTS: [&Flag; 3] = [&ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON];
+pub const JSON: Flag = Flag::switch("--json", "inventory: one JSON object instead of the table");
+pub const REQUIRE_CURRENT: Flag = Flag::value(
+    "--require-current",
+    "KEY_ID",
+    "inventory: exit 1 unless every value of the encrypted resources is under KEY_ID",
+)
+.long_help(
+    "(the key_id `sceau check` reports): the proof that a rewrite finished\n\
+     before an old key is retired. Encrypted resources are those with at least\n\
+     one KMS v2 value; any other value of theirs (another key_id, another\n\
+     provider, in the clear) counts against it",
+);
 
 // Every command of `sceau-recover`, once.
 
@@ -307,6 +319,15 @@ pub const RECOVER: CommandSpec = CommandSpec {
         &MEMBERS,
         &FORCE,
     ],
+    notes: "",
+};
+pub const INVENTORY: CommandSpec = CommandSpec {
+    name: "inventory",
+    summary: "Count etcd's values by resource, provider and key_id (no key needed)",
+    about: "Count the values of an etcd snapshot or etcdctl JSON by resource and by how each is stored, reading no key",
+    usage: "inventory (--etcd-snapshot FILE | --etcd-json FILE) [--json] [--require-current KEY_ID]",
+    steps: &[],
+    flags: &[&ETCD_SNAPSHOT, &ETCD_JSON, &JSON, &REQUIRE_CURRENT],
     notes: "",
 };
 pub const ENROLL: CommandSpec = CommandSpec {
@@ -380,6 +401,7 @@ pub const PROGRAM: Program = Program {
     commands: &[
         &RECOVERY_KEYGEN,
         &RECOVER,
+        &INVENTORY,
         &SHARE_COMMAND,
         &ENROLL,
         &ENROLLMENT_KEYGEN,
@@ -416,6 +438,7 @@ open.
 pub enum Command {
     RecoveryKeygen(RecoveryKeygenOptions),
     Recover(RecoverOptions),
+    Inventory(InventoryOptions),
     Enroll(EnrollStep),
     EnrollmentKeygen(EnrollmentKeygenOptions),
     Policy(PolicyStep),
@@ -556,6 +579,14 @@ pub struct RecoverOptions {
     pub force: bool,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InventoryOptions {
+    /// An etcd snapshot or etcdctl JSON (never an envelope).
+    pub input: RecoverInput,
+    pub json: bool,
+    pub require_current: Option<String>,
+}
+
 /// Parses the arguments after the program name.
 pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     let (spec, step, matches) = match PROGRAM.parse(args)? {
@@ -567,6 +598,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     let command = match spec.name {
         "recovery-keygen" => recovery_keygen(&matches).map(Command::RecoveryKeygen),
         "recover" => recover(&matches).map(Command::Recover),
+        "inventory" => inventory(&matches).map(Command::Inventory),
         "enroll" => enroll(&matches, step).map(Command::Enroll),
         "enrollment-keygen" => enrollment_keygen(&matches).map(Command::EnrollmentKeygen),
         "policy" => policy(&matches, step).map(Command::Policy),
@@ -752,6 +784,30 @@ fn recover(m: &Matches) -> Result<RecoverOptions, UsageError> {
         input,
         members: m.values(&MEMBERS).map(path).collect::<Result<_, _>>()?,
         force: m.present(&FORCE),
+    })
+}
+
+fn inventory(m: &Matches) -> Result<InventoryOptions, UsageError> {
+    let snapshot = m.last(&ETCD_SNAPSHOT, path)?;
+    let json = m.last(&ETCD_JSON, path)?;
+    let input = match (snapshot, json) {
+        (Some(file), None) => RecoverInput::EtcdSnapshot(file),
+        (None, Some(file)) => RecoverInput::EtcdJson(file),
+        (Some(_), Some(_)) => {
+            return Err(m.error(Problem::Conflict(
+                "give one of --etcd-snapshot, --etcd-json",
+            )));
+        }
+        (None, None) => {
+            return Err(m.error(Problem::Required(
+                "inventory needs --etcd-snapshot FILE or --etcd-json FILE".into(),
+            )));
+        }
+    };
+    Ok(InventoryOptions {
+        input,
+        json: m.present(&JSON),
+        require_current: m.last(&REQUIRE_CURRENT, |v| Ok(v.to_string()))?,
     })
 }
 
@@ -951,6 +1007,18 @@ impl Command {
                 }
                 args.switch(&FORCE, o.force)
             }
+            Self::Inventory(o) => {
+                let (flag, file) = match &o.input {
+                    RecoverInput::EtcdSnapshot(file) => (&ETCD_SNAPSHOT, file),
+                    RecoverInput::EtcdJson(file) | RecoverInput::Envelope(file) => {
+                        (&ETCD_JSON, file)
+                    }
+                };
+                Args::command(INVENTORY.name)
+                    .flag(flag, path_arg(file))
+                    .switch(&JSON, o.json)
+                    .optional(&REQUIRE_CURRENT, o.require_current.clone())
+            }
             Self::Enroll(EnrollStep::Challenge {
                 request,
                 challenge_out,
@@ -1131,6 +1199,8 @@ mod tests {
             "share verify --share a --passphrase-fd 5",
             "recover --identity i --etcd-snapshot s --members m --members f",
             "recover --identity i --etcd-json=j",
+            "inventory --etcd-snapshot s",
+            "inventory --etcd-json j --json --require-current sceau-0123456789abcdef",
             "enroll challenge --request q --challenge-out c --expected-out e",
             "enroll verify --request q --expected e --response r --member-out m",
             "enroll verify --request q --expected e --response r --member-out m --enrollment-identity k",

@@ -7,7 +7,8 @@
 //! does, and prints the Secret inside. `bbolt`, `json` and `protowire` are
 //! their small, strict readers of the file and wire formats involved.
 //! `verify` checks each envelope's signature against the member files
-//! before it is opened.
+//! before it is opened; `inventory` counts the stored values by resource,
+//! provider and key_id, with no key.
 //!
 //! The key material: `custody` writes and reads the private files (recovery
 //! shares, the recovery identity, the policy signing key) as age files.
@@ -16,6 +17,7 @@ mod bbolt;
 pub mod cli;
 pub mod custody;
 pub mod etcd;
+pub mod inventory;
 // The JSON reader lives with the other formats; sceau's daemon reads signed
 // PCR policies with it too.
 pub use sceau_format::json;

@@ -78,6 +78,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Generate(kind) => print!("{}", cli::PROGRAM.generate(kind)),
         Command::RecoveryKeygen(options) => commands::recovery_keygen::run(&options)?,
         Command::Recover(options) => commands::recover::run(&options)?,
+        Command::Inventory(options) => commands::inventory::run(&options)?,
         Command::Enroll(step) => commands::enroll::run(&step)?,
         Command::EnrollmentKeygen(options) => commands::enrollment_keygen::run(&options)?,
         Command::Policy(step) => commands::policy::run(&step)?,

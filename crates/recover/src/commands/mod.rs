@@ -3,6 +3,7 @@
 
 pub mod enroll;
 pub mod enrollment_keygen;
+pub mod inventory;
 pub mod policy;
 pub mod recover;
 pub mod recovery_keygen;
@@ -21,6 +22,36 @@ pub(crate) fn scrub_stack() {
     let mut stack = [0u8; 128 * 1024];
     zeroize::Zeroize::zeroize(&mut stack[..]);
     std::hint::black_box(&stack);
+}
+
+/// A file's bytes, or standard input's for `-`.
+pub(crate) fn read_input(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    if path == std::path::Path::new("-") {
+        std::io::stdin().read_to_end(&mut bytes)?;
+    } else {
+        bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    }
+    Ok(bytes)
+}
+
+/// The live values of an etcd input (a snapshot, or `etcdctl -w json`
+/// output); an envelope input has none.
+pub(crate) fn etcd_values(
+    input: &sceau_recover::cli::RecoverInput,
+) -> anyhow::Result<Vec<sceau_recover::etcd::StoredValue>> {
+    use sceau_recover::cli::RecoverInput;
+    Ok(match input {
+        RecoverInput::EtcdSnapshot(path) => {
+            sceau_recover::etcd::values_from_snapshot(&read_input(path)?)?
+        }
+        RecoverInput::EtcdJson(path) => {
+            let text = String::from_utf8(read_input(path)?).context("etcdctl JSON is not UTF-8")?;
+            sceau_recover::etcd::values_from_etcdctl_json(&text)?
+        }
+        RecoverInput::Envelope(_) => Vec::new(),
+    })
 }
 
 /// Creates a file that must not exist yet, with `mode`.

@@ -1,7 +1,7 @@
 //! `sceau-recover recover`: opens envelopes and etcd contents with the
 //! recovery identity or the custodians' shares, without any TPM.
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use sceau_format::key_id::hex;
 use sceau_format::members::KnownMembers;
 use sceau_format::recovery_key::RecoveryIdentity;
@@ -52,7 +52,7 @@ impl Key {
 
 /// No TPM, no sandbox; an offline operator tool.
 pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
-    use std::io::{IsTerminal as _, Read as _, Write as _};
+    use std::io::{IsTerminal as _, Write as _};
     if std::io::stdout().is_terminal() && !options.force {
         bail!("refusing to write plaintext to a terminal; redirect the output or pass --force");
     }
@@ -64,18 +64,9 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
              is named UNVERIFIED"
         );
     }
-    let read_input = |path: &std::path::Path| -> anyhow::Result<Vec<u8>> {
-        let mut bytes = Vec::new();
-        if path == std::path::Path::new("-") {
-            std::io::stdin().read_to_end(&mut bytes)?;
-        } else {
-            bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        }
-        Ok(bytes)
-    };
     match &options.input {
         RecoverInput::Envelope(path) => {
-            let input = read_input(path)?;
+            let input = super::read_input(path)?;
             let identity = key.identity()?;
             let opened = open_envelope_input(&identity, known.as_ref(), &input);
             // The key is wiped before anything is written: a memory scan
@@ -89,13 +80,8 @@ pub fn run(options: &RecoverOptions) -> anyhow::Result<()> {
                 eprintln!("UNVERIFIED envelope: opened without checking its signature");
             }
         }
-        RecoverInput::EtcdSnapshot(path) => {
-            let values = sceau_recover::etcd::values_from_snapshot(&read_input(path)?)?;
-            print_secrets(key, known.as_ref(), &values)?;
-        }
-        RecoverInput::EtcdJson(path) => {
-            let text = String::from_utf8(read_input(path)?).context("etcdctl JSON is not UTF-8")?;
-            let values = sceau_recover::etcd::values_from_etcdctl_json(&text)?;
+        RecoverInput::EtcdSnapshot(_) | RecoverInput::EtcdJson(_) => {
+            let values = super::etcd_values(&options.input)?;
             print_secrets(key, known.as_ref(), &values)?;
         }
     }
