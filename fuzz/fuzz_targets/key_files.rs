@@ -26,8 +26,9 @@
 //!   same keys and certificate; `check_certificate` agrees with a search for
 //!   the EK's point;
 //! - `parse_challenge` and `verify` accept exactly the inputs predicted from
-//!   the armored blocks (pinned SRK and signing key names, framing of the
-//!   two credentials, a 64-byte answer that matches);
+//!   the armored blocks (pinned SRK and signing key names; for `verify`
+//!   also the pinned EK Name and certificate hash; framing of the two
+//!   credentials, a 64-byte answer that matches);
 //! - an endorsement (the member file's third block) verifies against the
 //!   pinned enrollment key only for the pinned member files, unaltered;
 //! - an identity's name line matches its key, and its identity and public
@@ -62,6 +63,8 @@ struct Fixture {
     request: Request,
     srk_name: String,
     signing_name: String,
+    ek_name: String,
+    certificate_pin: String,
     enrollment: EnrollmentPublic,
 }
 
@@ -72,6 +75,8 @@ fn fixture() -> &'static Fixture {
         Fixture {
             srk_name: hex(request.member.srk.name()),
             signing_name: hex(request.member.signing.name()),
+            ek_name: hex(request.ek.name()),
+            certificate_pin: request.certificate_pin(),
             enrollment: pinned::enrollment_identity().public().clone(),
             request,
         }
@@ -302,6 +307,8 @@ fn verify_answer(expected: &str, response: &str) {
         Some(
             pinned("srk_name") == f.srk_name
                 && pinned("signing_name") == f.signing_name
+                && pinned("ek_name") == f.ek_name
+                && pinned("ek_certificate_sha256") == f.certificate_pin
                 && expected.bytes.len() == ANSWER_LEN
                 && expected.bytes == response.bytes,
         )

@@ -159,7 +159,7 @@ impl Request {
 
     /// What the expected-answer file pins of the certificate: its SHA-256,
     /// or `none`.
-    fn certificate_pin(&self) -> String {
+    pub fn certificate_pin(&self) -> String {
         match &self.certificate {
             Some(der) => hex(&Sha256::digest(der)),
             None => NO_CERTIFICATE.into(),
