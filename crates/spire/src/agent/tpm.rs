@@ -8,7 +8,8 @@
 //! TPM2_CertifyCreation, and the EK (RSA-2048 or ECC P-256, TCG default
 //! template) with its certificate. [`Attestation::answer`] opens the
 //! server's credential with TPM2_ActivateCredential and quotes the PCRs it
-//! asks for. Dropping the [`Attestation`] flushes every object and session
+//! asks for: in the SHA-256 bank, and, when it sends the event log, in
+//! every other bank the log declares (the server replays each). Dropping the [`Attestation`] flushes every object and session
 //! it loaded, whichever way the attestation ended.
 
 use sceau_tpm::enroll::{self, EndorsementKey};
@@ -34,10 +35,9 @@ use tss_esapi::tss2_esys::{TPMS_CREATION_DATA, TPMT_TK_CREATION};
 use std::path::{Path, PathBuf};
 
 use super::raw::{RawChannel, RawError};
-use crate::payload::{
-    Challenge, ChallengeResponse, MAX_EVENT_LOG_LEN, PCR_DIGEST_LEN, PLACE_PROOF_LEN, Payload,
-};
+use crate::payload::{Challenge, ChallengeResponse, MAX_EVENT_LOG_LEN, PLACE_PROOF_LEN, Payload};
 use crate::plugin::file::read_bounded;
+use crate::server::event_log::{self, Bank};
 
 /// TPM2_PCR_Read returns at most eight digests per call (TPML_DIGEST).
 const PCRS_PER_READ: usize = 8;
@@ -312,10 +312,18 @@ impl Attestation {
             event_log: Vec::new(),
         };
         if !challenge.quote_pcrs.is_empty() {
-            let mut quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs)?;
+            // The log is read before the quote, to quote every bank it
+            // declares; a firmware log does not change once the OS runs,
+            // so it describes the boot the quote does.
+            let boot_quoted = BOOT_PCRS.clone().all(|p| challenge.quote_pcrs.contains(&p));
+            if let (true, Some(path)) = (boot_quoted, &self.event_log_path) {
+                response.event_log = read_event_log(path);
+            }
+            let banks = banks_to_quote(&response.event_log);
+            let mut quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs, &banks)?;
             if !quoted.consistent {
                 log::info!("the PCRs changed between TPM2_Quote and TPM2_PCR_Read; quoting again");
-                quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs)?;
+                quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs, &banks)?;
                 if !quoted.consistent {
                     return Err(AgentTpmError::PcrsChanging);
                 }
@@ -323,10 +331,6 @@ impl Attestation {
             response.quote = quoted.attest;
             response.quote_signature = quoted.signature;
             response.pcr_values = quoted.values;
-            let boot_quoted = BOOT_PCRS.clone().all(|p| challenge.quote_pcrs.contains(&p));
-            if let (true, Some(path)) = (boot_quoted, &self.event_log_path) {
-                response.event_log = read_event_log(path);
-            }
         }
         Ok(response)
     }
@@ -446,25 +450,53 @@ fn tpmt_from_tpm2b(tpm2b: &[u8]) -> Result<Vec<u8>, AgentTpmError> {
     Ok(inner.to_vec())
 }
 
+/// SHA-256, then every other bank `event_log` declares (none when it is
+/// empty; SHA-256 alone, and one log line, when its header does not parse:
+/// the server names what is wrong with it).
+fn banks_to_quote(event_log: &[u8]) -> Vec<Bank> {
+    let mut banks = vec![Bank::Sha256];
+    if event_log.is_empty() {
+        return banks;
+    }
+    match event_log::declared_banks(event_log) {
+        Ok(declared) => banks.extend(declared.into_iter().filter(|b| *b != Bank::Sha256)),
+        Err(e) => log::warn!("the event log's header does not parse ({e}); quoting SHA-256 alone"),
+    }
+    banks
+}
+
+fn hashing_algorithm(bank: Bank) -> HashingAlgorithm {
+    match bank {
+        Bank::Sha1 => HashingAlgorithm::Sha1,
+        Bank::Sha256 => HashingAlgorithm::Sha256,
+        Bank::Sha384 => HashingAlgorithm::Sha384,
+        Bank::Sha512 => HashingAlgorithm::Sha512,
+    }
+}
+
 struct Quoted {
     attest: Vec<u8>,
     signature: Vec<u8>,
-    values: Vec<[u8; PCR_DIGEST_LEN]>,
+    /// In the quote's selection order: bank after bank, PCRs increasing.
+    values: Vec<Vec<u8>>,
     /// The values read hash to the digest the quote signed.
     consistent: bool,
 }
 
-/// TPM2_Quote of `pcrs` (SHA-256 bank) with `nonce`, then TPM2_PCR_Read of
-/// the same PCRs. Whether a PCR was extended in between is decided by
-/// hashing the values read and comparing with the quote's pcrDigest, which
-/// is stricter than comparing update counters.
+/// TPM2_Quote of `pcrs` in `banks` with `nonce`, then TPM2_PCR_Read of
+/// what the quote selected, in its selection's order (the TPM's, which
+/// the server reads from the signed quote). Whether a PCR was extended in
+/// between is decided by hashing the values read and comparing with the
+/// quote's pcrDigest, which is stricter than comparing update counters.
 fn quote(
     ctx: &mut Context,
     ak: KeyHandle,
     nonce: &[u8],
     pcrs: &[u8],
+    banks: &[Bank],
 ) -> Result<Quoted, AgentTpmError> {
-    let selection = pcr_selection(pcrs)?;
+    let algorithms: Vec<HashingAlgorithm> = banks.iter().map(|b| hashing_algorithm(*b)).collect();
+    let selection = pcr_selection(pcrs, &algorithms)?;
     let qualifying = Data::try_from(nonce.to_vec())
         .map_err(|e| AgentTpmError::step("Quote", TpmError::new("nonce", e)))?;
     let scheme = SignatureScheme::EcDsa {
@@ -479,22 +511,33 @@ fn quote(
         return Err(AgentTpmError::Malformed("quote"));
     };
     let quoted_digest = info.pcr_digest().value().to_vec();
+    let selected: Vec<(HashingAlgorithm, Vec<u8>)> = info
+        .pcr_selection()
+        .get_selections()
+        .iter()
+        .map(|s| {
+            let mut indices: Vec<u8> = s
+                .selected()
+                .into_iter()
+                .map(|slot| u32::from(slot).trailing_zeros() as u8)
+                .collect();
+            indices.sort_unstable();
+            (s.hashing_algorithm(), indices)
+        })
+        .collect();
     let marshal = |e| AgentTpmError::step("marshal quote", TpmError::new("marshal", e));
     let attest = attest.marshall().map_err(marshal)?;
     let signature = signature.marshall().map_err(marshal)?;
-    let mut values = Vec::with_capacity(pcrs.len());
-    for chunk in pcrs.chunks(PCRS_PER_READ) {
-        let (_, _, digests) = ctx
-            .execute_without_session(|c| c.pcr_read(pcr_selection(chunk)?))
-            .map_err(|e| AgentTpmError::step("PCR_Read", TpmError::new("PCR_Read", e)))?;
-        if digests.len() != chunk.len() {
-            return Err(AgentTpmError::Malformed("PCR_Read answer"));
-        }
-        for digest in digests.value() {
-            values.push(
-                <[u8; PCR_DIGEST_LEN]>::try_from(digest.value())
-                    .map_err(|_| AgentTpmError::Malformed("PCR value"))?,
-            );
+    let mut values = Vec::with_capacity(pcrs.len() * banks.len());
+    for (algorithm, indices) in &selected {
+        for chunk in indices.chunks(PCRS_PER_READ) {
+            let (_, _, digests) = ctx
+                .execute_without_session(|c| c.pcr_read(pcr_selection(chunk, &[*algorithm])?))
+                .map_err(|e| AgentTpmError::step("PCR_Read", TpmError::new("PCR_Read", e)))?;
+            if digests.len() != chunk.len() {
+                return Err(AgentTpmError::Malformed("PCR_Read answer"));
+            }
+            values.extend(digests.value().iter().map(|d| d.value().to_vec()));
         }
     }
     let mut hash = Sha256::new();
@@ -510,13 +553,20 @@ fn quote(
     })
 }
 
-fn pcr_selection(pcrs: &[u8]) -> Result<tss_esapi::structures::PcrSelectionList, tss_esapi::Error> {
+/// A selection of `pcrs` in each of `banks`.
+fn pcr_selection(
+    pcrs: &[u8],
+    banks: &[HashingAlgorithm],
+) -> Result<tss_esapi::structures::PcrSelectionList, tss_esapi::Error> {
     let slots = pcrs
         .iter()
         .map(|index| PcrSlot::try_from(1u32 << index))
         .collect::<Result<Vec<_>, _>>()?;
-    PcrSelectionListBuilder::new()
-        .with_selection(HashingAlgorithm::Sha256, &slots)
+    banks
+        .iter()
+        .fold(PcrSelectionListBuilder::new(), |builder, bank| {
+            builder.with_selection(*bank, &slots)
+        })
         .build()
 }
 

@@ -7,7 +7,7 @@
 
 use sceau_format::public::PublicAreaError;
 pub use sceau_format::public::{ALG_ECDAA, ALG_RSA, PublicArea, PublicKey};
-use sceau_format::wire::{ALG_SHA256, Reader, WireError};
+use sceau_format::wire::{Reader, WireError};
 
 pub const ALG_RSASSA: u16 = 0x0014;
 pub const ALG_RSAPSS: u16 = 0x0016;
@@ -189,12 +189,12 @@ impl Signature {
     }
 }
 
-/// The SHA-256 bank's selection bitmap for `pcrs` (3 bytes, PCR 0 in bit 0
-/// of the first byte), as TPM2_Quote reports it.
-pub fn sha256_selection(pcrs: &[u8]) -> Vec<(u16, Vec<u8>)> {
+/// The selection bitmap for `pcrs` (3 bytes, PCR 0 in bit 0 of the first
+/// byte), as TPM2_Quote reports it for each bank.
+pub fn selection_bitmap(pcrs: &[u8]) -> Vec<u8> {
     let mut bitmap = vec![0u8; 3];
     for index in pcrs {
         bitmap[usize::from(index / 8)] |= 1 << (index % 8);
     }
-    vec![(ALG_SHA256, bitmap)]
+    bitmap
 }

@@ -22,7 +22,7 @@ use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::{Refusal, check_payload, check_response, issue_challenge};
 use sceau_testkit::{Swtpm, TempDir, Tpm2Tools};
 
-use crate::synthetic_log::{Log, SHIM, hex, secure_boot_variable};
+use crate::synthetic_log::{Event, Log, SHIM, hex, secure_boot_variable};
 
 /// Extends every event's digest into the TPM's SHA-256 bank, as the
 /// firmware would have.
@@ -211,13 +211,13 @@ fn a_reordered_event_is_refused_naming_its_pcr() {
 }
 
 // A log of the SHA-1 bank only, for a server that checks SHA-256: refused
-// before any replay, so its digests need not be real SHA-1 digests.
+// before any replay.
 #[test]
 fn a_log_of_another_bank_is_refused_naming_the_bank() {
     let (node, mut log) = booted("sceau-spire-mb-bank");
     log.alg = ALG_SHA1;
     for event in &mut log.events {
-        event.digest.truncate(20);
+        event.digest = event.sha1.clone();
     }
     let refusal = refusal_for(&node, &log);
     assert_eq!(
@@ -389,6 +389,7 @@ fn forged_secure_boot(name: &str, relabel_separator: bool) -> (Node, Log) {
     let appended = Log {
         alg: log.alg,
         events: log.events[genuine..].to_vec(),
+        with_sha1: false,
     };
     extend_into(&appended, &node.tools());
     (node, log)
@@ -424,5 +425,133 @@ fn events_extended_after_a_separator_unseal_its_pcr() {
             "eventlog:incomplete",
         ],
         "{selectors:?}"
+    );
+}
+
+/// A node whose "firmware" extended the SHA-1 bank alone along the log of
+/// a boot with Secure Boot `state`, as firmware that never extends SHA-256
+/// does, and whose root then extended the SHA-256 bank along the Secure
+/// Boot log (`Log::secure_boot`), as it can after boot on such firmware or
+/// after a TPM reset. Returns the node, the firmware's log and root's.
+fn sha256_extended_by_software(name: &str, state: u8) -> (Node, Log, Log) {
+    let node = Node::start(name);
+    let mut firmware = Log::boot(state);
+    firmware.with_sha1 = true;
+    let tools = node.tools();
+    for argument in firmware.pcrextend_sha1_args() {
+        tools.run("tpm2_pcrextend", &[&argument]);
+    }
+    let chosen = Log::secure_boot();
+    extend_into(&chosen, &tools);
+    (node, firmware, chosen)
+}
+
+// Firmware that extends SHA-1 and SHA-256, both declared: the agent quotes
+// both banks, the server replays both, and the log attests.
+#[test]
+fn every_declared_bank_is_quoted_and_replayed() {
+    let node = Node::start("sceau-spire-mb-two-banks");
+    let mut log = Log::secure_boot();
+    log.with_sha1 = true;
+    let tools = node.tools();
+    extend_into(&log, &tools);
+    for argument in log.pcrextend_sha1_args() {
+        tools.run("tpm2_pcrextend", &[&argument]);
+    }
+    let path = node.write_log(&log.bytes());
+    let both = "measured_boot = \"required\"\nmeasured_boot_banks = [\"sha1\", \"sha256\"]";
+    let selectors = node.attest(Some(&path), both).expect("attested");
+    assert_eq!(
+        log_selectors(&selectors),
+        [
+            "secureboot:enabled",
+            &format!("boot_app:sha256:{}", hex(&SHIM)),
+            "eventlog:complete",
+        ]
+    );
+    // The SHA-1 bank left as the firmware left it, one digest changed in
+    // the log: refused naming the SHA-1 bank.
+    let shim = log.position(4, EV_EFI_BOOT_SERVICES_APPLICATION);
+    log.events[shim].sha1[0] ^= 1;
+    let refusal = refusal_for(&node, &log);
+    assert!(
+        matches!(
+            refusal,
+            Refusal::EventLog(PcrCheckError::Mismatch {
+                pcr: 4,
+                bank: Bank::Sha1,
+                ..
+            })
+        ),
+        "{refusal:?}"
+    );
+}
+
+// The attack on firmware that extends SHA-1 alone (or after a TPM reset,
+// with the SHA-1 bank left as the firmware extended it): root extends the
+// SHA-256 bank along the Secure Boot log and sends a log declaring both
+// banks, SHA-1 digests that replay to the firmware's bank. The SecureBoot
+// variable's data (1) does not hash to the SHA-1 digest the firmware
+// measured (of 0): refused. With SHA-1 digests of its own data instead,
+// the SHA-1 replay differs from the firmware's bank: refused naming it.
+// Shown failing: with the server replaying SHA-256 alone and SHA-1
+// digests unchecked (as before), the second attested with
+// "secureboot:enabled" and "eventlog:complete".
+#[test]
+fn a_bank_extended_by_software_disagrees_with_the_firmwares() {
+    let (node, firmware, chosen) = sha256_extended_by_software("sceau-spire-mb-sw-bank", 0);
+    // Root's events, each with the SHA-1 digest the firmware extended.
+    let mut forged = Log {
+        events: chosen
+            .events
+            .iter()
+            .zip(&firmware.events)
+            .map(|(event, genuine)| Event {
+                sha1: genuine.sha1.clone(),
+                ..event.clone()
+            })
+            .collect(),
+        with_sha1: true,
+        ..Log::new()
+    };
+    let refusal = refusal_for(&node, &forged);
+    let line = refusal.to_string();
+    assert!(
+        line.starts_with("malformed event log: event 1 at offset ")
+            && line.ends_with("not what its digests measure"),
+        "{line}"
+    );
+    let variable = forged.position(7, EV_EFI_VARIABLE_DRIVER_CONFIG);
+    forged.events[variable].sha1 = chosen.events[variable].sha1.clone();
+    let refusal = refusal_for(&node, &forged);
+    assert!(
+        matches!(
+            refusal,
+            Refusal::EventLog(PcrCheckError::Mismatch {
+                pcr: 7,
+                bank: Bank::Sha1,
+                ..
+            })
+        ),
+        "{refusal:?}"
+    );
+}
+
+// The same attack with a log declaring SHA-256 alone: the agent chooses
+// which banks its log declares, so the default configuration attests it
+// (docs/spire.md says so); `measured_boot_banks` naming SHA-1 refuses it.
+#[test]
+fn a_required_bank_the_log_leaves_out_is_refused() {
+    let (node, _firmware, chosen) = sha256_extended_by_software("sceau-spire-mb-sw-only", 0);
+    let path = node.write_log(&chosen.bytes());
+    let selectors = node
+        .attest(Some(&path), REQUIRED)
+        .expect("the hole, as documented");
+    assert_eq!(log_selectors(&selectors)[0], "secureboot:enabled");
+    let both = "measured_boot = \"required\"\nmeasured_boot_banks = [\"sha1\"]";
+    let refusal = node.attest(Some(&path), both).unwrap_err();
+    assert_eq!(
+        refusal,
+        Refusal::EventLog(PcrCheckError::BankNotInLog(Bank::Sha1))
     );
 }
