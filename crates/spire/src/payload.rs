@@ -470,6 +470,33 @@ mod tests {
         );
     }
 
+    // Values of four banks fit; a fifth bank's, or a value longer than a
+    // SHA-512 digest, does not.
+    #[test]
+    fn pcr_values_are_bounded_per_bank_and_in_length() {
+        let mut r = response_with_log(0);
+        r.pcr_values = vec![vec![1; 64]; 96];
+        assert_eq!(ChallengeResponse::decode(&r.encode()).unwrap(), r);
+        r.pcr_values.push(vec![1; 20]);
+        assert_eq!(
+            ChallengeResponse::decode(&r.encode()),
+            Err(PayloadError::FieldTooLong {
+                what: "PCR values",
+                len: 97,
+                max: 96
+            })
+        );
+        r.pcr_values = vec![vec![1; 65]];
+        assert_eq!(
+            ChallengeResponse::decode(&r.encode()),
+            Err(PayloadError::FieldTooLong {
+                what: "PCR value",
+                len: 65,
+                max: 64
+            })
+        );
+    }
+
     #[test]
     fn every_truncation_and_extension_is_refused() {
         let bytes = payload().encode();

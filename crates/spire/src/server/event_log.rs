@@ -1669,6 +1669,31 @@ mod tests {
         ));
     }
 
+    // An authority's data is not tied to its digests, so a SecureBoot
+    // variable relabelled one may be measured in one bank and not in
+    // another: the banks then disagree, and the fact is unknown.
+    #[test]
+    fn facts_are_what_every_bank_agrees_on() {
+        let facts = |secure_boot, apps: Option<usize>, debugger, complete| Facts {
+            secure_boot,
+            boot_applications: apps.map(|n| vec![vec![0x51; 32]; n]),
+            firmware_debugger: debugger,
+            complete,
+        };
+        let sha256 = facts(Some(true), Some(2), Some(false), true);
+        assert_eq!(Facts::agreed(sha256.clone(), &[sha256.clone()]), sha256);
+        let sha1 = facts(Some(false), None, Some(true), false);
+        assert_eq!(
+            Facts::agreed(sha256.clone(), &[sha1]),
+            facts(None, None, Some(true), false)
+        );
+        let unknown = facts(None, Some(2), None, true);
+        assert_eq!(
+            Facts::agreed(sha256, &[unknown]),
+            facts(None, Some(2), None, true)
+        );
+    }
+
     #[test]
     fn sha384_banks_are_replayed() {
         let mut e = Encoder::new(&[(ALG_SHA256, 32), (ALG_SHA384, 48)]);

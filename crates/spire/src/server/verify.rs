@@ -860,6 +860,79 @@ pub(crate) mod tests {
         }
     }
 
+    /// A quote of `pcrs` in each of `banks` (in that order), with each
+    /// value of PCR n in bank b all n, of b's length.
+    fn quote_of_banks(f: &Forgery, nonce: &[u8], pcrs: &[u8], banks: &[Bank]) -> ChallengeResponse {
+        let values: Vec<Vec<u8>> = banks
+            .iter()
+            .flat_map(|bank| pcrs.iter().map(|pcr| vec![*pcr; bank.digest_len()]))
+            .collect();
+        let mut digest = Sha256::new();
+        for value in &values {
+            digest.update(value);
+        }
+        let mut body = Writer::default();
+        body.u32(banks.len() as u32);
+        for bank in banks {
+            body.u16(bank.alg_id()).u8(3).raw(&selection_bitmap(pcrs));
+        }
+        body.tpm2b(&digest.finalize());
+        let quote = attest(TPM_GENERATED, ST_ATTEST_QUOTE, nonce, &body.finish());
+        ChallengeResponse {
+            credential: zeroize::Zeroizing::new(vec![0; 32]),
+            quote_signature: sign(&f.ak, &quote),
+            quote,
+            pcr_values: values,
+            event_log: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_quote_of_several_banks_gives_sha256_selectors_and_must_cover_sha256_once() {
+        let f = forgery(AK_ATTRIBUTES, &[]);
+        let with = |banks: &[Bank], tamper: fn(&mut ChallengeResponse)| {
+            check_quote(vec![0, 7], |r, c| {
+                *r = ChallengeResponse {
+                    credential: r.credential.clone(),
+                    ..quote_of_banks(&f, &c.nonce, &[0, 7], banks)
+                };
+                tamper(r);
+            })
+        };
+        // SHA-1 first, as a TPM may list it: the selectors are SHA-256's.
+        let selectors = with(&[Bank::Sha1, Bank::Sha256], |_| {}).unwrap();
+        assert!(selectors.contains(&format!("pcr:sha256:7:{}", "07".repeat(32))));
+        assert_eq!(
+            selectors.iter().filter(|s| s.starts_with("pcr:")).count(),
+            2
+        );
+        assert_eq!(
+            with(&[Bank::Sha1], |_| {}),
+            Err(Refusal::Quote("it does not cover the SHA-256 bank"))
+        );
+        assert_eq!(
+            with(&[Bank::Sha256, Bank::Sha256], |_| {}),
+            Err(Refusal::Quote(
+                "it covers a bank twice, or one that is not SHA-1, SHA-256, SHA-384 or SHA-512"
+            ))
+        );
+        assert_eq!(
+            with(&[Bank::Sha256, Bank::Sha1], |r| {
+                r.pcr_values.pop();
+            }),
+            Err(Refusal::Quote(
+                "it does not carry one value per asked PCR in each bank"
+            ))
+        );
+        assert_eq!(
+            with(&[Bank::Sha256, Bank::Sha1], |r| r.pcr_values[3] =
+                vec![7; 32]),
+            Err(Refusal::Quote(
+                "a PCR value is not of its bank's digest length"
+            ))
+        );
+    }
+
     /// A real log, checked as the server checks a response's: quoted PCRs
     /// 0–7 at the values its own replay gives (the fixtures come without
     /// their TPM's quote).
