@@ -22,9 +22,10 @@
 //! (crypto-agile). It rides in the response, beside the quote it is
 //! checked against, rather than in the payload: the server names the PCRs
 //! to quote only in the challenge, so only then does the agent know whether
-//! a log is wanted (a quote covering PCRs 0–7), and the log read right
-//! after the quote describes the same boot as the PCR values it must replay
-//! to, not the one of an attestation started a minute earlier. A response
+//! a log is wanted (a quote covering PCRs 0–7), and the log read with the
+//! quote (right before it, to quote every bank it declares) describes the
+//! same boot as the PCR values it must replay to, not the one of an
+//! attestation started a minute earlier. A response
 //! without it is exactly what agents before measured boot send, so they
 //! still attest with servers that do not require a log. The TPM
 //! structures inside are exactly what the TPM produced, unmodified, so the

@@ -336,8 +336,8 @@ impl Attestation {
     }
 }
 
-/// The event log at `path`, read after the quote so that both describe the
-/// same boot; empty (and one log line) when there is none to send. A
+/// The event log at `path`, read when the challenge asks for it, right
+/// before the quote, so that both describe the same boot; empty (and one log line) when there is none to send. A
 /// missing log is not an error here: the server decides whether it needs
 /// one (`measured_boot = "required"` refuses, `"optional"` attests without
 /// its selectors), and its refusal names the absence.

@@ -1,6 +1,6 @@
 //! Measured boot on swtpm: a synthetic firmware event log (crypto-agile,
 //! SHA-256) whose digests the test extends into the swtpm's PCRs, read by
-//! the agent from its `event_log_path` after the quote, and checked by the
+//! the agent from its `event_log_path` with the quote, and checked by the
 //! server as `ServerConfig::parse` configures it (`measured_boot`), through
 //! the real encoded messages.
 
