@@ -3,10 +3,14 @@
 //! SRK template and salted sessions as `sceau serve`, and the EK and
 //! credential activation of `sceau enroll` (sceau_tpm::enroll).
 //!
-//! [`Attestation::begin`] makes the payload: an ECC P-256 attestation key
-//! (AK) created under the SRK and certified by itself with
-//! TPM2_CertifyCreation, and the EK (RSA-2048 or ECC P-256, TCG default
-//! template) with its certificate. [`Attestation::answer`] opens the
+//! [`Attestation::begin`] makes the payload: the EK (RSA-2048 or ECC P-256,
+//! TCG default template) with its certificate, and an ECC P-256
+//! attestation key (AK) created under the EK, as keylime's agent does, and
+//! certified by itself with TPM2_CertifyCreation. Under the EK the AK is in
+//! the endorsement hierarchy, so the TPM does not obfuscate the reset and
+//! restart counts in what it signs, and the server can track resets
+//! (`server::resets`); the EK's policy, PolicySecret(TPM_RH_ENDORSEMENT),
+//! authorizes the Create and the Load under it. [`Attestation::answer`] opens the
 //! server's credential with TPM2_ActivateCredential and quotes the PCRs it
 //! asks for: in the SHA-256 bank, and, when it sends the event log, in
 //! every other bank the log declares (the server replays each). Dropping the [`Attestation`] flushes every object and session
@@ -230,13 +234,16 @@ impl Attestation {
             .map(|proof| Data::try_from(proof.to_vec()))
             .transpose()
             .map_err(|e| AgentTpmError::step("outsideInfo", TpmError::new("Data", e)))?;
-        let (ctx, srk) = self.tpm.context_and_srk();
-        let srk = srk.handle;
-        let created = ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.create(srk, template, None, None, outside_info, None)
+        let (ctx, _) = self.tpm.context_and_srk();
+        let ek = enroll::endorsement_key_for(ctx, ek_algorithm.selection())
+            .map_err(|e| AgentTpmError::step("CreatePrimary (EK)", e))?;
+        let ek_handle = ek.handle();
+        self.ek = Some(ek);
+        let created = with_ek_policy(ctx, "Create (AK)", |c, policy| {
+            c.execute_with_session(Some(policy), |c| {
+                c.create(ek_handle, template, None, None, outside_info, None)
             })
-            .map_err(|e| AgentTpmError::step("Create (AK)", TpmError::new("Create", e)))?;
+        })?;
         let ak_public = created
             .out_public
             .marshall()
@@ -244,25 +251,28 @@ impl Attestation {
         let creation_data = marshal_creation_data(created.creation_data)?;
         let ticket = TPMT_TK_CREATION::try_from(created.creation_ticket)
             .map_err(|e| AgentTpmError::step("creation ticket", TpmError::new("ticket", e)))?;
-        let ak = ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.load(srk, created.out_private, created.out_public)
+        let ak = with_ek_policy(ctx, "Load (AK)", |c, policy| {
+            c.execute_with_session(Some(policy), |c| {
+                c.load(ek_handle, created.out_private, created.out_public)
             })
-            .map_err(|e| AgentTpmError::step("Load (AK)", TpmError::new("Load", e)))?;
-        self.ak = Some(ak);
-        let (ctx, _) = self.tpm.context_and_srk();
+        })?;
         let saved = ctx.context_save(ak.into()).map_err(|e| {
             AgentTpmError::step("ContextSave (AK)", TpmError::new("ContextSave", e))
         })?;
+        // A TPM without a resource manager holds three objects (SRK, EK,
+        // AK here), and CertifyCreation's second copy of the AK needs one:
+        // the AK is flushed while the copy is certified, then loaded again
+        // from its saved context.
+        flush(ctx, ak.into(), "AK");
         let (creation_attestation, creation_signature) =
             raw.certify_creation(&saved, created.creation_hash.value(), &ticket)?;
-        // The EK comes last: a TPM without a resource manager holds three
-        // objects, and CertifyCreation's second copy of the AK needed one.
-        let ek = enroll::endorsement_key_for(ctx, ek_algorithm.selection())
-            .map_err(|e| AgentTpmError::step("CreatePrimary (EK)", e))?;
+        let ak = ctx.context_load(saved).map_err(|e| {
+            AgentTpmError::step("ContextLoad (AK)", TpmError::new("ContextLoad", e))
+        })?;
+        self.ak = Some(KeyHandle::from(ak));
+        let ek = self.ek.as_ref().expect("made above");
         let ek_public = tpmt_from_tpm2b(&ek.public)?;
         let ek_certificate = ek.certificate.clone().unwrap_or_default();
-        self.ek = Some(ek);
         Ok(Payload {
             ek_public,
             ek_certificate,
@@ -360,6 +370,24 @@ pub fn read_event_log(path: &Path) -> Vec<u8> {
             Vec::new()
         }
     }
+}
+
+/// `command` in the EK's policy session (PolicySecret(TPM_RH_ENDORSEMENT)),
+/// which is flushed after it whatever the outcome.
+fn with_ek_policy<T>(
+    ctx: &mut Context,
+    step: &'static str,
+    command: impl FnOnce(&mut Context, AuthSession) -> Result<T, tss_esapi::Error>,
+) -> Result<T, AgentTpmError> {
+    let policy = enroll::endorsement_policy_session(ctx)
+        .map_err(|e| AgentTpmError::step("PolicySecret (endorsement)", e))?;
+    let result = command(ctx, policy);
+    // Already gone if the TPM ended it with the command (continueSession
+    // clear); the flush then fails, which is not worth a warning.
+    if let Err(e) = ctx.flush_context(SessionHandle::from(policy).into()) {
+        log::debug!("FlushContext of the EK policy session: {e}");
+    }
+    result.map_err(|e| AgentTpmError::step(step, TpmError::new(step, e)))
 }
 
 impl Drop for Attestation {

@@ -31,8 +31,8 @@ use super::event_log::{self, Bank, EventLog, Facts, PcrCheckError};
 use super::keys::Key;
 use super::structures::selection_bitmap;
 use super::structures::{
-    Attestation, Attested, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE, Signature,
-    TPM_GENERATED, attributes as attr, creation_outside_info,
+    Attestation, Attested, ClockInfo, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE,
+    Signature, TPM_GENERATED, attributes as attr, creation_outside_info, creation_parent_name,
 };
 use super::x509::Parsed;
 use crate::payload::{
@@ -76,6 +76,19 @@ pub enum Refusal {
         "the quote does not cover the {0} bank, which the event log declares or the configuration requires (agents before this check quote SHA-256 alone: upgrade the agent)"
     )]
     BankNotQuoted(Bank),
+    #[error(
+        "the TPM's reset and restart counts or clock went back since its last attestation here (resetCount {reset_before} to {reset_now}, restartCount {restart_before} to {restart_now}): it was cleared, or its state restored from a copy, so its PCRs may replay an earlier boot; if it was cleared on purpose, restart spire-server"
+    )]
+    RolledBack {
+        reset_before: u32,
+        reset_now: u32,
+        restart_before: u32,
+        restart_now: u32,
+    },
+    #[error(
+        "the TPM was reset (resetCount {reset_before} to {reset_now}) while the agent that attested before kept running: a TPM reset under a running OS, after which software can extend the boot PCRs along a log of its choosing"
+    )]
+    ResetWithoutReboot { reset_before: u32, reset_now: u32 },
 }
 
 /// What a payload that passed every check established.
@@ -91,6 +104,10 @@ pub struct VerifiedPayload {
     /// when that is a proof's length), unverified: `server::limits`
     /// compares it with the one it expects for the EK.
     pub place_proof: Option<[u8; PLACE_PROOF_LEN]>,
+    /// The AK's creation data names the EK as its parent: the AK is in the
+    /// endorsement hierarchy, so the TPM does not obfuscate the clockInfo
+    /// counts of what it signs (`server::resets`).
+    pub ak_under_ek: bool,
 }
 
 /// What the server remembers between its challenge and the answer.
@@ -191,6 +208,13 @@ fn check_trusted_payload(
     let place_proof = creation_outside_info(&payload.creation_data)
         .ok()
         .and_then(|info| info.try_into().ok());
+    // The creation data is the TPM's (its hash is in the certified
+    // creation attestation), so its parentName is the Name of the key the
+    // AK was created under. A key with the EK's Name that can be a parent
+    // is the EK itself: a public-only copy (TPM2_LoadExternal) cannot be
+    // one, and no other seed derives the same public key.
+    let ak_under_ek = creation_parent_name(&payload.creation_data)
+        .is_ok_and(|parent| parent == sha256_name(&payload.ek_public).as_slice());
     Ok(VerifiedPayload {
         ek,
         pub_hash,
@@ -198,6 +222,7 @@ fn check_trusted_payload(
         ak_name,
         selectors,
         place_proof,
+        ak_under_ek,
     })
 }
 
@@ -483,6 +508,15 @@ pub fn check_response(
         )?);
     }
     Ok(selectors)
+}
+
+/// The TPM's clockInfo in the response's quote, if it carries one that
+/// parses; read once [`check_response`] has verified the quote.
+pub fn quote_clock(response: &ChallengeResponse) -> Option<ClockInfo> {
+    Attestation::parse(&response.quote)
+        .ok()
+        .filter(|a| a.kind == ST_ATTEST_QUOTE)
+        .map(|a| a.clock)
 }
 
 /// The banks a quote covers, in its selection's order: each of SHA-1,

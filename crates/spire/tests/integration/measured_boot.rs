@@ -18,8 +18,11 @@ use sceau_spire::server::event_log::event_type::{
 };
 use sceau_spire::server::event_log::{ALG_SHA1, Bank, PcrCheckError};
 use sceau_spire::server::keys::Key;
+use sceau_spire::server::resets::{Observed, ResetTracker};
 use sceau_spire::server::structures::PublicArea;
-use sceau_spire::server::verify::{Refusal, check_payload, check_response, issue_challenge};
+use sceau_spire::server::verify::{
+    Refusal, check_payload, check_response, issue_challenge, quote_clock,
+};
 use sceau_testkit::{Swtpm, TempDir, Tpm2Tools};
 
 use crate::synthetic_log::{Event, Log, SHIM, hex, secure_boot_variable};
@@ -67,6 +70,18 @@ impl Node {
         event_log_path: Option<&Path>,
         server_hcl: &str,
     ) -> Result<Vec<String>, Refusal> {
+        self.attest_tracked(event_log_path, server_hcl, None)
+    }
+
+    /// [`Node::attest`], then the TPM reset check with `tracked`: the
+    /// server's tracker, and whether the payload carried the place proof
+    /// of the EK's last attestation.
+    fn attest_tracked(
+        &self,
+        event_log_path: Option<&Path>,
+        server_hcl: &str,
+        tracked: Option<(&ResetTracker, bool)>,
+    ) -> Result<Vec<String>, Refusal> {
         let settings = TpmSettings {
             tcti: self.tpm.tcti().parse().unwrap(),
             ek_algorithm: EkAlgorithm::EccP256,
@@ -86,11 +101,24 @@ impl Node {
         .expect("the server's configuration");
         let payload = Payload::decode(&payload.encode()).unwrap();
         let verified = check_payload(&config, &payload, SystemTime::now())?;
+        let ek = verified.pub_hash.clone();
+        let ak_under_ek = verified.ak_under_ek;
         let (pending, challenge) = issue_challenge(&config, verified)?;
         let challenge = Challenge::decode(&challenge.encode()).unwrap();
         let response = agent.answer(&challenge).expect("the agent's TPM answers");
         let response = ChallengeResponse::decode(&response.encode()).unwrap();
-        check_response(pending, &response)
+        let mut selectors = check_response(pending, &response)?;
+        // As `server::Attestation::run` does once every other check passed.
+        if let Some((tracker, proven)) = tracked {
+            let observed = Observed {
+                clock: quote_clock(&response),
+                ak_under_ek,
+                proven,
+            };
+            let reset = tracker.check(&ek, observed, config.measured_boot)?;
+            selectors.extend(reset.map(str::to_owned));
+        }
+        Ok(selectors)
     }
 }
 
@@ -553,5 +581,60 @@ fn a_required_bank_the_log_leaves_out_is_refused() {
     assert_eq!(
         refusal,
         Refusal::EventLog(PcrCheckError::BankNotInLog(Bank::Sha1))
+    );
+}
+
+// The agent creates its AK under the EK, so the quote's resetCount is the
+// TPM's, not obfuscated: the server reports a reset since the EK's last
+// attestation, and refuses one the agent lived through (its payload
+// carried the place proof of its last answer: the OS did not reboot).
+// swtpm killed and started again is a TPM Reset; the test then extends the
+// log again, as the firmware of a reboot would. Shown failing: with the AK
+// made under the SRK again (the counts obfuscated, the creation data
+// naming the SRK), the second attestation read `tpm_reset:unknown`, not
+// `tpm_reset:none`, and no reset was ever seen.
+#[test]
+fn a_tpm_reset_since_the_last_attestation_is_reported_and_refused_when_the_agent_lived_through_it()
+{
+    let (mut node, log) = booted("sceau-spire-mb-reset");
+    let path = node.write_log(&log.bytes());
+    let tracker = ResetTracker::default();
+    let attest = |node: &Node, hcl: &str, proven: bool| {
+        node.attest_tracked(Some(&path), hcl, Some((&tracker, proven)))
+            .map(|selectors| {
+                selectors
+                    .into_iter()
+                    .filter(|s| s.starts_with("tpm_reset:"))
+                    .collect::<Vec<_>>()
+            })
+    };
+    assert_eq!(
+        attest(&node, REQUIRED, false).unwrap(),
+        ["tpm_reset:unknown"]
+    );
+    assert_eq!(attest(&node, REQUIRED, true).unwrap(), ["tpm_reset:none"]);
+
+    let reboot = |node: &mut Node| {
+        node.tpm.restart();
+        extend_into(&log, &node.tools());
+    };
+    // A reboot: the agent starts again, without its proof.
+    reboot(&mut node);
+    assert_eq!(
+        attest(&node, REQUIRED, false).unwrap(),
+        ["tpm_reset:since_last_attestation"]
+    );
+    assert_eq!(attest(&node, REQUIRED, true).unwrap(), ["tpm_reset:none"]);
+    // A reset the agent lived through: refused when measured boot is
+    // required, reported when optional.
+    reboot(&mut node);
+    let refusal = attest(&node, REQUIRED, true).unwrap_err();
+    assert!(
+        matches!(refusal, Refusal::ResetWithoutReboot { reset_before, reset_now } if reset_now == reset_before + 1),
+        "{refusal:?}"
+    );
+    assert_eq!(
+        attest(&node, OPTIONAL, true).unwrap(),
+        ["tpm_reset:since_last_attestation"]
     );
 }
