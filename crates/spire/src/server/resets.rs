@@ -220,6 +220,65 @@ mod tests {
         assert_eq!(compare(Some(&before), &clock(5, 2, 999)), Since::RolledBack);
     }
 
+    fn observed(clock: ClockInfo, proven: bool) -> Observed {
+        Observed {
+            clock: Some(clock),
+            ak_under_ek: true,
+            proven,
+        }
+    }
+
+    // Shown failing: with the refusals of `check` disabled, the reset with
+    // a proof was reported, not refused.
+    #[test]
+    fn check_reports_resets_and_refuses_rollbacks_and_resets_the_agent_lived_through() {
+        use MeasuredBoot::{Optional, Required};
+        let tracker = ResetTracker::default();
+        let check = |clock, proven, mode| tracker.check("a", observed(clock, proven), mode);
+        assert_eq!(
+            check(clock(5, 0, 10), true, Required),
+            Ok(Some("tpm_reset:unknown"))
+        );
+        assert_eq!(
+            check(clock(5, 0, 20), true, Required),
+            Ok(Some("tpm_reset:none"))
+        );
+        assert_eq!(
+            check(clock(6, 0, 5), true, Required),
+            Err(Refusal::ResetWithoutReboot {
+                reset_before: 5,
+                reset_now: 6
+            })
+        );
+        // Refused, so not recorded: the same reset, without the proof.
+        assert_eq!(
+            check(clock(6, 0, 6), false, Required),
+            Ok(Some("tpm_reset:since_last_attestation"))
+        );
+        assert!(matches!(
+            check(clock(6, 0, 1), false, Required),
+            Err(Refusal::RolledBack { .. })
+        ));
+        assert_eq!(
+            check(clock(6, 0, 1), false, Optional),
+            Ok(Some("tpm_reset:rolled_back"))
+        );
+        // An AK under another parent: its counts say nothing.
+        let elsewhere = Observed {
+            ak_under_ek: false,
+            ..observed(clock(0, 0, 0), false)
+        };
+        assert_eq!(
+            tracker.check("a", elsewhere, Required),
+            Ok(Some("tpm_reset:unknown"))
+        );
+        let unquoted = Observed {
+            clock: None,
+            ..observed(clock(0, 0, 0), false)
+        };
+        assert_eq!(tracker.check("a", unquoted, Required), Ok(None));
+    }
+
     #[test]
     fn the_last_clock_is_kept_per_ek_up_to_the_limit() {
         let tracker = ResetTracker::default();
