@@ -852,6 +852,37 @@ pub(crate) mod tests {
         assert!(matches!(check(&other_key), Err(Refusal::Creation(_))));
     }
 
+    // The AK's counts are read only when its certified creation data names
+    // the EK as its parent; the forged payloads' data names nothing.
+    #[test]
+    fn an_ak_is_under_the_ek_only_when_its_creation_data_names_the_ek() {
+        assert!(!check(&forgery(AK_ATTRIBUTES, &[])).unwrap().ak_under_ek);
+        for (parent_is_ek, expected) in [(true, true), (false, false)] {
+            let mut f = forgery(AK_ATTRIBUTES, &[]);
+            let name = if parent_is_ek {
+                sha256_name(&f.payload.ek_public).to_vec()
+            } else {
+                sha256_name(&f.payload.ak_public).to_vec()
+            };
+            let mut data = Writer::default();
+            data.u32(0)
+                .tpm2b(&[])
+                .u8(0)
+                .u16(ALG_SHA256)
+                .tpm2b(&name)
+                .tpm2b(&name)
+                .tpm2b(&[]);
+            f.payload.creation_data = data.finish();
+            let mut body = Writer::default();
+            body.tpm2b(&sha256_name(&f.payload.ak_public))
+                .tpm2b(&Sha256::digest(&f.payload.creation_data));
+            f.payload.creation_attestation =
+                attest(TPM_GENERATED, ST_ATTEST_CREATION, &[], &body.finish());
+            f.payload.creation_signature = sign(&f.ak, &f.payload.creation_attestation);
+            assert_eq!(check(&f).unwrap().ak_under_ek, expected);
+        }
+    }
+
     #[test]
     fn an_ek_that_is_not_an_endorsement_key_is_refused() {
         let mut f = forgery(AK_ATTRIBUTES, &[]);
