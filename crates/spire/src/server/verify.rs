@@ -459,7 +459,7 @@ pub fn check_response(
             "it does not carry one value per asked PCR in each bank",
         ));
     }
-    let mut quoted: Vec<(Bank, Vec<(u8, &[u8])>)> = Vec::with_capacity(banks.len());
+    let mut quoted: Vec<QuotedBank<'_>> = Vec::with_capacity(banks.len());
     for (bank, values) in banks.iter().zip(response.pcr_values.chunks(per_bank)) {
         if values.iter().any(|v| v.len() != bank.digest_len()) {
             return Err(Refusal::Quote(
@@ -545,6 +545,9 @@ fn quoted_banks(selections: &[(u16, Vec<u8>)], asked: &[u8]) -> Result<Vec<Bank>
     Ok(banks)
 }
 
+/// One bank of a verified quote: its (PCR, value) pairs.
+pub type QuotedBank<'a> = (Bank, Vec<(u8, &'a [u8])>);
+
 /// The measured-boot check of a verified quote: `quoted` are its (PCR,
 /// value) pairs per bank, which include PCRs 0–7 (the configuration adds
 /// them). Every bank the log declares that can be hashed here, and every
@@ -558,7 +561,7 @@ fn quoted_banks(selections: &[(u16, Vec<u8>)], asked: &[u8]) -> Result<Vec<Bank>
 pub fn check_event_log(
     mode: MeasuredBoot,
     required: &[Bank],
-    quoted: &[(Bank, Vec<(u8, &[u8])>)],
+    quoted: &[QuotedBank<'_>],
     log: &[u8],
 ) -> Result<Vec<String>, Refusal> {
     if log.is_empty() {
@@ -1029,7 +1032,7 @@ pub(crate) mod tests {
             .into_iter()
             .map(|bank| (bank, replayed.replay(bank).unwrap()))
             .collect();
-        let quoted: Vec<(Bank, Vec<(u8, &[u8])>)> = values
+        let quoted: Vec<QuotedBank<'_>> = values
             .iter()
             .map(|(bank, replay)| {
                 let pairs = (0..8u8)
