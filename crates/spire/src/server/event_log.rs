@@ -1681,7 +1681,10 @@ mod tests {
             complete,
         };
         let sha256 = facts(Some(true), Some(2), Some(false), true);
-        assert_eq!(Facts::agreed(sha256.clone(), std::slice::from_ref(&sha256)), sha256);
+        assert_eq!(
+            Facts::agreed(sha256.clone(), std::slice::from_ref(&sha256)),
+            sha256
+        );
         let sha1 = facts(Some(false), None, Some(true), false);
         assert_eq!(
             Facts::agreed(sha256.clone(), &[sha1]),
