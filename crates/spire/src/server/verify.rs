@@ -908,24 +908,8 @@ pub(crate) mod tests {
     }
 
     fn quote(f: &Forgery, nonce: &[u8], pcrs: &[u8], values: &[[u8; 32]]) -> ChallengeResponse {
-        let mut digest = Sha256::new();
-        for value in values {
-            digest.update(value);
-        }
-        let mut body = Writer::default();
-        body.u32(1)
-            .u16(ALG_SHA256)
-            .u8(3)
-            .raw(&selection_bitmap(pcrs));
-        body.tpm2b(&digest.finalize());
-        let quote = attest(TPM_GENERATED, ST_ATTEST_QUOTE, nonce, &body.finish());
-        ChallengeResponse {
-            credential: zeroize::Zeroizing::new(vec![0; 32]),
-            quote_signature: sign(&f.ak, &quote),
-            quote,
-            pcr_values: values.iter().map(|v| v.to_vec()).collect(),
-            event_log: Vec::new(),
-        }
+        let values = values.iter().map(|v| v.to_vec()).collect();
+        signed_quote(f, nonce, pcrs, &[Bank::Sha256], values)
     }
 
     /// A quote of `pcrs` in each of `banks` (in that order), with each
@@ -935,6 +919,17 @@ pub(crate) mod tests {
             .iter()
             .flat_map(|bank| pcrs.iter().map(|pcr| vec![*pcr; bank.digest_len()]))
             .collect();
+        signed_quote(f, nonce, pcrs, banks, values)
+    }
+
+    /// A quote of `pcrs` in `banks` at `values`, signed by the forgery's AK.
+    fn signed_quote(
+        f: &Forgery,
+        nonce: &[u8],
+        pcrs: &[u8],
+        banks: &[Bank],
+        values: Vec<Vec<u8>>,
+    ) -> ChallengeResponse {
         let mut digest = Sha256::new();
         for value in &values {
             digest.update(value);
