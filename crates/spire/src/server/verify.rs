@@ -5,7 +5,8 @@
 //!    certificate's key is the EK the credential will be made for**; the AK
 //!    is a restricted signing key the TPM created (its creation certified
 //!    by itself with TPM_GENERATED, the creation data hash and Name
-//!    matching, the signature verifying).
+//!    matching, the signature verifying); whether its creation data names
+//!    the EK as its parent is kept for `server::resets`.
 //! 2. [`issue_challenge`]: a credential for the EK bound to the AK's Name,
 //!    with a fresh secret, and a fresh nonce for the quote.
 //! 3. [`check_response`]: the secret, compared in constant time, and the
