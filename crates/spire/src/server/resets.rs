@@ -7,7 +7,8 @@
 //! creation data names the EK as its parent
 //! (`verify::VerifiedPayload::ak_under_ek`: the agent creates its AK under
 //! the EK, as keylime does); an AK made under the SRK (agents before this)
-//! gives `tpm_reset:unknown`.
+//! gives `tpm_reset:unknown`, and is refused with `measured_boot =
+//! "required"`, where it would hide a reset.
 //!
 //! - `resetCount` counts TPM Resets (TPM2_Startup(CLEAR) without a
 //!   TPM2_Shutdown(STATE) before it), which reset every PCR: each reboot is
@@ -129,6 +130,10 @@ impl ResetTracker {
             return Ok(None);
         };
         if !observed.ak_under_ek {
+            // Else an agent could hide a reset by making its AK elsewhere.
+            if mode == MeasuredBoot::Required {
+                return Err(Refusal::AkNotUnderEk);
+            }
             return Ok(Some(Since::Unknown.selector()));
         }
         let before = self.last(ek);
@@ -269,8 +274,12 @@ mod tests {
             ..observed(clock(0, 0, 0), false)
         };
         assert_eq!(
-            tracker.check("a", elsewhere, Required),
+            tracker.check("a", elsewhere, Optional),
             Ok(Some("tpm_reset:unknown"))
+        );
+        assert_eq!(
+            tracker.check("a", elsewhere, Required),
+            Err(Refusal::AkNotUnderEk)
         );
         let unquoted = Observed {
             clock: None,

@@ -90,6 +90,10 @@ pub enum Refusal {
         "the TPM was reset (resetCount {reset_before} to {reset_now}) while the agent that attested before kept running: a TPM reset under a running OS, after which software can extend the boot PCRs along a log of its choosing"
     )]
     ResetWithoutReboot { reset_before: u32, reset_now: u32 },
+    #[error(
+        "the AK was not created under the EK, so the TPM obfuscates the reset count of its quotes, and measured boot is required; upgrade the agent"
+    )]
+    AkNotUnderEk,
 }
 
 /// What a payload that passed every check established.
