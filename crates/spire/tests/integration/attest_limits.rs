@@ -46,6 +46,12 @@ struct Served {
     _dir: TempDir,
 }
 
+/// A PERMISSION_DENIED refusal whose message contains `text`.
+fn assert_denied(status: &Status, text: &str) {
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains(text), "{status:?}");
+}
+
 /// The server plugin with `limits`, configured with an allow list of the
 /// EK hashes `allowed` (written into `dir`).
 fn configured(limits: Limits, dir: &TempDir, allowed: &[String]) -> Arc<ServerPlugin> {
@@ -387,13 +393,7 @@ async fn the_largest_event_log_crosses_the_transport_and_one_byte_more_is_refuse
     let served = serve(Limits::default(), [3]).await;
     let (stall, _) = attest(&served.connection, 3).await;
     let status = answer_with_log(stall.expect("a challenge"), MAX_EVENT_LOG_LEN).await;
-    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
-    assert!(
-        status
-            .message()
-            .contains("the credential was not activated"),
-        "{status:?}"
-    );
+    assert_denied(&status, "the credential was not activated");
     wait_for_no_pending(&served.plugin).await;
     let (stall, _) = attest(&served.connection, 3).await;
     let status = answer_with_log(stall.expect("a challenge"), MAX_EVENT_LOG_LEN + 1).await;
@@ -757,13 +757,7 @@ async fn a_tpm_reset_the_agent_lived_through_is_refused_over_the_plugin_connecti
     node.boot(&log);
     let (lived_through, _) = node.attest(&connection).await;
     let status = lived_through.unwrap_err();
-    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
-    assert!(
-        status
-            .message()
-            .contains("while the agent that attested before kept running"),
-        "{status:?}"
-    );
+    assert_denied(&status, "while the agent that attested before kept running");
     // The agent started again, without its proof.
     *node.proof.lock().unwrap() = None;
     let (rebooted, _) = node.attest(&connection).await;
