@@ -143,7 +143,7 @@ fn spire_attestation_seeds() -> Vec<(&'static str, Vec<u8>)> {
         credential: zeroize::Zeroizing::new(vec![0x44; 32]),
         quote: vec![0x55; 145],
         quote_signature: vec![0x66; 72],
-        pcr_values: vec![[0x77; 32], [0x88; 32]],
+        pcr_values: vec![vec![0x77; 32], vec![0x88; 32]],
         event_log: Vec::new(),
     };
     let seed = |mode: u8, bytes: Vec<u8>| [vec![mode], bytes].concat();
@@ -193,7 +193,7 @@ fn event_log_seeds() -> Vec<(String, Vec<u8>)> {
         .matches(Bank::Sha256, &quoted)
         .expect("its own replay")
         .facts();
-    assert!(facts.complete && facts.secure_boot == Some(true) && !facts.firmware_debugger);
+    assert!(facts.complete && facts.secure_boot == Some(true) && facts.firmware_debugger == Some(false));
     assert_eq!(facts.boot_applications, Some(vec![vec![0x42; 32]]));
     seeds
 }

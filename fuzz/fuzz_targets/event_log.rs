@@ -16,10 +16,11 @@
 //!   log holds, parse to the same log, and under one less of any of the
 //!   three are refused with that limit's error, naming the first event
 //!   past it;
-//! - each bank the log carries and this crate can hash (SHA-256, SHA-384,
-//!   SHA-512) replays to 24 values of the bank's size, the same on every
-//!   call (and `replay_sha256` agrees); a bank the log does not carry is
-//!   `BankNotInLog`, SHA-1 is `UnsupportedBank`;
+//! - each bank the log carries and this crate can hash (SHA-1, SHA-256,
+//!   SHA-384, SHA-512) replays to 24 values of the bank's size, the same on
+//!   every call (and `replay_sha256` agrees); a bank the log does not carry
+//!   is `BankNotInLog`; `hashed_banks` and `declared_banks` (the header
+//!   alone) name exactly the banks it carries, in the Spec ID order;
 //! - in PCRs 0–7 of an accepted log, every EV_SEPARATOR carries
 //!   `00000000`, `00000001` or `FFFFFFFF` (`parse` refuses relabelled and
 //!   invented separators);
@@ -39,12 +40,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use sceau_spire::server::event_log::{
-    BOOT_PCRS, Bank, EventLog, EventLogError, Limits, PCR_COUNT, PcrCheckError, event_type,
-    unextended,
+    BOOT_PCRS, Bank, EventLog, EventLogError, Limits, PCR_COUNT, PcrCheckError, declared_banks,
+    event_type, unextended,
 };
 
 /// The banks `replay` can compute.
-const REPLAYABLE: [Bank; 3] = [Bank::Sha256, Bank::Sha384, Bank::Sha512];
+const REPLAYABLE: [Bank; 4] = Bank::ALL;
 
 /// The header of event 0 (pcrIndex, eventType, SHA-1 digest, eventSize)
 /// before the Spec ID event's data.
@@ -70,10 +71,13 @@ fuzz_target!(|bytes: &[u8]| {
             assert_eq!(log.replay(bank), Err(PcrCheckError::BankNotInLog(bank)));
         }
     }
-    assert_eq!(
-        log.replay(Bank::Sha1),
-        Err(PcrCheckError::UnsupportedBank(Bank::Sha1))
-    );
+    let carried: Vec<Bank> = log
+        .algorithms()
+        .iter()
+        .filter_map(|(alg, _)| Bank::from_alg_id(*alg))
+        .collect();
+    assert_eq!(log.hashed_banks(), carried);
+    assert_eq!(declared_banks(bytes).as_ref(), Ok(&carried));
 
     let again = EventLog::parse(bytes, limits).expect("the same bytes parse again");
     assert_eq!(again, log);

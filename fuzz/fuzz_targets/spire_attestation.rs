@@ -43,6 +43,7 @@ fn fixture() -> &'static Fixture {
                 quote_pcrs: vec![0, 7],
                 measured_boot: MeasuredBoot::Off,
                 measured_boot_bank: Bank::Sha256,
+                measured_boot_banks: vec![Bank::Sha256],
             },
             forged,
         }

@@ -93,6 +93,7 @@ fn attest(tcti: &str, algorithm: &str, event_log: Option<PathBuf>) -> Result<Str
         quote_pcrs,
         measured_boot,
         measured_boot_bank: Bank::Sha256,
+        measured_boot_banks: vec![Bank::Sha256],
     };
     let verified =
         check_payload(&config, &payload, SystemTime::now()).map_err(|e| e.to_string())?;

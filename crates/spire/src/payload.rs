@@ -13,14 +13,19 @@
 //! Every field but the PCR lists and the event log is a TPM2B (a big-endian
 //! u16 length, then the bytes); a PCR list is a u8 count then that many
 //! entries (an index byte in the challenge, a TPM2B digest in the
-//! response). The event log is optional and last: a big-endian u32 length
+//! response). The response's values are the quote's, in its selection's
+//! order: the asked PCRs of the SHA-256 bank, then, when the agent sends an
+//! event log, the same PCRs of every other bank the log declares, bank
+//! after bank (so an agent that quotes SHA-256 alone writes what agents
+//! before banks wrote). The event log is optional and last: a big-endian u32 length
 //! (a log outgrows a u16), then the TCG PC Client firmware event log
 //! (crypto-agile). It rides in the response, beside the quote it is
 //! checked against, rather than in the payload: the server names the PCRs
 //! to quote only in the challenge, so only then does the agent know whether
-//! a log is wanted (a quote covering PCRs 0–7), and the log read right
-//! after the quote describes the same boot as the PCR values it must replay
-//! to, not the one of an attestation started a minute earlier. A response
+//! a log is wanted (a quote covering PCRs 0–7), and the log read with the
+//! quote (right before it, to quote every bank it declares) describes the
+//! same boot as the PCR values it must replay to, not the one of an
+//! attestation started a minute earlier. A response
 //! without it is exactly what agents before measured boot send, so they
 //! still attest with servers that do not require a log. The TPM
 //! structures inside are exactly what the TPM produced, unmodified, so the
@@ -76,10 +81,12 @@ pub fn place_proof(secret: &[u8]) -> Zeroizing<[u8; PLACE_PROOF_LEN]> {
     Zeroizing::new(hash.finalize().into())
 }
 
-/// SHA-256 PCRs a quote may cover (a PC client TPM has 24).
+/// PCRs a quote may cover in one bank (a PC client TPM has 24).
 pub const PCR_COUNT: u8 = 24;
-/// The SHA-256 digest length of a PCR value.
-pub const PCR_DIGEST_LEN: usize = 32;
+/// Banks a quote may cover: SHA-1, SHA-256, SHA-384, SHA-512.
+pub const MAX_QUOTED_BANKS: u8 = 4;
+/// The longest PCR value (SHA-512).
+pub const MAX_PCR_DIGEST_LEN: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
@@ -150,8 +157,10 @@ pub struct ChallengeResponse {
     pub quote: Vec<u8>,
     /// TPMT_SIGNATURE over `quote`; empty when no quote was asked.
     pub quote_signature: Vec<u8>,
-    /// The quoted PCRs' SHA-256 values, in the challenge's order.
-    pub pcr_values: Vec<[u8; PCR_DIGEST_LEN]>,
+    /// The quoted PCRs' values, in the quote's selection order: the
+    /// challenge's PCRs in the SHA-256 bank, then in each other bank
+    /// quoted.
+    pub pcr_values: Vec<Vec<u8>>,
     /// The firmware event log, as the kernel exposes it; empty: none sent
     /// (not asked, none on the node, or an agent that predates it).
     pub event_log: Vec<u8>,
@@ -234,7 +243,7 @@ impl ChallengeResponse {
             .tpm2b(&self.credential)
             .tpm2b(&self.quote)
             .tpm2b(&self.quote_signature)
-            .u8(u8::try_from(self.pcr_values.len()).expect("at most 24 PCRs"));
+            .u8(u8::try_from(self.pcr_values.len()).expect("at most 96 PCR values"));
         for value in &self.pcr_values {
             out.tpm2b(value);
         }
@@ -251,16 +260,19 @@ impl ChallengeResponse {
         let quote = field(&mut r, "quote", MAX_TPM_STRUCTURE_LEN)?;
         let quote_signature = field(&mut r, "quote signature", MAX_TPM_STRUCTURE_LEN)?;
         let count = r.u8("PCR count").map_err(wire("PCR values"))?;
-        if count > PCR_COUNT {
+        let max = PCR_COUNT * MAX_QUOTED_BANKS;
+        if count > max {
             return Err(PayloadError::FieldTooLong {
                 what: "PCR values",
                 len: usize::from(count),
-                max: usize::from(PCR_COUNT),
+                max: usize::from(max),
             });
         }
         let mut pcr_values = Vec::with_capacity(usize::from(count));
         for _ in 0..count {
-            pcr_values.push(exact::<PCR_DIGEST_LEN>(&mut r, "PCR value")?);
+            // Each value's length is checked against its bank by the
+            // server, which knows the banks from the signed quote.
+            pcr_values.push(required(&mut r, "PCR value", MAX_PCR_DIGEST_LEN)?);
         }
         let event_log = if r.remaining() == 0 {
             Vec::new()
@@ -379,7 +391,7 @@ mod tests {
             credential: Zeroizing::new(vec![10; 32]),
             quote: vec![11; 140],
             quote_signature: vec![12; 72],
-            pcr_values: vec![[13; 32], [14; 32], [15; 32]],
+            pcr_values: vec![vec![13; 32], vec![14; 32], vec![15; 20]],
             event_log: Vec::new(),
         };
         assert_eq!(ChallengeResponse::decode(&r.encode()).unwrap(), r);
@@ -398,7 +410,7 @@ mod tests {
             credential: Zeroizing::new(vec![1; 32]),
             quote: vec![2; 140],
             quote_signature: vec![3; 72],
-            pcr_values: vec![[4; 32]; 8],
+            pcr_values: vec![vec![4; 32]; 8],
             event_log: vec![5; len],
         }
     }
@@ -455,6 +467,33 @@ mod tests {
             Err(PayloadError::TooLong {
                 len: MAX_MESSAGE_LEN + 1,
                 max: MAX_MESSAGE_LEN
+            })
+        );
+    }
+
+    // Values of four banks fit; a fifth bank's, or a value longer than a
+    // SHA-512 digest, does not.
+    #[test]
+    fn pcr_values_are_bounded_per_bank_and_in_length() {
+        let mut r = response_with_log(0);
+        r.pcr_values = vec![vec![1; 64]; 96];
+        assert_eq!(ChallengeResponse::decode(&r.encode()).unwrap(), r);
+        r.pcr_values.push(vec![1; 20]);
+        assert_eq!(
+            ChallengeResponse::decode(&r.encode()),
+            Err(PayloadError::FieldTooLong {
+                what: "PCR values",
+                len: 97,
+                max: 96
+            })
+        );
+        r.pcr_values = vec![vec![1; 65]];
+        assert_eq!(
+            ChallengeResponse::decode(&r.encode()),
+            Err(PayloadError::FieldTooLong {
+                what: "PCR value",
+                len: 65,
+                max: 64
             })
         );
     }

@@ -128,8 +128,9 @@ pub fn start_policy_session(ctx: &mut Context) -> Result<AuthSession, TpmError> 
 }
 
 /// A policy session that satisfies the TCG EK's authPolicy,
-/// PolicySecret(TPM_RH_ENDORSEMENT), with the (empty) endorsement auth.
-fn endorsement_policy_session(ctx: &mut Context) -> Result<AuthSession, TpmError> {
+/// PolicySecret(TPM_RH_ENDORSEMENT), with the (empty) endorsement auth. The
+/// caller flushes it.
+pub fn endorsement_policy_session(ctx: &mut Context) -> Result<AuthSession, TpmError> {
     let session = start_policy_session(ctx)?;
     let policy =
         PolicySession::try_from(session).map_err(|e| TpmError::new("policy session", e))?;

@@ -3,12 +3,17 @@
 //! SRK template and salted sessions as `sceau serve`, and the EK and
 //! credential activation of `sceau enroll` (sceau_tpm::enroll).
 //!
-//! [`Attestation::begin`] makes the payload: an ECC P-256 attestation key
-//! (AK) created under the SRK and certified by itself with
-//! TPM2_CertifyCreation, and the EK (RSA-2048 or ECC P-256, TCG default
-//! template) with its certificate. [`Attestation::answer`] opens the
+//! [`Attestation::begin`] makes the payload: the EK (RSA-2048 or ECC P-256,
+//! TCG default template) with its certificate, and an ECC P-256
+//! attestation key (AK) created under the EK, as keylime's agent does, and
+//! certified by itself with TPM2_CertifyCreation. Under the EK the AK is in
+//! the endorsement hierarchy, so the TPM does not obfuscate the reset and
+//! restart counts in what it signs, and the server can track resets
+//! (`server::resets`); the EK's policy, PolicySecret(TPM_RH_ENDORSEMENT),
+//! authorizes the Create and the Load under it. [`Attestation::answer`] opens the
 //! server's credential with TPM2_ActivateCredential and quotes the PCRs it
-//! asks for. Dropping the [`Attestation`] flushes every object and session
+//! asks for: in the SHA-256 bank, and, when it sends the event log, in
+//! every other bank the log declares (the server replays each). Dropping the [`Attestation`] flushes every object and session
 //! it loaded, whichever way the attestation ended.
 
 use sceau_tpm::enroll::{self, EndorsementKey};
@@ -34,10 +39,9 @@ use tss_esapi::tss2_esys::{TPMS_CREATION_DATA, TPMT_TK_CREATION};
 use std::path::{Path, PathBuf};
 
 use super::raw::{RawChannel, RawError};
-use crate::payload::{
-    Challenge, ChallengeResponse, MAX_EVENT_LOG_LEN, PCR_DIGEST_LEN, PLACE_PROOF_LEN, Payload,
-};
+use crate::payload::{Challenge, ChallengeResponse, MAX_EVENT_LOG_LEN, PLACE_PROOF_LEN, Payload};
 use crate::plugin::file::read_bounded;
+use crate::server::event_log::{self, Bank};
 
 /// TPM2_PCR_Read returns at most eight digests per call (TPML_DIGEST).
 const PCRS_PER_READ: usize = 8;
@@ -230,13 +234,16 @@ impl Attestation {
             .map(|proof| Data::try_from(proof.to_vec()))
             .transpose()
             .map_err(|e| AgentTpmError::step("outsideInfo", TpmError::new("Data", e)))?;
-        let (ctx, srk) = self.tpm.context_and_srk();
-        let srk = srk.handle;
-        let created = ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.create(srk, template, None, None, outside_info, None)
+        let (ctx, _) = self.tpm.context_and_srk();
+        let ek = enroll::endorsement_key_for(ctx, ek_algorithm.selection())
+            .map_err(|e| AgentTpmError::step("CreatePrimary (EK)", e))?;
+        let ek_handle = ek.handle();
+        self.ek = Some(ek);
+        let created = with_ek_policy(ctx, "Create (AK)", |c, policy| {
+            c.execute_with_session(Some(policy), |c| {
+                c.create(ek_handle, template, None, None, outside_info, None)
             })
-            .map_err(|e| AgentTpmError::step("Create (AK)", TpmError::new("Create", e)))?;
+        })?;
         let ak_public = created
             .out_public
             .marshall()
@@ -244,25 +251,28 @@ impl Attestation {
         let creation_data = marshal_creation_data(created.creation_data)?;
         let ticket = TPMT_TK_CREATION::try_from(created.creation_ticket)
             .map_err(|e| AgentTpmError::step("creation ticket", TpmError::new("ticket", e)))?;
-        let ak = ctx
-            .execute_with_session(Some(AuthSession::Password), |c| {
-                c.load(srk, created.out_private, created.out_public)
+        let ak = with_ek_policy(ctx, "Load (AK)", |c, policy| {
+            c.execute_with_session(Some(policy), |c| {
+                c.load(ek_handle, created.out_private, created.out_public)
             })
-            .map_err(|e| AgentTpmError::step("Load (AK)", TpmError::new("Load", e)))?;
-        self.ak = Some(ak);
-        let (ctx, _) = self.tpm.context_and_srk();
+        })?;
         let saved = ctx.context_save(ak.into()).map_err(|e| {
             AgentTpmError::step("ContextSave (AK)", TpmError::new("ContextSave", e))
         })?;
+        // A TPM without a resource manager holds three objects (SRK, EK,
+        // AK here), and CertifyCreation's second copy of the AK needs one:
+        // the AK is flushed while the copy is certified, then loaded again
+        // from its saved context.
+        flush(ctx, ak.into(), "AK");
         let (creation_attestation, creation_signature) =
             raw.certify_creation(&saved, created.creation_hash.value(), &ticket)?;
-        // The EK comes last: a TPM without a resource manager holds three
-        // objects, and CertifyCreation's second copy of the AK needed one.
-        let ek = enroll::endorsement_key_for(ctx, ek_algorithm.selection())
-            .map_err(|e| AgentTpmError::step("CreatePrimary (EK)", e))?;
+        let ak = ctx.context_load(saved).map_err(|e| {
+            AgentTpmError::step("ContextLoad (AK)", TpmError::new("ContextLoad", e))
+        })?;
+        self.ak = Some(KeyHandle::from(ak));
+        let ek = self.ek.as_ref().expect("made above");
         let ek_public = tpmt_from_tpm2b(&ek.public)?;
         let ek_certificate = ek.certificate.clone().unwrap_or_default();
-        self.ek = Some(ek);
         Ok(Payload {
             ek_public,
             ek_certificate,
@@ -312,10 +322,18 @@ impl Attestation {
             event_log: Vec::new(),
         };
         if !challenge.quote_pcrs.is_empty() {
-            let mut quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs)?;
+            // The log is read before the quote, to quote every bank it
+            // declares; a firmware log does not change once the OS runs,
+            // so it describes the boot the quote does.
+            let boot_quoted = BOOT_PCRS.clone().all(|p| challenge.quote_pcrs.contains(&p));
+            if let (true, Some(path)) = (boot_quoted, &self.event_log_path) {
+                response.event_log = read_event_log(path);
+            }
+            let banks = banks_to_quote(&response.event_log);
+            let mut quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs, &banks)?;
             if !quoted.consistent {
                 log::info!("the PCRs changed between TPM2_Quote and TPM2_PCR_Read; quoting again");
-                quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs)?;
+                quoted = quote(ctx, ak, &challenge.nonce, &challenge.quote_pcrs, &banks)?;
                 if !quoted.consistent {
                     return Err(AgentTpmError::PcrsChanging);
                 }
@@ -323,17 +341,13 @@ impl Attestation {
             response.quote = quoted.attest;
             response.quote_signature = quoted.signature;
             response.pcr_values = quoted.values;
-            let boot_quoted = BOOT_PCRS.clone().all(|p| challenge.quote_pcrs.contains(&p));
-            if let (true, Some(path)) = (boot_quoted, &self.event_log_path) {
-                response.event_log = read_event_log(path);
-            }
         }
         Ok(response)
     }
 }
 
-/// The event log at `path`, read after the quote so that both describe the
-/// same boot; empty (and one log line) when there is none to send. A
+/// The event log at `path`, read when the challenge asks for it, right
+/// before the quote, so that both describe the same boot; empty (and one log line) when there is none to send. A
 /// missing log is not an error here: the server decides whether it needs
 /// one (`measured_boot = "required"` refuses, `"optional"` attests without
 /// its selectors), and its refusal names the absence.
@@ -356,6 +370,24 @@ pub fn read_event_log(path: &Path) -> Vec<u8> {
             Vec::new()
         }
     }
+}
+
+/// `command` in the EK's policy session (PolicySecret(TPM_RH_ENDORSEMENT)),
+/// which is flushed after it whatever the outcome.
+fn with_ek_policy<T>(
+    ctx: &mut Context,
+    step: &'static str,
+    command: impl FnOnce(&mut Context, AuthSession) -> Result<T, tss_esapi::Error>,
+) -> Result<T, AgentTpmError> {
+    let policy = enroll::endorsement_policy_session(ctx)
+        .map_err(|e| AgentTpmError::step("PolicySecret (endorsement)", e))?;
+    let result = command(ctx, policy);
+    // Already gone if the TPM ended it with the command (continueSession
+    // clear); the flush then fails, which is not worth a warning.
+    if let Err(e) = ctx.flush_context(SessionHandle::from(policy).into()) {
+        log::debug!("FlushContext of the EK policy session: {e}");
+    }
+    result.map_err(|e| AgentTpmError::step(step, TpmError::new(step, e)))
 }
 
 impl Drop for Attestation {
@@ -446,25 +478,53 @@ fn tpmt_from_tpm2b(tpm2b: &[u8]) -> Result<Vec<u8>, AgentTpmError> {
     Ok(inner.to_vec())
 }
 
+/// SHA-256, then every other bank `event_log` declares (none when it is
+/// empty; SHA-256 alone, and one log line, when its header does not parse:
+/// the server names what is wrong with it).
+fn banks_to_quote(event_log: &[u8]) -> Vec<Bank> {
+    let mut banks = vec![Bank::Sha256];
+    if event_log.is_empty() {
+        return banks;
+    }
+    match event_log::declared_banks(event_log) {
+        Ok(declared) => banks.extend(declared.into_iter().filter(|b| *b != Bank::Sha256)),
+        Err(e) => log::warn!("the event log's header does not parse ({e}); quoting SHA-256 alone"),
+    }
+    banks
+}
+
+fn hashing_algorithm(bank: Bank) -> HashingAlgorithm {
+    match bank {
+        Bank::Sha1 => HashingAlgorithm::Sha1,
+        Bank::Sha256 => HashingAlgorithm::Sha256,
+        Bank::Sha384 => HashingAlgorithm::Sha384,
+        Bank::Sha512 => HashingAlgorithm::Sha512,
+    }
+}
+
 struct Quoted {
     attest: Vec<u8>,
     signature: Vec<u8>,
-    values: Vec<[u8; PCR_DIGEST_LEN]>,
+    /// In the quote's selection order: bank after bank, PCRs increasing.
+    values: Vec<Vec<u8>>,
     /// The values read hash to the digest the quote signed.
     consistent: bool,
 }
 
-/// TPM2_Quote of `pcrs` (SHA-256 bank) with `nonce`, then TPM2_PCR_Read of
-/// the same PCRs. Whether a PCR was extended in between is decided by
-/// hashing the values read and comparing with the quote's pcrDigest, which
-/// is stricter than comparing update counters.
+/// TPM2_Quote of `pcrs` in `banks` with `nonce`, then TPM2_PCR_Read of
+/// what the quote selected, in its selection's order (the TPM's, which
+/// the server reads from the signed quote). Whether a PCR was extended in
+/// between is decided by hashing the values read and comparing with the
+/// quote's pcrDigest, which is stricter than comparing update counters.
 fn quote(
     ctx: &mut Context,
     ak: KeyHandle,
     nonce: &[u8],
     pcrs: &[u8],
+    banks: &[Bank],
 ) -> Result<Quoted, AgentTpmError> {
-    let selection = pcr_selection(pcrs)?;
+    let algorithms: Vec<HashingAlgorithm> = banks.iter().map(|b| hashing_algorithm(*b)).collect();
+    let selection = pcr_selection(pcrs, &algorithms)?;
     let qualifying = Data::try_from(nonce.to_vec())
         .map_err(|e| AgentTpmError::step("Quote", TpmError::new("nonce", e)))?;
     let scheme = SignatureScheme::EcDsa {
@@ -479,22 +539,33 @@ fn quote(
         return Err(AgentTpmError::Malformed("quote"));
     };
     let quoted_digest = info.pcr_digest().value().to_vec();
+    let selected: Vec<(HashingAlgorithm, Vec<u8>)> = info
+        .pcr_selection()
+        .get_selections()
+        .iter()
+        .map(|s| {
+            let mut indices: Vec<u8> = s
+                .selected()
+                .into_iter()
+                .map(|slot| u32::from(slot).trailing_zeros() as u8)
+                .collect();
+            indices.sort_unstable();
+            (s.hashing_algorithm(), indices)
+        })
+        .collect();
     let marshal = |e| AgentTpmError::step("marshal quote", TpmError::new("marshal", e));
     let attest = attest.marshall().map_err(marshal)?;
     let signature = signature.marshall().map_err(marshal)?;
-    let mut values = Vec::with_capacity(pcrs.len());
-    for chunk in pcrs.chunks(PCRS_PER_READ) {
-        let (_, _, digests) = ctx
-            .execute_without_session(|c| c.pcr_read(pcr_selection(chunk)?))
-            .map_err(|e| AgentTpmError::step("PCR_Read", TpmError::new("PCR_Read", e)))?;
-        if digests.len() != chunk.len() {
-            return Err(AgentTpmError::Malformed("PCR_Read answer"));
-        }
-        for digest in digests.value() {
-            values.push(
-                <[u8; PCR_DIGEST_LEN]>::try_from(digest.value())
-                    .map_err(|_| AgentTpmError::Malformed("PCR value"))?,
-            );
+    let mut values = Vec::with_capacity(pcrs.len() * banks.len());
+    for (algorithm, indices) in &selected {
+        for chunk in indices.chunks(PCRS_PER_READ) {
+            let (_, _, digests) = ctx
+                .execute_without_session(|c| c.pcr_read(pcr_selection(chunk, &[*algorithm])?))
+                .map_err(|e| AgentTpmError::step("PCR_Read", TpmError::new("PCR_Read", e)))?;
+            if digests.len() != chunk.len() {
+                return Err(AgentTpmError::Malformed("PCR_Read answer"));
+            }
+            values.extend(digests.value().iter().map(|d| d.value().to_vec()));
         }
     }
     let mut hash = Sha256::new();
@@ -510,13 +581,20 @@ fn quote(
     })
 }
 
-fn pcr_selection(pcrs: &[u8]) -> Result<tss_esapi::structures::PcrSelectionList, tss_esapi::Error> {
+/// A selection of `pcrs` in each of `banks`.
+fn pcr_selection(
+    pcrs: &[u8],
+    banks: &[HashingAlgorithm],
+) -> Result<tss_esapi::structures::PcrSelectionList, tss_esapi::Error> {
     let slots = pcrs
         .iter()
         .map(|index| PcrSlot::try_from(1u32 << index))
         .collect::<Result<Vec<_>, _>>()?;
-    PcrSelectionListBuilder::new()
-        .with_selection(HashingAlgorithm::Sha256, &slots)
+    banks
+        .iter()
+        .fold(PcrSelectionListBuilder::new(), |builder, bank| {
+            builder.with_selection(*bank, &slots)
+        })
         .build()
 }
 

@@ -8,11 +8,15 @@
 //! quote_pcrs            = [0, 7]                              # optional
 //! measured_boot         = "off"                               # or "optional", "required"
 //! measured_boot_bank    = "sha256"
+//! measured_boot_banks   = ["sha1", "sha256"]                 # optional
 //! ```
 //!
 //! At least one trust source is required. With `measured_boot` on, PCRs
 //! 0–7 are added to `quote_pcrs` (the event log's facts come from them,
-//! and an unextended bank is seen on them); Validate says so. The files are read when SPIRE
+//! and an unextended bank is seen on them); Validate says so. Every bank
+//! the agent's log declares is quoted and replayed; `measured_boot_banks`
+//! names banks that must be, whatever the log declares (the agent writes
+//! the log, so it chooses what it declares). The files are read when SPIRE
 //! configures the plugin (at load, and again on reconfiguration), so a
 //! changed allow list takes effect on SIGUSR1 with `plugin_data_file`.
 
@@ -26,7 +30,7 @@ use crate::plugin::file::read_bounded;
 use crate::plugin::hcl::Body;
 use crate::plugin::{ConfigError, CoreConfig};
 
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 8] = [
     "ek_hashes_path",
     "ek_roots_path",
     "ek_intermediates_path",
@@ -34,6 +38,7 @@ const KEYS: [&str; 7] = [
     "quote_pcrs",
     "measured_boot",
     "measured_boot_bank",
+    "measured_boot_banks",
 ];
 /// The largest allow list or PEM bundle read.
 const MAX_FILE_LEN: u64 = 4 * 1024 * 1024;
@@ -71,8 +76,11 @@ pub struct ServerConfig {
     /// it when `measured_boot` is on.
     pub quote_pcrs: Vec<u8>,
     pub measured_boot: MeasuredBoot,
-    /// The bank the log is replayed in and checked against the quote.
+    /// The bank the `boot_app:` selectors are read in (SHA-256).
     pub measured_boot_bank: Bank,
+    /// The banks the log must declare and the quote cover, besides every
+    /// other bank the log declares; `measured_boot_bank` is among them.
+    pub measured_boot_banks: Vec<Bank>,
 }
 
 impl ServerConfig {
@@ -156,19 +164,36 @@ impl ServerConfig {
                 )));
             }
         };
-        // The quote is of the TPM's SHA-256 bank (TPM2_Quote with one PCR
-        // selection), so that is the one bank whose quoted values a log can
-        // be checked against; the key exists so that a configuration
-        // states it, and so that others can be added with their quotes.
+        // The `pcr:` and `boot_app:` selectors are SHA-256 values, the
+        // bank every agent quotes; the key exists so that a configuration
+        // states it.
         let measured_boot_bank = match body.string("measured_boot_bank").map_err(error)?.as_deref()
         {
             None | Some("sha256") => Bank::Sha256,
             Some(other) => {
                 return Err(ConfigError(format!(
-                    "measured_boot_bank is `{other}`; only \"sha256\" is supported (the bank the agent quotes)"
+                    "measured_boot_bank is `{other}`; only \"sha256\" is supported (the bank of the selectors)"
                 )));
             }
         };
+        let mut measured_boot_banks = vec![measured_boot_bank];
+        for name in body
+            .strings("measured_boot_banks")
+            .map_err(error)?
+            .unwrap_or_default()
+        {
+            let bank = Bank::ALL
+                .into_iter()
+                .find(|b| b.name() == name)
+                .ok_or_else(|| {
+                    ConfigError(format!(
+                        "measured_boot_banks: `{name}` is not a bank; use \"sha1\", \"sha256\", \"sha384\" or \"sha512\""
+                    ))
+                })?;
+            if !measured_boot_banks.contains(&bank) {
+                measured_boot_banks.push(bank);
+            }
+        }
         let quote_pcrs = pcrs_to_quote(quote_pcrs, measured_boot);
         Ok(Self {
             trust_domain: core.trust_domain.clone(),
@@ -178,6 +203,7 @@ impl ServerConfig {
             quote_pcrs,
             measured_boot,
             measured_boot_bank,
+            measured_boot_banks,
         })
     }
 
@@ -196,13 +222,17 @@ impl ServerConfig {
         match self.measured_boot {
             MeasuredBoot::Off => {}
             mode => notes.push(format!(
-                "measured boot {}: the event log is replayed in the {} bank; PCRs 0-7 are quoted (quote_pcrs {:?})",
+                "measured boot {}: the event log is replayed in every bank it declares, and must declare {}; PCRs 0-7 are quoted (quote_pcrs {:?})",
                 if mode == MeasuredBoot::Required {
                     "required"
                 } else {
                     "optional"
                 },
-                self.measured_boot_bank,
+                self.measured_boot_banks
+                    .iter()
+                    .map(|b| b.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 self.quote_pcrs
             )),
         }
@@ -391,6 +421,7 @@ mod tests {
         let on = parse_hcl("quote_pcrs = [7, 11]\nmeasured_boot = \"required\"").unwrap();
         assert_eq!(on.measured_boot, MeasuredBoot::Required);
         assert_eq!(on.measured_boot_bank, Bank::Sha256);
+        assert_eq!(on.measured_boot_banks, [Bank::Sha256]);
         assert_eq!(on.quote_pcrs, vec![0, 1, 2, 3, 4, 5, 6, 7, 11]);
         assert!(
             on.notes()
@@ -412,6 +443,30 @@ mod tests {
             error.0.starts_with("measured_boot_bank is `sha1`"),
             "{error:?}"
         );
+        let error = parse_hcl("measured_boot_banks = [\"sm3\"]").unwrap_err();
+        assert!(
+            error
+                .0
+                .starts_with("measured_boot_banks: `sm3` is not a bank"),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn required_banks_always_include_sha256() {
+        let both =
+            parse_hcl("measured_boot = \"required\"\nmeasured_boot_banks = [\"sha1\"]").unwrap();
+        assert_eq!(both.measured_boot_banks, [Bank::Sha256, Bank::Sha1]);
+        assert!(
+            both.notes()
+                .iter()
+                .any(|n| n.contains("must declare sha256, sha1")),
+            "{:?}",
+            both.notes()
+        );
+        let repeated =
+            parse_hcl("measured_boot_banks = [\"sha384\", \"sha256\", \"sha384\"]").unwrap();
+        assert_eq!(repeated.measured_boot_banks, [Bank::Sha256, Bank::Sha384]);
     }
 
     #[test]

@@ -40,9 +40,12 @@
 //! StartupLocality and H-CRTM from 5.6; before it, it extends EV_NO_ACTION
 //! events like any other).
 //!
-//! SHA-256, SHA-384 and SHA-512 banks can be replayed: this crate depends on
-//! `sha2` and not on a SHA-1 implementation, so SHA-1 digests are parsed and
-//! kept but never checked ([`PcrCheckError::UnsupportedBank`]).
+//! SHA-1, SHA-256, SHA-384 and SHA-512 banks can be replayed
+//! ([`EventLog::hashed_banks`]); the server replays every one the log
+//! declares, so that a bank software extended along a log of its choosing
+//! disagrees with a bank the firmware extended (`verify::check_event_log`).
+//! Digests of algorithms this module cannot hash (SM3, SHA3) are kept,
+//! never checked.
 //!
 //! # Types and data
 //!
@@ -61,13 +64,18 @@
 //!   whose whole, or VariableData alone, is what its digests measure (edk2
 //!   measures the VariableData: `boot-variables-after-separator.bin`).
 //!
+//! "Its digests" are all of them, SHA-1 included: the data must hash to
+//! the event's digest in every bank. So a log whose SHA-256 digests
+//! software chose (a bank it extended itself) cannot carry the SHA-1
+//! digests the firmware extended beside them unless the data of these
+//! events is what the firmware measured.
+//!
 //! EV_EFI_VARIABLE_AUTHORITY data is not required to match: shim 15
 //! measures one byte less than the event it logs (`partial-sb-on.bin`).
 //! Nothing is read from such data unless it matches. The fixtures in
 //! `tests/fixtures/event_log` (OVMF's among them) and the one further
 //! crypto-agile log of go-attestation's test data
-//! (`coreos_36_shielded_vm_no_secure_boot_eventlog`) pass these checks;
-//! SHA-1 digests are not checked (below).
+//! (`coreos_36_shielded_vm_no_secure_boot_eventlog`) pass these checks.
 //!
 //! # What a verified log says ([`Verified::facts`])
 //!
@@ -144,6 +152,7 @@
 //! twenty times the largest log and event count seen, five times the
 //! largest event.
 
+use sha1::Sha1;
 use sha2::{Sha256, Sha384, Sha512};
 
 /// PCRs in a PC Client TPM bank.
@@ -305,8 +314,6 @@ pub enum EventLogError {
 pub enum PcrCheckError {
     #[error("the event log carries no {0} digests")]
     BankNotInLog(Bank),
-    #[error("the {0} bank cannot be replayed here (its digests are kept, not checked)")]
-    UnsupportedBank(Bank),
     #[error("no PCRs were quoted")]
     NothingQuoted,
     #[error("PCR {0} is not one of the 24 PCRs, or is quoted twice")]
@@ -371,9 +378,8 @@ impl Bank {
         }
     }
 
-    /// The hash of the concatenated `parts`; `None` for SHA-1, which this
-    /// crate does not implement.
-    fn hash(self, parts: &[&[u8]]) -> Option<Vec<u8>> {
+    /// The hash of the concatenated `parts`.
+    pub fn hash(self, parts: &[&[u8]]) -> Vec<u8> {
         fn run<D: sha2::Digest>(parts: &[&[u8]]) -> Vec<u8> {
             let mut hash = D::new();
             for part in parts {
@@ -382,12 +388,15 @@ impl Bank {
             hash.finalize().to_vec()
         }
         match self {
-            Bank::Sha1 => None,
-            Bank::Sha256 => Some(run::<Sha256>(parts)),
-            Bank::Sha384 => Some(run::<Sha384>(parts)),
-            Bank::Sha512 => Some(run::<Sha512>(parts)),
+            Bank::Sha1 => run::<Sha1>(parts),
+            Bank::Sha256 => run::<Sha256>(parts),
+            Bank::Sha384 => run::<Sha384>(parts),
+            Bank::Sha512 => run::<Sha512>(parts),
         }
     }
+
+    /// Every bank, in the order of their TPM_ALG_IDs.
+    pub const ALL: [Bank; 4] = [Bank::Sha1, Bank::Sha256, Bank::Sha384, Bank::Sha512];
 }
 
 impl std::fmt::Display for Bank {
@@ -586,6 +595,12 @@ impl EventLog {
         self.algorithms.iter().any(|(id, _)| *id == bank.alg_id())
     }
 
+    /// The banks the log declares that can be replayed here, in the Spec
+    /// ID event's order (SM3 and SHA3 are left out).
+    pub fn hashed_banks(&self) -> Vec<Bank> {
+        hashed_banks(&self.algorithms)
+    }
+
     /// The events after the Spec ID event, unverified.
     pub fn events(&self) -> &[Event] {
         &self.events
@@ -598,9 +613,6 @@ impl EventLog {
 
     /// The values the 24 PCRs of `bank` hold if the log is what happened.
     pub fn replay(&self, bank: Bank) -> Result<Vec<Vec<u8>>, PcrCheckError> {
-        if bank == Bank::Sha1 {
-            return Err(PcrCheckError::UnsupportedBank(bank));
-        }
         if !self.has_bank(bank) {
             return Err(PcrCheckError::BankNotInLog(bank));
         }
@@ -613,9 +625,7 @@ impl EventLog {
             // Present and of the bank's size: `parse` checked both.
             let digest = event.digest(bank.alg_id()).unwrap_or_default();
             let pcr = &mut pcrs[usize::from(event.pcr)];
-            *pcr = bank
-                .hash(&[pcr.as_slice(), digest])
-                .ok_or(PcrCheckError::UnsupportedBank(bank))?;
+            *pcr = bank.hash(&[pcr.as_slice(), digest]);
         }
         Ok(pcrs)
     }
@@ -713,6 +723,38 @@ pub struct Facts {
     pub complete: bool,
 }
 
+impl Facts {
+    /// What the facts of several verified banks of one log say together:
+    /// `first`'s, where every bank agrees. The data a fact is read from
+    /// must hash to its digest in the bank it is read in, and an event
+    /// whose data no check ties to its digests (an authority) may be
+    /// measured in one bank and not in another; where banks disagree the
+    /// fact is unknown (a firmware debugger seen in any bank is reported).
+    /// Boot applications are `first`'s digests, and only when every bank
+    /// has PCR 4 sealed.
+    pub fn agreed(first: Facts, others: &[Facts]) -> Facts {
+        let all = || std::iter::once(&first).chain(others);
+        let secure_boot = first
+            .secure_boot
+            .filter(|state| others.iter().all(|o| o.secure_boot == Some(*state)));
+        let firmware_debugger = if all().any(|f| f.firmware_debugger == Some(true)) {
+            Some(true)
+        } else if all().all(|f| f.firmware_debugger == Some(false)) {
+            Some(false)
+        } else {
+            None
+        };
+        let complete = all().all(|f| f.complete);
+        let sealed_4 = others.iter().all(|o| o.boot_applications.is_some());
+        Facts {
+            secure_boot,
+            boot_applications: first.boot_applications.filter(|_| sealed_4),
+            firmware_debugger,
+            complete,
+        }
+    }
+}
+
 impl Verified<'_> {
     pub fn bank(&self) -> Bank {
         self.bank
@@ -758,9 +800,7 @@ impl Verified<'_> {
     /// Whether the event's digest in the verified bank is the hash of
     /// `data`.
     fn digest_of(&self, event: &Event, data: &[u8]) -> bool {
-        self.bank
-            .hash(&[data])
-            .is_some_and(|hash| hash == self.digest(event))
+        self.bank.hash(&[data]) == self.digest(event)
     }
 
     /// Whether the event's data is what was measured.
@@ -870,9 +910,7 @@ const SEPARATOR_VALUES: [[u8; 4]; 3] = [[0; 4], [0, 0, 0, 1], [0xff; 4]];
 /// hash of `data` (an algorithm it cannot hash is not checked).
 fn measures(event: &Event, data: &[u8]) -> bool {
     event.digests.iter().all(|(alg, digest)| {
-        Bank::from_alg_id(*alg)
-            .and_then(|bank| bank.hash(&[data]))
-            .is_none_or(|hash| hash == *digest)
+        Bank::from_alg_id(*alg).is_none_or(|bank| bank.hash(&[data]) == *digest)
     })
 }
 
@@ -880,9 +918,7 @@ fn measures(event: &Event, data: &[u8]) -> bool {
 /// hash of `data`.
 fn has_digest_of(event: &Event, data: &[u8]) -> bool {
     event.digests.iter().any(|(alg, digest)| {
-        Bank::from_alg_id(*alg)
-            .and_then(|bank| bank.hash(&[data]))
-            .is_some_and(|hash| hash == *digest)
+        Bank::from_alg_id(*alg).is_some_and(|bank| bank.hash(&[data]) == *digest)
     })
 }
 
@@ -951,6 +987,25 @@ impl<'a> Variable<'a> {
                 .zip(name.encode_utf16())
                 .all(|(unit, c)| u16::from_le_bytes([unit[0], unit[1]]) == c)
     }
+}
+
+/// The banks among `algorithms` that can be replayed here, in order.
+fn hashed_banks(algorithms: &[(u16, u16)]) -> Vec<Bank> {
+    algorithms
+        .iter()
+        .filter_map(|(alg, _)| Bank::from_alg_id(*alg))
+        .collect()
+}
+
+/// The banks a log's Spec ID event declares that can be replayed here,
+/// read from its header alone (the agent quotes them before it sends the
+/// log); an error if the header is not a crypto-agile log's.
+pub fn declared_banks(bytes: &[u8]) -> Result<Vec<Bank>, EventLogError> {
+    let limits = Limits {
+        max_log_bytes: usize::MAX,
+        ..Limits::default()
+    };
+    spec_id(&mut Cursor { bytes, pos: 0 }, limits).map(|algorithms| hashed_banks(&algorithms))
 }
 
 /// Event 0: the SHA-1-format header carrying the Spec ID event. Returns
@@ -1172,7 +1227,7 @@ pub(crate) mod forgery {
                 out.extend(alg.to_le_bytes());
                 // An algorithm this module cannot hash is not checked.
                 let digest = Bank::from_alg_id(alg)
-                    .and_then(|bank| bank.hash(&[data]))
+                    .map(|bank| bank.hash(&[data]))
                     .unwrap_or_else(|| vec![0; usize::from(size)]);
                 out.extend(digest);
             }
@@ -1282,6 +1337,7 @@ mod tests {
         fn measure(&mut self, pcr: u8, kind: u32, data: &[u8]) {
             let sizes = self.algs.clone();
             self.with(pcr, kind, data, |alg| match alg {
+                ALG_SHA1 => sha1::Sha1::digest(data).to_vec(),
                 ALG_SHA256 => Sha256::digest(data).to_vec(),
                 ALG_SHA384 => Sha384::digest(data).to_vec(),
                 _ => {
@@ -1543,23 +1599,101 @@ mod tests {
     }
 
     #[test]
-    fn sha1_digests_are_kept_but_not_replayed() {
+    fn sha1_banks_are_replayed() {
         let mut e = Encoder::new(&[(ALG_SHA1, 20), (ALG_SHA256, 32)]);
+        e.measure(0, EV_S_CRTM_VERSION, b"v");
         e.separators(0..=7);
         let log = parse(&e.out).unwrap();
-        assert_eq!(log.events()[0].digest(ALG_SHA1), Some(&[0xaa; 20][..]));
-        assert_eq!(
-            log.replay(Bank::Sha1).unwrap_err(),
-            PcrCheckError::UnsupportedBank(Bank::Sha1)
-        );
-        let value = [0u8; 20];
-        assert_eq!(
-            log.matches(Bank::Sha1, &[(0, &value[..])]).unwrap_err(),
-            PcrCheckError::UnsupportedBank(Bank::Sha1)
-        );
+        assert_eq!(log.hashed_banks(), [Bank::Sha1, Bank::Sha256]);
+        assert_eq!(declared_banks(&e.out).unwrap(), [Bank::Sha1, Bank::Sha256]);
+        let replayed = log.replay(Bank::Sha1).unwrap();
+        let extend = |pcr: &[u8], digest: &[u8]| {
+            let mut h = sha1::Sha1::new();
+            h.update(pcr);
+            h.update(digest);
+            h.finalize().to_vec()
+        };
+        let pcr0 = extend(&[0; 20], &sha1::Sha1::digest(b"v"));
+        let pcr0 = extend(&pcr0, &sha1::Sha1::digest([0u8; 4]));
+        assert_eq!(replayed[0], pcr0);
+        assert_eq!(replayed[17], vec![0xff; 20]);
+        let quoted = quote_of_vecs(&replayed, &[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert!(log.matches(Bank::Sha1, &quoted).is_ok());
         assert_eq!(
             log.replay_sha256().unwrap(),
             independent_replay(&e.extends, 0)
+        );
+    }
+
+    // Firmware extended SHA-1 and SHA-256; software, after a TPM reset,
+    // extends the SHA-256 bank alone along a log of its choosing and keeps
+    // the firmware's SHA-1 digests beside its own, so that both banks
+    // replay. The SecureBoot variable's data (1) is what its SHA-256 digest
+    // measures, not what its SHA-1 digest does (the firmware measured 0):
+    // refused. Shown failing: with SHA-1 digests not checked (as before
+    // this crate hashed SHA-1) the log parsed and read Secure Boot enabled.
+    #[test]
+    fn data_must_hash_to_its_digest_in_every_bank_sha1_included() {
+        let mut e = Encoder::new(&[(ALG_SHA1, 20), (ALG_SHA256, 32)]);
+        let claimed = variable(&EFI_GLOBAL_VARIABLE, "SecureBoot", &[1]);
+        let measured = variable(&EFI_GLOBAL_VARIABLE, "SecureBoot", &[0]);
+        let offset = e.out.len();
+        e.with(
+            7,
+            EV_EFI_VARIABLE_DRIVER_CONFIG,
+            &claimed,
+            |alg| match alg {
+                ALG_SHA1 => sha1::Sha1::digest(&measured).to_vec(),
+                _ => Sha256::digest(&claimed).to_vec(),
+            },
+        );
+        e.separators(0..=7);
+        assert_eq!(
+            parse(&e.out),
+            Err(EventLogError::Mislabelled {
+                index: 1,
+                offset,
+                reason: "an EV_EFI_VARIABLE_DRIVER_CONFIG whose data is not a UEFI variable, or not what its digests measure",
+            })
+        );
+        // A separator whose SHA-1 digest is not a separator's.
+        let mut e = Encoder::new(&[(ALG_SHA1, 20), (ALG_SHA256, 32)]);
+        let offset = e.out.len();
+        e.with(0, EV_SEPARATOR, &[0; 4], |alg| match alg {
+            ALG_SHA1 => vec![0x5a; 20],
+            _ => Sha256::digest([0u8; 4]).to_vec(),
+        });
+        assert!(matches!(
+            parse(&e.out),
+            Err(EventLogError::Mislabelled { index: 1, offset: o, .. }) if o == offset
+        ));
+    }
+
+    // An authority's data is not tied to its digests, so a SecureBoot
+    // variable relabelled one may be measured in one bank and not in
+    // another: the banks then disagree, and the fact is unknown.
+    #[test]
+    fn facts_are_what_every_bank_agrees_on() {
+        let facts = |secure_boot, apps: Option<usize>, debugger, complete| Facts {
+            secure_boot,
+            boot_applications: apps.map(|n| vec![vec![0x51; 32]; n]),
+            firmware_debugger: debugger,
+            complete,
+        };
+        let sha256 = facts(Some(true), Some(2), Some(false), true);
+        assert_eq!(
+            Facts::agreed(sha256.clone(), std::slice::from_ref(&sha256)),
+            sha256
+        );
+        let sha1 = facts(Some(false), None, Some(true), false);
+        assert_eq!(
+            Facts::agreed(sha256.clone(), &[sha1]),
+            facts(None, None, Some(true), false)
+        );
+        let unknown = facts(None, Some(2), None, true);
+        assert_eq!(
+            Facts::agreed(sha256, &[unknown]),
+            facts(None, Some(2), None, true)
         );
     }
 

@@ -264,6 +264,15 @@ pub struct Slot {
     proven: bool,
 }
 
+impl Slot {
+    /// Whether the payload carried the place proof expected for its EK:
+    /// its agent answered this server's last challenge for that EK and
+    /// kept that in memory since (`server::resets`).
+    pub fn is_proven(&self) -> bool {
+        self.proven
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());

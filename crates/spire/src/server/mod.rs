@@ -16,6 +16,8 @@
 //!   read (`verify::check_event_log` uses it after the quote).
 //! - `verify`: the checks, in order.
 //! - `limits`: the answer deadline and the caps on pending challenges.
+//! - `resets`: TPM resets between an EK's attestations, from the quote's
+//!   clockInfo.
 //!
 //! A refusal's log line names the EK by its hash as soon as the payload
 //! gives a key (`attestation refused (EK <hash>): …`), `unknown` before.
@@ -25,6 +27,7 @@ pub mod credential;
 pub mod event_log;
 pub mod keys;
 pub mod limits;
+pub mod resets;
 pub mod structures;
 pub mod verify;
 pub mod x509;
@@ -38,6 +41,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use self::config::ServerConfig;
 use self::limits::{ChallengeSlots, Limits};
+use self::resets::{Observed, ResetTracker};
 use self::verify::Refusal;
 use crate::payload::{ChallengeResponse, Payload};
 use crate::pb::server_attestor::attest_request::Request as Inbound;
@@ -55,6 +59,7 @@ pub struct ServerPlugin {
     config: RwLock<Option<Arc<ServerConfig>>>,
     limits: Limits,
     slots: ChallengeSlots,
+    resets: ResetTracker,
 }
 
 impl Default for ServerPlugin {
@@ -71,6 +76,7 @@ impl ServerPlugin {
             config: RwLock::new(None),
             limits,
             slots: ChallengeSlots::new(limits),
+            resets: ResetTracker::default(),
         }
     }
 
@@ -127,6 +133,7 @@ impl NodeAttestor for ServerPlugin {
             config,
             limits: self.limits,
             slots: self.slots.clone(),
+            resets: self.resets.clone(),
         };
         tokio::spawn(async move {
             let result = attestation.run(&mut inbound, &outbound).await;
@@ -208,6 +215,7 @@ struct Attestation {
     config: Arc<ServerConfig>,
     limits: Limits,
     slots: ChallengeSlots,
+    resets: ResetTracker,
 }
 
 impl Attestation {
@@ -241,7 +249,8 @@ impl Attestation {
         // Held until this function returns, whichever way: the slot is
         // freed by its drop.
         let proof = verified.place_proof;
-        let _slot = self
+        let ak_under_ek = verified.ak_under_ek;
+        let slot = self
             .slots
             .try_acquire(&ek, proof.as_ref())
             .map_err(|full| Failure {
@@ -275,8 +284,18 @@ impl Attestation {
             }
         };
         let next_proof = pending.next_place_proof();
-        let selectors =
+        let mut selectors =
             verify::check_response(pending, &response).map_err(|r| with_ek(refused(&r)))?;
+        let observed = Observed {
+            clock: verify::quote_clock(&response),
+            ak_under_ek,
+            proven: slot.is_proven(),
+        };
+        let reset = self
+            .resets
+            .check(&ek, observed, config.measured_boot)
+            .map_err(|r| with_ek(refused(&r)))?;
+        selectors.extend(reset.map(str::to_owned));
         // Only now: the sender activated the credential made for this EK,
         // which takes the EK's private key inside its TPM; public data
         // cannot do that, nor know the secret the next proof derives from.

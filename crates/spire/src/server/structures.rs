@@ -7,7 +7,7 @@
 
 use sceau_format::public::PublicAreaError;
 pub use sceau_format::public::{ALG_ECDAA, ALG_RSA, PublicArea, PublicKey};
-use sceau_format::wire::{ALG_SHA256, Reader, WireError};
+use sceau_format::wire::{Reader, WireError};
 
 pub const ALG_RSASSA: u16 = 0x0014;
 pub const ALG_RSAPSS: u16 = 0x0016;
@@ -54,7 +54,24 @@ pub struct Attestation {
     pub magic: u32,
     pub kind: u16,
     pub extra_data: Vec<u8>,
+    /// Obfuscated (its counts) unless the signing key is in the
+    /// endorsement or platform hierarchy.
+    pub clock: ClockInfo,
     pub attested: Attested,
+}
+
+/// A TPMS_CLOCK_INFO (Part 2 §10.11.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockInfo {
+    /// Milliseconds the TPM has been powered since TPM2_Clear.
+    pub clock: u64,
+    /// TPM Resets (TPM2_Startup(CLEAR) without an orderly
+    /// TPM2_Shutdown(STATE)) since TPM2_Clear: every reboot, and a reset
+    /// under a running OS.
+    pub reset_count: u32,
+    /// TPM Restarts and Resumes since the last TPM Reset.
+    pub restart_count: u32,
+    pub safe: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,11 +94,16 @@ impl Attestation {
         let kind = r.u16("type")?;
         r.tpm2b("qualifiedSigner")?;
         let extra_data = r.tpm2b("extraData")?.to_vec();
-        // TPMS_CLOCK_INFO (clock, resetCount, restartCount, safe), then the
-        // firmware version: nothing here depends on them (the counts and the
-        // version are obfuscated for an AK outside the endorsement
-        // hierarchy, as the agent's is).
-        r.take(8 + 4 + 4 + 1, "clockInfo")?;
+        // The counts and the firmware version are obfuscated for a signing
+        // key outside the endorsement and platform hierarchies: read by
+        // `server::resets` only for an AK whose creation data names the EK
+        // as its parent.
+        let clock = ClockInfo {
+            clock: (u64::from(r.u32("clock")?) << 32) | u64::from(r.u32("clock")?),
+            reset_count: r.u32("resetCount")?,
+            restart_count: r.u32("restartCount")?,
+            safe: r.u8("safe")? != 0,
+        };
         r.take(8, "firmwareVersion")?;
         let attested = match kind {
             ST_ATTEST_CREATION => Attested::Creation {
@@ -115,6 +137,7 @@ impl Attestation {
             magic,
             kind,
             extra_data,
+            clock,
             attested,
         })
     }
@@ -123,6 +146,17 @@ impl Attestation {
 /// The outsideInfo of a TPMS_CREATION_DATA (Part 2 §15.1): the data the
 /// creator of an object asked TPM2_Create to record with it.
 pub fn creation_outside_info(tpms_creation_data: &[u8]) -> Result<&[u8], StructureError> {
+    creation_fields(tpms_creation_data).map(|(_, outside_info)| outside_info)
+}
+
+/// The parentName of a TPMS_CREATION_DATA: the Name of the key the object
+/// was created under.
+pub fn creation_parent_name(tpms_creation_data: &[u8]) -> Result<&[u8], StructureError> {
+    creation_fields(tpms_creation_data).map(|(parent_name, _)| parent_name)
+}
+
+/// (parentName, outsideInfo) of a TPMS_CREATION_DATA.
+fn creation_fields(tpms_creation_data: &[u8]) -> Result<(&[u8], &[u8]), StructureError> {
     let mut r = Reader::new(tpms_creation_data);
     let count = r.u32("PCR selection count")?;
     if count > 16 {
@@ -136,11 +170,11 @@ pub fn creation_outside_info(tpms_creation_data: &[u8]) -> Result<&[u8], Structu
     r.tpm2b("pcrDigest")?;
     r.u8("locality")?;
     r.u16("parentNameAlg")?;
-    r.tpm2b("parentName")?;
+    let parent_name = r.tpm2b("parentName")?;
     r.tpm2b("parentQualifiedName")?;
     let outside_info = r.tpm2b("outsideInfo")?;
     r.finish("creation data")?;
-    Ok(outside_info)
+    Ok((parent_name, outside_info))
 }
 
 /// A TPMT_SIGNATURE of one of the schemes an AK may use.
@@ -189,12 +223,12 @@ impl Signature {
     }
 }
 
-/// The SHA-256 bank's selection bitmap for `pcrs` (3 bytes, PCR 0 in bit 0
-/// of the first byte), as TPM2_Quote reports it.
-pub fn sha256_selection(pcrs: &[u8]) -> Vec<(u16, Vec<u8>)> {
+/// The selection bitmap for `pcrs` (3 bytes, PCR 0 in bit 0 of the first
+/// byte), as TPM2_Quote reports it for each bank.
+pub fn selection_bitmap(pcrs: &[u8]) -> Vec<u8> {
     let mut bitmap = vec![0u8; 3];
     for index in pcrs {
         bitmap[usize::from(index / 8)] |= 1 << (index % 8);
     }
-    vec![(ALG_SHA256, bitmap)]
+    bitmap
 }

@@ -5,14 +5,17 @@
 //!    certificate's key is the EK the credential will be made for**; the AK
 //!    is a restricted signing key the TPM created (its creation certified
 //!    by itself with TPM_GENERATED, the creation data hash and Name
-//!    matching, the signature verifying).
+//!    matching, the signature verifying); whether its creation data names
+//!    the EK as its parent is kept for `server::resets`.
 //! 2. [`issue_challenge`]: a credential for the EK bound to the AK's Name,
 //!    with a fresh secret, and a fresh nonce for the quote.
 //! 3. [`check_response`]: the secret, compared in constant time, and the
 //!    quote over the nonce and the asked PCRs, signed by the AK; with
-//!    `measured_boot` on, the event log: parsed within bounds, the quoted
-//!    boot PCRs not unextended, every quoted PCR equal to the log's replay,
-//!    then what the log says as selectors ([`measured_boot_selectors`]).
+//!    `measured_boot` on, the event log: parsed within bounds, every bank
+//!    it declares (and every bank the configuration requires) quoted, the
+//!    quoted boot PCRs of each not unextended, every quoted PCR of each
+//!    equal to the log's replay in that bank, then what the banks agree the
+//!    log says as selectors ([`measured_boot_selectors`]).
 //!
 //! Each refusal is a [`Refusal`] whose text is one line for the log and the
 //! gRPC status; none carries TPM return codes.
@@ -27,9 +30,10 @@ use super::config::{EkTrust, MeasuredBoot, ServerConfig};
 use super::credential::{self, Credential};
 use super::event_log::{self, Bank, EventLog, Facts, PcrCheckError};
 use super::keys::Key;
+use super::structures::selection_bitmap;
 use super::structures::{
-    Attestation, Attested, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE, Signature,
-    TPM_GENERATED, attributes as attr, creation_outside_info, sha256_selection,
+    Attestation, Attested, ClockInfo, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE,
+    Signature, TPM_GENERATED, attributes as attr, creation_outside_info, creation_parent_name,
 };
 use super::x509::Parsed;
 use crate::payload::{
@@ -69,6 +73,27 @@ pub enum Refusal {
     Unextended { pcr: u8, bank: Bank },
     #[error("the event log does not match the quote: {0}")]
     EventLog(PcrCheckError),
+    #[error(
+        "the quote does not cover the {0} bank, which the event log declares or the configuration requires (agents before this check quote SHA-256 alone: upgrade the agent)"
+    )]
+    BankNotQuoted(Bank),
+    #[error(
+        "the TPM's reset and restart counts or clock went back since its last attestation here (resetCount {reset_before} to {reset_now}, restartCount {restart_before} to {restart_now}): it was cleared, or its state restored from a copy, so its PCRs may replay an earlier boot; if it was cleared on purpose, restart spire-server"
+    )]
+    RolledBack {
+        reset_before: u32,
+        reset_now: u32,
+        restart_before: u32,
+        restart_now: u32,
+    },
+    #[error(
+        "the TPM was reset (resetCount {reset_before} to {reset_now}) while the agent that attested before kept running: a TPM reset under a running OS, after which software can extend the boot PCRs along a log of its choosing"
+    )]
+    ResetWithoutReboot { reset_before: u32, reset_now: u32 },
+    #[error(
+        "the AK was not created under the EK, so the TPM obfuscates the reset count of its quotes, and measured boot is required; upgrade the agent"
+    )]
+    AkNotUnderEk,
 }
 
 /// What a payload that passed every check established.
@@ -84,6 +109,10 @@ pub struct VerifiedPayload {
     /// when that is a proof's length), unverified: `server::limits`
     /// compares it with the one it expects for the EK.
     pub place_proof: Option<[u8; PLACE_PROOF_LEN]>,
+    /// The AK's creation data names the EK as its parent: the AK is in the
+    /// endorsement hierarchy, so the TPM does not obfuscate the clockInfo
+    /// counts of what it signs (`server::resets`).
+    pub ak_under_ek: bool,
 }
 
 /// What the server remembers between its challenge and the answer.
@@ -93,7 +122,8 @@ pub struct Pending {
     nonce: [u8; SECRET_LEN],
     quote_pcrs: Vec<u8>,
     measured_boot: MeasuredBoot,
-    measured_boot_bank: Bank,
+    /// The banks the log must declare; the first is the selectors' bank.
+    measured_boot_banks: Vec<Bank>,
 }
 
 /// The TCG default EK policy, PolicySecret(TPM_RH_ENDORSEMENT) (EK
@@ -183,6 +213,13 @@ fn check_trusted_payload(
     let place_proof = creation_outside_info(&payload.creation_data)
         .ok()
         .and_then(|info| info.try_into().ok());
+    // The creation data is the TPM's (its hash is in the certified
+    // creation attestation), so its parentName is the Name of the key the
+    // AK was created under. A key with the EK's Name that can be a parent
+    // is the EK itself: a public-only copy (TPM2_LoadExternal) cannot be
+    // one, and no other seed derives the same public key.
+    let ak_under_ek = creation_parent_name(&payload.creation_data)
+        .is_ok_and(|parent| parent == sha256_name(&payload.ek_public).as_slice());
     Ok(VerifiedPayload {
         ek,
         pub_hash,
@@ -190,6 +227,7 @@ fn check_trusted_payload(
         ak_name,
         selectors,
         place_proof,
+        ak_under_ek,
     })
 }
 
@@ -381,7 +419,7 @@ pub fn issue_challenge(
             nonce,
             quote_pcrs: config.quote_pcrs.clone(),
             measured_boot: config.measured_boot,
-            measured_boot_bank: config.measured_boot_bank,
+            measured_boot_banks: config.measured_boot_banks.clone(),
         },
         challenge,
     ))
@@ -404,9 +442,6 @@ pub fn check_response(
     if pending.quote_pcrs.is_empty() {
         return Ok(selectors);
     }
-    if response.pcr_values.len() != pending.quote_pcrs.len() {
-        return Err(Refusal::Quote("it does not carry one value per asked PCR"));
-    }
     let attestation =
         Attestation::parse(&response.quote).map_err(|_| Refusal::Quote("it is malformed"))?;
     if attestation.magic != TPM_GENERATED || attestation.kind != ST_ATTEST_QUOTE {
@@ -422,8 +457,27 @@ pub fn check_response(
     else {
         return Err(Refusal::Quote("it is not a quote"));
     };
-    if *selections != sha256_selection(&pending.quote_pcrs) {
-        return Err(Refusal::Quote("it covers other PCRs than the ones asked"));
+    let banks = quoted_banks(selections, &pending.quote_pcrs)?;
+    let per_bank = pending.quote_pcrs.len();
+    if response.pcr_values.len() != per_bank * banks.len() {
+        return Err(Refusal::Quote(
+            "it does not carry one value per asked PCR in each bank",
+        ));
+    }
+    let mut quoted: Vec<QuotedBank<'_>> = Vec::with_capacity(banks.len());
+    for (bank, values) in banks.iter().zip(response.pcr_values.chunks(per_bank)) {
+        if values.iter().any(|v| v.len() != bank.digest_len()) {
+            return Err(Refusal::Quote(
+                "a PCR value is not of its bank's digest length",
+            ));
+        }
+        let pairs = pending
+            .quote_pcrs
+            .iter()
+            .copied()
+            .zip(values.iter().map(Vec::as_slice))
+            .collect();
+        quoted.push((*bank, pairs));
     }
     let mut hash = Sha256::new();
     for value in &response.pcr_values {
@@ -439,22 +493,21 @@ pub fn check_response(
         .ak
         .verify_tpm(&response.quote, &signature)
         .map_err(|_| Refusal::Quote("its signature does not verify with the AK"))?;
-    for (index, value) in pending.quote_pcrs.iter().zip(&response.pcr_values) {
+    let sha256 = quoted
+        .iter()
+        .find(|(bank, _)| *bank == Bank::Sha256)
+        .map(|(_, values)| values.as_slice())
+        .unwrap_or_default();
+    for (index, value) in sha256 {
         selectors.push(format!(
             "pcr:sha256:{index}:{}",
             sceau_format::key_id::hex(value)
         ));
     }
     if pending.measured_boot != MeasuredBoot::Off {
-        let quoted: Vec<(u8, &[u8])> = pending
-            .quote_pcrs
-            .iter()
-            .copied()
-            .zip(response.pcr_values.iter().map(|v| v.as_slice()))
-            .collect();
         selectors.extend(check_event_log(
             pending.measured_boot,
-            pending.measured_boot_bank,
+            &pending.measured_boot_banks,
             &quoted,
             &response.event_log,
         )?);
@@ -462,14 +515,58 @@ pub fn check_response(
     Ok(selectors)
 }
 
+/// The TPM's clockInfo in the response's quote, if it carries one that
+/// parses; read once [`check_response`] has verified the quote.
+pub fn quote_clock(response: &ChallengeResponse) -> Option<ClockInfo> {
+    Attestation::parse(&response.quote)
+        .ok()
+        .filter(|a| a.kind == ST_ATTEST_QUOTE)
+        .map(|a| a.clock)
+}
+
+/// The banks a quote covers, in its selection's order: each of SHA-1,
+/// SHA-256, SHA-384 and SHA-512 at most once, SHA-256 among them, each of
+/// exactly the asked PCRs. The agent quotes SHA-256, and with an event log
+/// every other bank the log declares; in the order its TPM lists them.
+fn quoted_banks(selections: &[(u16, Vec<u8>)], asked: &[u8]) -> Result<Vec<Bank>, Refusal> {
+    let bitmap = selection_bitmap(asked);
+    let mut banks = Vec::with_capacity(selections.len());
+    for (alg, select) in selections {
+        if *select != bitmap {
+            return Err(Refusal::Quote("it covers other PCRs than the ones asked"));
+        }
+        match Bank::from_alg_id(*alg) {
+            Some(bank) if !banks.contains(&bank) => banks.push(bank),
+            _ => {
+                return Err(Refusal::Quote(
+                    "it covers a bank twice, or one that is not SHA-1, SHA-256, SHA-384 or SHA-512",
+                ));
+            }
+        }
+    }
+    if !banks.contains(&Bank::Sha256) {
+        return Err(Refusal::Quote("it does not cover the SHA-256 bank"));
+    }
+    Ok(banks)
+}
+
+/// One bank of a verified quote: its (PCR, value) pairs.
+pub type QuotedBank<'a> = (Bank, Vec<(u8, &'a [u8])>);
+
 /// The measured-boot check of a verified quote: `quoted` are its (PCR,
-/// value) pairs in `bank`, which include PCRs 0–7 (the configuration adds
-/// them). Returns the log's selectors; none when the log is optional and
-/// absent.
+/// value) pairs per bank, which include PCRs 0–7 (the configuration adds
+/// them). Every bank the log declares that can be hashed here, and every
+/// one of `required` (the first is the selectors' bank), must be quoted,
+/// not unextended, and equal to the log's replay: so a bank software
+/// extended along a log of its choosing must agree with every bank the
+/// firmware extended, and the data of separators, actions and variables
+/// must hash to its digests in each (`event_log::check_labelled`). Returns
+/// the log's selectors, from the facts every bank agrees on; none when
+/// the log is optional and absent.
 pub fn check_event_log(
     mode: MeasuredBoot,
-    bank: Bank,
-    quoted: &[(u8, &[u8])],
+    required: &[Bank],
+    quoted: &[QuotedBank<'_>],
     log: &[u8],
 ) -> Result<Vec<String>, Refusal> {
     if log.is_empty() {
@@ -486,13 +583,43 @@ pub fn check_event_log(
     };
     let parsed =
         EventLog::parse(log, limits).map_err(|e| Refusal::Malformed(format!("event log: {e}")))?;
-    // Before the replay: a bank the firmware never touched matches any log
-    // software extends into it, so its agreement proves nothing.
-    if let Some(pcr) = event_log::unextended(quoted) {
-        return Err(Refusal::Unextended { pcr, bank });
+    if let Some(bank) = required.iter().find(|b| !parsed.has_bank(**b)) {
+        return Err(Refusal::EventLog(PcrCheckError::BankNotInLog(*bank)));
     }
-    let verified = parsed.matches(bank, quoted).map_err(Refusal::EventLog)?;
-    Ok(measured_boot_selectors(bank, &verified.facts()))
+    let mut banks = required.to_vec();
+    for bank in parsed.hashed_banks() {
+        if !banks.contains(&bank) {
+            banks.push(bank);
+        }
+    }
+    let mut checked = Vec::with_capacity(banks.len());
+    for bank in banks {
+        let values = quoted
+            .iter()
+            .find(|(b, _)| *b == bank)
+            .map(|(_, values)| values.as_slice())
+            .ok_or(Refusal::BankNotQuoted(bank))?;
+        // Before the replay: a bank the firmware never touched matches any
+        // log software extends into it, so its agreement proves nothing.
+        if let Some(pcr) = event_log::unextended(values) {
+            return Err(Refusal::Unextended { pcr, bank });
+        }
+        checked.push((bank, values));
+    }
+    let mut facts = Vec::with_capacity(checked.len());
+    for (bank, values) in checked {
+        let verified = parsed.matches(bank, values).map_err(Refusal::EventLog)?;
+        facts.push(verified.facts());
+    }
+    if facts.is_empty() {
+        return Err(Refusal::EventLog(PcrCheckError::NothingQuoted));
+    }
+    let first = facts.remove(0);
+    let selectors_bank = required.first().copied().unwrap_or(Bank::Sha256);
+    Ok(measured_boot_selectors(
+        selectors_bank,
+        &Facts::agreed(first, &facts),
+    ))
 }
 
 /// The selectors a verified log gives: `secureboot:enabled|disabled|unknown`,
@@ -646,6 +773,7 @@ pub(crate) mod tests {
             quote_pcrs,
             measured_boot: MeasuredBoot::Off,
             measured_boot_bank: Bank::Sha256,
+            measured_boot_banks: vec![Bank::Sha256],
         }
     }
 
@@ -732,6 +860,37 @@ pub(crate) mod tests {
         assert!(matches!(check(&other_key), Err(Refusal::Creation(_))));
     }
 
+    // The AK's counts are read only when its certified creation data names
+    // the EK as its parent; the forged payloads' data names nothing.
+    #[test]
+    fn an_ak_is_under_the_ek_only_when_its_creation_data_names_the_ek() {
+        assert!(!check(&forgery(AK_ATTRIBUTES, &[])).unwrap().ak_under_ek);
+        for (parent_is_ek, expected) in [(true, true), (false, false)] {
+            let mut f = forgery(AK_ATTRIBUTES, &[]);
+            let name = if parent_is_ek {
+                sha256_name(&f.payload.ek_public).to_vec()
+            } else {
+                sha256_name(&f.payload.ak_public).to_vec()
+            };
+            let mut data = Writer::default();
+            data.u32(0)
+                .tpm2b(&[])
+                .u8(0)
+                .u16(ALG_SHA256)
+                .tpm2b(&name)
+                .tpm2b(&name)
+                .tpm2b(&[]);
+            f.payload.creation_data = data.finish();
+            let mut body = Writer::default();
+            body.tpm2b(&sha256_name(&f.payload.ak_public))
+                .tpm2b(&Sha256::digest(&f.payload.creation_data));
+            f.payload.creation_attestation =
+                attest(TPM_GENERATED, ST_ATTEST_CREATION, &[], &body.finish());
+            f.payload.creation_signature = sign(&f.ak, &f.payload.creation_attestation);
+            assert_eq!(check(&f).unwrap().ak_under_ek, expected);
+        }
+    }
+
     #[test]
     fn an_ek_that_is_not_an_endorsement_key_is_refused() {
         let mut f = forgery(AK_ATTRIBUTES, &[]);
@@ -754,24 +913,92 @@ pub(crate) mod tests {
     }
 
     fn quote(f: &Forgery, nonce: &[u8], pcrs: &[u8], values: &[[u8; 32]]) -> ChallengeResponse {
+        let values = values.iter().map(|v| v.to_vec()).collect();
+        signed_quote(f, nonce, pcrs, &[Bank::Sha256], values)
+    }
+
+    /// A quote of `pcrs` in each of `banks` (in that order), with each
+    /// value of PCR n in bank b all n, of b's length.
+    fn quote_of_banks(f: &Forgery, nonce: &[u8], pcrs: &[u8], banks: &[Bank]) -> ChallengeResponse {
+        let values: Vec<Vec<u8>> = banks
+            .iter()
+            .flat_map(|bank| pcrs.iter().map(|pcr| vec![*pcr; bank.digest_len()]))
+            .collect();
+        signed_quote(f, nonce, pcrs, banks, values)
+    }
+
+    /// A quote of `pcrs` in `banks` at `values`, signed by the forgery's AK.
+    fn signed_quote(
+        f: &Forgery,
+        nonce: &[u8],
+        pcrs: &[u8],
+        banks: &[Bank],
+        values: Vec<Vec<u8>>,
+    ) -> ChallengeResponse {
         let mut digest = Sha256::new();
-        for value in values {
+        for value in &values {
             digest.update(value);
         }
         let mut body = Writer::default();
-        body.u32(1)
-            .u16(ALG_SHA256)
-            .u8(3)
-            .raw(&sha256_selection(pcrs)[0].1);
+        body.u32(banks.len() as u32);
+        for bank in banks {
+            body.u16(bank.alg_id()).u8(3).raw(&selection_bitmap(pcrs));
+        }
         body.tpm2b(&digest.finalize());
         let quote = attest(TPM_GENERATED, ST_ATTEST_QUOTE, nonce, &body.finish());
         ChallengeResponse {
             credential: zeroize::Zeroizing::new(vec![0; 32]),
             quote_signature: sign(&f.ak, &quote),
             quote,
-            pcr_values: values.to_vec(),
+            pcr_values: values,
             event_log: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_quote_of_several_banks_gives_sha256_selectors_and_must_cover_sha256_once() {
+        let f = forgery(AK_ATTRIBUTES, &[]);
+        let with = |banks: &[Bank], tamper: fn(&mut ChallengeResponse)| {
+            check_quote(vec![0, 7], |r, c| {
+                *r = ChallengeResponse {
+                    credential: r.credential.clone(),
+                    ..quote_of_banks(&f, &c.nonce, &[0, 7], banks)
+                };
+                tamper(r);
+            })
+        };
+        // SHA-1 first, as a TPM may list it: the selectors are SHA-256's.
+        let selectors = with(&[Bank::Sha1, Bank::Sha256], |_| {}).unwrap();
+        assert!(selectors.contains(&format!("pcr:sha256:7:{}", "07".repeat(32))));
+        assert_eq!(
+            selectors.iter().filter(|s| s.starts_with("pcr:")).count(),
+            2
+        );
+        assert_eq!(
+            with(&[Bank::Sha1], |_| {}),
+            Err(Refusal::Quote("it does not cover the SHA-256 bank"))
+        );
+        assert_eq!(
+            with(&[Bank::Sha256, Bank::Sha256], |_| {}),
+            Err(Refusal::Quote(
+                "it covers a bank twice, or one that is not SHA-1, SHA-256, SHA-384 or SHA-512"
+            ))
+        );
+        assert_eq!(
+            with(&[Bank::Sha256, Bank::Sha1], |r| {
+                r.pcr_values.pop();
+            }),
+            Err(Refusal::Quote(
+                "it does not carry one value per asked PCR in each bank"
+            ))
+        );
+        assert_eq!(
+            with(&[Bank::Sha256, Bank::Sha1], |r| r.pcr_values[3] =
+                vec![7; 32]),
+            Err(Refusal::Quote(
+                "a PCR value is not of its bank's digest length"
+            ))
+        );
     }
 
     /// A real log, checked as the server checks a response's: quoted PCRs
@@ -795,17 +1022,26 @@ pub(crate) mod tests {
         std::fs::read(&path).unwrap()
     }
 
-    /// `log` checked against a quote of PCRs 0–7 at the values `replayed`
-    /// replays to (a log of the same digests).
+    /// `log` checked against a quote of PCRs 0–7, in every bank `replayed`
+    /// declares, at the values `replayed` replays to (a log of the same
+    /// digests).
     fn check_log(log: &[u8], replayed: &[u8]) -> Result<Vec<String>, Refusal> {
-        let replayed = EventLog::parse(replayed, event_log::Limits::default())
-            .unwrap()
-            .replay(Bank::Sha256)
-            .unwrap();
-        let quoted: Vec<(u8, &[u8])> = (0..8u8)
-            .map(|pcr| (pcr, replayed[usize::from(pcr)].as_slice()))
+        let replayed = EventLog::parse(replayed, event_log::Limits::default()).unwrap();
+        let values: Vec<(Bank, Vec<Vec<u8>>)> = replayed
+            .hashed_banks()
+            .into_iter()
+            .map(|bank| (bank, replayed.replay(bank).unwrap()))
             .collect();
-        check_event_log(MeasuredBoot::Required, Bank::Sha256, &quoted, log)
+        let quoted: Vec<QuotedBank<'_>> = values
+            .iter()
+            .map(|(bank, replay)| {
+                let pairs = (0..8u8)
+                    .map(|pcr| (pcr, replay[usize::from(pcr)].as_slice()))
+                    .collect();
+                (*bank, pairs)
+            })
+            .collect();
+        check_event_log(MeasuredBoot::Required, &[Bank::Sha256], &quoted, log)
     }
 
     // The forgery of a Secure-Boot-off node's real log (event_log::forgery):
@@ -936,7 +1172,7 @@ pub(crate) mod tests {
             other_pcrs,
             Err(Refusal::Quote("it covers other PCRs than the ones asked"))
         );
-        let other_values = check_quote(vec![0, 7], |r, _| r.pcr_values[1] = [9; 32]);
+        let other_values = check_quote(vec![0, 7], |r, _| r.pcr_values[1] = vec![9; 32]);
         assert_eq!(
             other_values,
             Err(Refusal::Quote("the PCR values do not match its digest"))

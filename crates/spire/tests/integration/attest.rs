@@ -53,6 +53,7 @@ fn config(store: Option<TrustStore>, hashes: &[String], quote_pcrs: Vec<u8>) -> 
         quote_pcrs,
         measured_boot: MeasuredBoot::Off,
         measured_boot_bank: Bank::Sha256,
+        measured_boot_banks: vec![Bank::Sha256],
     }
 }
 

@@ -24,7 +24,9 @@ use sceau_spire::server::keys::Key;
 use sceau_spire::server::limits::{ANSWER_TIMEOUT, Limits, MAX_PENDING, MAX_PENDING_PER_EK};
 use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::test_support::forgery_with_ek;
-use sceau_testkit::{Swtpm, TempDir};
+use sceau_testkit::{Swtpm, TempDir, Tpm2Tools};
+
+use crate::synthetic_log::Log;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http::Uri;
@@ -44,9 +46,25 @@ struct Served {
     _dir: TempDir,
 }
 
+/// A PERMISSION_DENIED refusal whose message contains `text`.
+fn assert_denied(status: &Status, text: &str) {
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains(text), "{status:?}");
+}
+
 /// The server plugin with `limits`, configured with an allow list of the
 /// EK hashes `allowed` (written into `dir`).
 fn configured(limits: Limits, dir: &TempDir, allowed: &[String]) -> Arc<ServerPlugin> {
+    configured_with(limits, dir, allowed, "")
+}
+
+/// [`configured`], with more `plugin_data`.
+fn configured_with(
+    limits: Limits,
+    dir: &TempDir,
+    allowed: &[String],
+    hcl: &str,
+) -> Arc<ServerPlugin> {
     let list = dir.join("ek-hashes");
     std::fs::write(&list, allowed.join("\n") + "\n").unwrap();
     let plugin = Arc::new(ServerPlugin::with_limits(limits));
@@ -55,7 +73,7 @@ fn configured(limits: Limits, dir: &TempDir, allowed: &[String]) -> Arc<ServerPl
             &CoreConfig {
                 trust_domain: "example.org".into(),
             },
-            &format!("ek_hashes_path = \"{}\"", list.display()),
+            &format!("ek_hashes_path = \"{}\"\n{hcl}", list.display()),
         )
         .unwrap();
     plugin
@@ -323,6 +341,7 @@ fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
             quote_pcrs: vec![0, 7],
             measured_boot: MeasuredBoot::Off,
             measured_boot_bank: Bank::Sha256,
+            measured_boot_banks: vec![Bank::Sha256],
         };
         let verified = check_payload(&config, &payload, std::time::SystemTime::now()).unwrap();
         let (pending, challenge) = issue_challenge(&config, verified).unwrap();
@@ -374,13 +393,7 @@ async fn the_largest_event_log_crosses_the_transport_and_one_byte_more_is_refuse
     let served = serve(Limits::default(), [3]).await;
     let (stall, _) = attest(&served.connection, 3).await;
     let status = answer_with_log(stall.expect("a challenge"), MAX_EVENT_LOG_LEN).await;
-    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
-    assert!(
-        status
-            .message()
-            .contains("the credential was not activated"),
-        "{status:?}"
-    );
+    assert_denied(&status, "the credential was not activated");
     wait_for_no_pending(&served.plugin).await;
     let (stall, _) = attest(&served.connection, 3).await;
     let status = answer_with_log(stall.expect("a challenge"), MAX_EVENT_LOG_LEN + 1).await;
@@ -411,8 +424,13 @@ const SERVER_THREAD: &str = "sceau-stalls";
 
 impl ServerThread {
     fn start(limits: Limits, allowed: &[String]) -> Self {
+        Self::start_with(limits, allowed, "")
+    }
+
+    /// [`ServerThread::start`], with more `plugin_data`.
+    fn start_with(limits: Limits, allowed: &[String], hcl: &str) -> Self {
         let dir = TempDir::new("sceau-spire-stalls");
-        let plugin = configured(limits, &dir, allowed);
+        let plugin = configured_with(limits, &dir, allowed, hcl);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .thread_name(SERVER_THREAD)
@@ -477,8 +495,8 @@ fn threads_named(name: &str) -> usize {
 /// A node with a TPM (swtpm) whose agent plugin code attests over the
 /// plugin connection: payload, challenge, the TPM's answer, the result.
 struct GenuineNode {
-    _dir: TempDir,
-    _tpm: Swtpm,
+    dir: TempDir,
+    tpm: Swtpm,
     settings: TpmSettings,
     /// The EK's TPMT_PUBLIC, as its payloads carry it.
     ek_public: Vec<u8>,
@@ -499,13 +517,25 @@ impl GenuineNode {
         let (_, payload) = Attestation::begin(&settings).expect("the agent's payload");
         let ek = Key::from_tpm(&PublicArea::parse(&payload.ek_public).unwrap().key).unwrap();
         let node = GenuineNode {
-            _dir: dir,
-            _tpm: tpm,
+            dir,
+            tpm,
             settings,
             ek_public: payload.ek_public.clone(),
             proof: std::sync::Mutex::default(),
         };
         (node, ek.pub_hash())
+    }
+
+    /// The firmware's part of a boot: `log` extended into the TPM's
+    /// SHA-256 bank, and written where the agent reads it.
+    fn boot(&mut self, log: &Log) {
+        let path = self.dir.join("binary_bios_measurements");
+        std::fs::write(&path, log.bytes()).unwrap();
+        self.settings.event_log_path = Some(path);
+        let tools = Tpm2Tools::new(&self.tpm, self.dir.path());
+        for argument in log.pcrextend_args() {
+            tools.run("tpm2_pcrextend", &[&argument]);
+        }
     }
 
     /// One whole attestation; the selectors, or the status it ended with,
@@ -689,4 +719,50 @@ async fn stalls_naming_a_proven_node_do_not_keep_it_out() {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     drop(stalls);
     wait_for_no_pending(&server.plugin).await;
+}
+
+// The reset check through the plugin connection, as SPIRE calls it, with
+// measured boot required: the agent keeps the place proof of its last
+// answer in memory, so a TPM reset in a payload that carries it is one the
+// agent lived through: refused. An agent that starts again (a reboot)
+// comes without it, and its reset is reported. Shown failing: with
+// `Slot::is_proven` answering false, the third attestation passed with
+// `tpm_reset:since_last_attestation`.
+#[tokio::test]
+async fn a_tpm_reset_the_agent_lived_through_is_refused_over_the_plugin_connection() {
+    let (mut node, ek) = GenuineNode::start();
+    let log = Log::secure_boot();
+    node.boot(&log);
+    let server = ServerThread::start_with(
+        Limits::default(),
+        std::slice::from_ref(&ek),
+        "measured_boot = \"required\"",
+    );
+    let connection = connect(&server.socket).await;
+    let resets = |selectors: Vec<String>| {
+        selectors
+            .into_iter()
+            .filter(|s| s.starts_with("tpm_reset:") || s.starts_with("secureboot:"))
+            .collect::<Vec<_>>()
+    };
+    let (first, _) = node.attest(&connection).await;
+    assert_eq!(
+        resets(first.unwrap()),
+        ["secureboot:enabled", "tpm_reset:unknown"]
+    );
+    let (second, _) = node.attest(&connection).await;
+    assert_eq!(resets(second.unwrap())[1], "tpm_reset:none");
+
+    node.tpm.restart();
+    node.boot(&log);
+    let (lived_through, _) = node.attest(&connection).await;
+    let status = lived_through.unwrap_err();
+    assert_denied(&status, "while the agent that attested before kept running");
+    // The agent started again, without its proof.
+    *node.proof.lock().unwrap() = None;
+    let (rebooted, _) = node.attest(&connection).await;
+    assert_eq!(
+        resets(rebooted.unwrap())[1],
+        "tpm_reset:since_last_attestation"
+    );
 }

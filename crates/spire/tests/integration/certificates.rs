@@ -31,6 +31,7 @@ fn config(store: TrustStore, hashes: Option<&[&str]>, ek_trust: EkTrust) -> Serv
         quote_pcrs: vec![],
         measured_boot: MeasuredBoot::Off,
         measured_boot_bank: Bank::Sha256,
+        measured_boot_banks: vec![Bank::Sha256],
     }
 }
 

@@ -1,6 +1,6 @@
 //! Measured boot on swtpm: a synthetic firmware event log (crypto-agile,
 //! SHA-256) whose digests the test extends into the swtpm's PCRs, read by
-//! the agent from its `event_log_path` after the quote, and checked by the
+//! the agent from its `event_log_path` with the quote, and checked by the
 //! server as `ServerConfig::parse` configures it (`measured_boot`), through
 //! the real encoded messages.
 
@@ -18,11 +18,14 @@ use sceau_spire::server::event_log::event_type::{
 };
 use sceau_spire::server::event_log::{ALG_SHA1, Bank, PcrCheckError};
 use sceau_spire::server::keys::Key;
+use sceau_spire::server::resets::{Observed, ResetTracker};
 use sceau_spire::server::structures::PublicArea;
-use sceau_spire::server::verify::{Refusal, check_payload, check_response, issue_challenge};
+use sceau_spire::server::verify::{
+    Refusal, check_payload, check_response, issue_challenge, quote_clock,
+};
 use sceau_testkit::{Swtpm, TempDir, Tpm2Tools};
 
-use crate::synthetic_log::{Log, SHIM, hex, secure_boot_variable};
+use crate::synthetic_log::{Event, Log, SHIM, hex, secure_boot_variable};
 
 /// Extends every event's digest into the TPM's SHA-256 bank, as the
 /// firmware would have.
@@ -67,6 +70,18 @@ impl Node {
         event_log_path: Option<&Path>,
         server_hcl: &str,
     ) -> Result<Vec<String>, Refusal> {
+        self.attest_tracked(event_log_path, server_hcl, None)
+    }
+
+    /// [`Node::attest`], then the TPM reset check with `tracked`: the
+    /// server's tracker, and whether the payload carried the place proof
+    /// of the EK's last attestation.
+    fn attest_tracked(
+        &self,
+        event_log_path: Option<&Path>,
+        server_hcl: &str,
+        tracked: Option<(&ResetTracker, bool)>,
+    ) -> Result<Vec<String>, Refusal> {
         let settings = TpmSettings {
             tcti: self.tpm.tcti().parse().unwrap(),
             ek_algorithm: EkAlgorithm::EccP256,
@@ -86,11 +101,24 @@ impl Node {
         .expect("the server's configuration");
         let payload = Payload::decode(&payload.encode()).unwrap();
         let verified = check_payload(&config, &payload, SystemTime::now())?;
+        let ek = verified.pub_hash.clone();
+        let ak_under_ek = verified.ak_under_ek;
         let (pending, challenge) = issue_challenge(&config, verified)?;
         let challenge = Challenge::decode(&challenge.encode()).unwrap();
         let response = agent.answer(&challenge).expect("the agent's TPM answers");
         let response = ChallengeResponse::decode(&response.encode()).unwrap();
-        check_response(pending, &response)
+        let mut selectors = check_response(pending, &response)?;
+        // As `server::Attestation::run` does once every other check passed.
+        if let Some((tracker, proven)) = tracked {
+            let observed = Observed {
+                clock: quote_clock(&response),
+                ak_under_ek,
+                proven,
+            };
+            let reset = tracker.check(&ek, observed, config.measured_boot)?;
+            selectors.extend(reset.map(str::to_owned));
+        }
+        Ok(selectors)
     }
 }
 
@@ -163,17 +191,22 @@ fn refusal_for(node: &Node, log: &Log) -> Refusal {
 /// `EventLog::matches` skipped, the changed, dropped and reordered events
 /// below all attested: seen failing.
 fn assert_mismatch(refusal: &Refusal, pcr: u8) {
+    assert_mismatch_in(refusal, Bank::Sha256, pcr);
+}
+
+/// A refusal for `pcr` of `bank`, naming both.
+fn assert_mismatch_in(refusal: &Refusal, bank: Bank, pcr: u8) {
     assert!(
         matches!(
             refusal,
-            Refusal::EventLog(PcrCheckError::Mismatch { pcr: p, bank: Bank::Sha256, .. }) if *p == pcr
+            Refusal::EventLog(PcrCheckError::Mismatch { pcr: p, bank: b, .. }) if *p == pcr && *b == bank
         ),
         "{refusal:?}"
     );
     let line = refusal.to_string();
     assert!(
         line.starts_with(&format!(
-            "the event log does not match the quote: PCR {pcr} (sha256): quoted "
+            "the event log does not match the quote: PCR {pcr} ({bank}): quoted "
         )),
         "{line}"
     );
@@ -211,13 +244,13 @@ fn a_reordered_event_is_refused_naming_its_pcr() {
 }
 
 // A log of the SHA-1 bank only, for a server that checks SHA-256: refused
-// before any replay, so its digests need not be real SHA-1 digests.
+// before any replay.
 #[test]
 fn a_log_of_another_bank_is_refused_naming_the_bank() {
     let (node, mut log) = booted("sceau-spire-mb-bank");
     log.alg = ALG_SHA1;
     for event in &mut log.events {
-        event.digest.truncate(20);
+        event.digest = event.sha1.clone();
     }
     let refusal = refusal_for(&node, &log);
     assert_eq!(
@@ -389,6 +422,7 @@ fn forged_secure_boot(name: &str, relabel_separator: bool) -> (Node, Log) {
     let appended = Log {
         alg: log.alg,
         events: log.events[genuine..].to_vec(),
+        with_sha1: false,
     };
     extend_into(&appended, &node.tools());
     (node, log)
@@ -424,5 +458,166 @@ fn events_extended_after_a_separator_unseal_its_pcr() {
             "eventlog:incomplete",
         ],
         "{selectors:?}"
+    );
+}
+
+/// A node whose "firmware" extended the SHA-1 bank alone along the log of
+/// a boot with Secure Boot `state`, as firmware that never extends SHA-256
+/// does, and whose root then extended the SHA-256 bank along the Secure
+/// Boot log (`Log::secure_boot`), as it can after boot on such firmware or
+/// after a TPM reset. Returns the node, the firmware's log and root's.
+fn sha256_extended_by_software(name: &str, state: u8) -> (Node, Log, Log) {
+    let node = Node::start(name);
+    let mut firmware = Log::boot(state);
+    firmware.with_sha1 = true;
+    let tools = node.tools();
+    for argument in firmware.pcrextend_sha1_args() {
+        tools.run("tpm2_pcrextend", &[&argument]);
+    }
+    let chosen = Log::secure_boot();
+    extend_into(&chosen, &tools);
+    (node, firmware, chosen)
+}
+
+// Firmware that extends SHA-1 and SHA-256, both declared: the agent quotes
+// both banks, the server replays both, and the log attests.
+#[test]
+fn every_declared_bank_is_quoted_and_replayed() {
+    let node = Node::start("sceau-spire-mb-two-banks");
+    let mut log = Log::secure_boot();
+    log.with_sha1 = true;
+    let tools = node.tools();
+    extend_into(&log, &tools);
+    for argument in log.pcrextend_sha1_args() {
+        tools.run("tpm2_pcrextend", &[&argument]);
+    }
+    let path = node.write_log(&log.bytes());
+    let both = "measured_boot = \"required\"\nmeasured_boot_banks = [\"sha1\", \"sha256\"]";
+    let selectors = node.attest(Some(&path), both).expect("attested");
+    assert_eq!(
+        log_selectors(&selectors),
+        [
+            "secureboot:enabled",
+            &format!("boot_app:sha256:{}", hex(&SHIM)),
+            "eventlog:complete",
+        ]
+    );
+    // The SHA-1 bank left as the firmware left it, one digest changed in
+    // the log: refused naming the SHA-1 bank.
+    let shim = log.position(4, EV_EFI_BOOT_SERVICES_APPLICATION);
+    log.events[shim].sha1[0] ^= 1;
+    assert_mismatch_in(&refusal_for(&node, &log), Bank::Sha1, 4);
+}
+
+// The attack on firmware that extends SHA-1 alone (or after a TPM reset,
+// with the SHA-1 bank left as the firmware extended it): root extends the
+// SHA-256 bank along the Secure Boot log and sends a log declaring both
+// banks, SHA-1 digests that replay to the firmware's bank. The SecureBoot
+// variable's data (1) does not hash to the SHA-1 digest the firmware
+// measured (of 0): refused. With SHA-1 digests of its own data instead,
+// the SHA-1 replay differs from the firmware's bank: refused naming it.
+// Shown failing: with the server replaying SHA-256 alone and SHA-1
+// digests unchecked (as before), the second attested with
+// "secureboot:enabled" and "eventlog:complete".
+#[test]
+fn a_bank_extended_by_software_disagrees_with_the_firmwares() {
+    let (node, firmware, chosen) = sha256_extended_by_software("sceau-spire-mb-sw-bank", 0);
+    // Root's events, each with the SHA-1 digest the firmware extended.
+    let mut forged = Log {
+        events: chosen
+            .events
+            .iter()
+            .zip(&firmware.events)
+            .map(|(event, genuine)| Event {
+                sha1: genuine.sha1.clone(),
+                ..event.clone()
+            })
+            .collect(),
+        with_sha1: true,
+        ..Log::new()
+    };
+    let refusal = refusal_for(&node, &forged);
+    let line = refusal.to_string();
+    assert!(
+        line.starts_with("malformed event log: event 1 at offset ")
+            && line.ends_with("not what its digests measure"),
+        "{line}"
+    );
+    let variable = forged.position(7, EV_EFI_VARIABLE_DRIVER_CONFIG);
+    forged.events[variable].sha1 = chosen.events[variable].sha1.clone();
+    assert_mismatch_in(&refusal_for(&node, &forged), Bank::Sha1, 7);
+}
+
+// The same attack with a log declaring SHA-256 alone: the agent chooses
+// which banks its log declares, so the default configuration attests it
+// (docs/spire.md says so); `measured_boot_banks` naming SHA-1 refuses it.
+#[test]
+fn a_required_bank_the_log_leaves_out_is_refused() {
+    let (node, _firmware, chosen) = sha256_extended_by_software("sceau-spire-mb-sw-only", 0);
+    let path = node.write_log(&chosen.bytes());
+    let selectors = node
+        .attest(Some(&path), REQUIRED)
+        .expect("the hole, as documented");
+    assert_eq!(log_selectors(&selectors)[0], "secureboot:enabled");
+    let both = "measured_boot = \"required\"\nmeasured_boot_banks = [\"sha1\"]";
+    let refusal = node.attest(Some(&path), both).unwrap_err();
+    assert_eq!(
+        refusal,
+        Refusal::EventLog(PcrCheckError::BankNotInLog(Bank::Sha1))
+    );
+}
+
+// The agent creates its AK under the EK, so the quote's resetCount is the
+// TPM's, not obfuscated: the server reports a reset since the EK's last
+// attestation, and refuses one the agent lived through (its payload
+// carried the place proof of its last answer: the OS did not reboot).
+// swtpm killed and started again is a TPM Reset; the test then extends the
+// log again, as the firmware of a reboot would. Shown failing: with the AK
+// made under the SRK again (the counts obfuscated, the creation data
+// naming the SRK), the second attestation read `tpm_reset:unknown`, not
+// `tpm_reset:none`, and no reset was ever seen.
+#[test]
+fn a_tpm_reset_since_the_last_attestation_is_reported_and_refused_when_the_agent_lived_through_it()
+{
+    let (mut node, log) = booted("sceau-spire-mb-reset");
+    let path = node.write_log(&log.bytes());
+    let tracker = ResetTracker::default();
+    let attest = |node: &Node, hcl: &str, proven: bool| {
+        node.attest_tracked(Some(&path), hcl, Some((&tracker, proven)))
+            .map(|selectors| {
+                selectors
+                    .into_iter()
+                    .filter(|s| s.starts_with("tpm_reset:"))
+                    .collect::<Vec<_>>()
+            })
+    };
+    assert_eq!(
+        attest(&node, REQUIRED, false).unwrap(),
+        ["tpm_reset:unknown"]
+    );
+    assert_eq!(attest(&node, REQUIRED, true).unwrap(), ["tpm_reset:none"]);
+
+    let reboot = |node: &mut Node| {
+        node.tpm.restart();
+        extend_into(&log, &node.tools());
+    };
+    // A reboot: the agent starts again, without its proof.
+    reboot(&mut node);
+    assert_eq!(
+        attest(&node, REQUIRED, false).unwrap(),
+        ["tpm_reset:since_last_attestation"]
+    );
+    assert_eq!(attest(&node, REQUIRED, true).unwrap(), ["tpm_reset:none"]);
+    // A reset the agent lived through: refused when measured boot is
+    // required, reported when optional.
+    reboot(&mut node);
+    let refusal = attest(&node, REQUIRED, true).unwrap_err();
+    assert!(
+        matches!(refusal, Refusal::ResetWithoutReboot { reset_before, reset_now } if reset_now == reset_before + 1),
+        "{refusal:?}"
+    );
+    assert_eq!(
+        attest(&node, OPTIONAL, true).unwrap(),
+        ["tpm_reset:since_last_attestation"]
     );
 }

@@ -1,10 +1,12 @@
 //! A synthetic crypto-agile firmware event log (one bank, SHA-256 unless
-//! a test asks for another), written independently of the parser (TCG PC
+//! a test asks for another, or SHA-1 and SHA-256), written independently
+//! of the parser (TCG PC
 //! Client PFP, "Event Logging"). Shared by the measured-boot tests
 //! (`measured_boot`) and the `synthetic_event_log` example that
 //! scripts/interop-spire.sh runs. The events are kept as a list, so that
 //! a test can change, drop or reorder one and write the log again.
 
+use sceau_spire::server::event_log::ALG_SHA1;
 use sceau_spire::server::event_log::ALG_SHA256;
 use sceau_spire::server::event_log::event_type::{
     EV_EFI_BOOT_SERVICES_APPLICATION, EV_EFI_VARIABLE_DRIVER_CONFIG, EV_NO_ACTION, EV_SEPARATOR,
@@ -13,6 +15,8 @@ use sha2::{Digest as _, Sha256};
 
 /// The shim's Authenticode hash, as the firmware would measure it.
 pub const SHIM: [u8; 32] = [0x51; 32];
+/// Its SHA-1 Authenticode hash.
+pub const SHIM_SHA1: [u8; 20] = [0x15; 20];
 /// EFI_GLOBAL_VARIABLE (8be4df61-93ca-11d2-aa0d-00e098032b8c) as EFI_GUID.
 const EFI_GLOBAL_VARIABLE: [u8; 16] = [
     0x61, 0xdf, 0xe4, 0x8b, 0xca, 0x93, 0xd2, 0x11, 0xaa, 0x0d, 0x00, 0xe0, 0x98, 0x03, 0x2b, 0x8c,
@@ -29,6 +33,8 @@ pub struct Event {
     pub kind: u32,
     pub digest: Vec<u8>,
     pub data: Vec<u8>,
+    /// Its SHA-1 digest, written when the log declares SHA-1 too.
+    pub sha1: Vec<u8>,
 }
 
 pub struct Log {
@@ -37,6 +43,9 @@ pub struct Log {
     /// Every extending event, in log order (the Spec ID event is written
     /// before them).
     pub events: Vec<Event>,
+    /// Whether the log declares SHA-1 before its bank, each event then
+    /// carrying its `sha1` digest first, as firmware logs do.
+    pub with_sha1: bool,
 }
 
 impl Log {
@@ -45,6 +54,7 @@ impl Log {
         Self {
             alg: ALG_SHA256,
             events: Vec::new(),
+            with_sha1: false,
         }
     }
 
@@ -55,7 +65,11 @@ impl Log {
         let mut spec = b"Spec ID Event03\0".to_vec();
         spec.extend(0u32.to_le_bytes()); // platformClass
         spec.extend([0, 2, 0, 2]); // minor, major, errata, uintnSize
-        spec.extend(1u32.to_le_bytes());
+        spec.extend((1 + u32::from(self.with_sha1)).to_le_bytes());
+        if self.with_sha1 {
+            spec.extend(ALG_SHA1.to_le_bytes());
+            spec.extend(20u16.to_le_bytes());
+        }
         spec.extend(self.alg.to_le_bytes());
         spec.extend(digest_len.to_le_bytes());
         spec.push(0); // vendorInfoSize
@@ -68,7 +82,11 @@ impl Log {
         for event in &self.events {
             bytes.extend(u32::from(event.pcr).to_le_bytes());
             bytes.extend(event.kind.to_le_bytes());
-            bytes.extend(1u32.to_le_bytes());
+            bytes.extend((1 + u32::from(self.with_sha1)).to_le_bytes());
+            if self.with_sha1 {
+                bytes.extend(ALG_SHA1.to_le_bytes());
+                bytes.extend(&event.sha1);
+            }
             bytes.extend(self.alg.to_le_bytes());
             bytes.extend(&event.digest);
             bytes.extend((event.data.len() as u32).to_le_bytes());
@@ -77,18 +95,26 @@ impl Log {
         bytes
     }
 
-    fn event(&mut self, pcr: u8, kind: u32, digest: [u8; 32], data: &[u8]) {
+    fn event(&mut self, pcr: u8, kind: u32, digest: [u8; 32], sha1: [u8; 20], data: &[u8]) {
         self.events.push(Event {
             pcr,
             kind,
             digest: digest.to_vec(),
             data: data.to_vec(),
+            sha1: sha1.to_vec(),
         });
     }
 
-    /// Appends an event whose digest is the SHA-256 of its data.
+    /// Appends an event whose digests are the SHA-256 and SHA-1 of its
+    /// data.
     pub fn measure(&mut self, pcr: u8, kind: u32, data: &[u8]) {
-        self.event(pcr, kind, Sha256::digest(data).into(), data);
+        self.event(
+            pcr,
+            kind,
+            Sha256::digest(data).into(),
+            sha1::Sha1::digest(data).into(),
+            data,
+        );
     }
 
     /// The position in `events` of the first event of `kind` in `pcr`.
@@ -124,7 +150,7 @@ impl Log {
             image.extend(field.to_le_bytes());
         }
         image.extend([0x7f, 0xff, 0x04, 0x00]);
-        log.event(4, EV_EFI_BOOT_SERVICES_APPLICATION, SHIM, &image);
+        log.event(4, EV_EFI_BOOT_SERVICES_APPLICATION, SHIM, SHIM_SHA1, &image);
         log
     }
 
@@ -135,6 +161,15 @@ impl Log {
         self.events
             .iter()
             .map(|e| format!("{}:sha256={}", e.pcr, hex(&e.digest)))
+            .collect()
+    }
+
+    /// The same for the SHA-1 bank, with each event's `sha1` digest.
+    #[allow(dead_code)] // the tests use it, the example does not
+    pub fn pcrextend_sha1_args(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .map(|e| format!("{}:sha1={}", e.pcr, hex(&e.sha1)))
             .collect()
     }
 }
