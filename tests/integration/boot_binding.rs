@@ -1140,8 +1140,35 @@ async fn a_staged_policy_over_an_unextended_pcr_is_skipped() {
 /// before any TPM work.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_policy_key_rotation_keeps_old_deks_open() {
-    let (rig, _) = Rig::in_signed_state("boot-binding-rotation", "old-key");
-    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
+    rotate_the_policy_key("boot-binding-rotation", false).await;
+}
+
+/// The same in cluster mode (this node and a recovery key): the cluster
+/// key_id covers the authPolicy, so the old envelope names the key_id of
+/// the old key's membership, and opens through the former key's policies.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_key_rotation_keeps_old_deks_open_in_cluster_mode() {
+    rotate_the_policy_key("boot-binding-rotation-cluster", true).await;
+}
+
+async fn rotate_the_policy_key(label: &str, cluster: bool) {
+    let (rig, _) = Rig::in_signed_state(label, "old-key");
+    // Cluster mode: a membership of this node and a recovery key.
+    let mut common = Vec::new();
+    if cluster {
+        let recovery = rig.tmp.join("recovery.pub");
+        rig.recover(&[
+            "recovery-keygen",
+            "--identity",
+            rig.tmp.join("recovery.identity").to_str().unwrap(),
+            "--public",
+            recovery.to_str().unwrap(),
+            "--unencrypted-private-key",
+        ]);
+        common = vec!["--recovery-key".to_string(), recovery.display().to_string()];
+    }
+    let with_common = |args: Vec<String>| [args, common.clone()].concat();
+    let (sceau, mut client) = rig.serving(&with_common(rig.bound_args())).await;
     let old_key_id = rpc::status(&mut client).await.key_id;
     let old_dek = random_bytes(32);
     let old_envelope = rpc::seal(&mut client, &old_key_id, &old_dek).await;
@@ -1184,7 +1211,7 @@ async fn a_policy_key_rotation_keeps_old_deks_open() {
     // The new key alone: the old envelope is sealed to a key sceau lacks.
     let mut args = vec!["--policy-key".to_string(), new_key.clone()];
     args.extend(policy_dir(&new_policies));
-    let (sceau, mut client) = rig.serving(&args).await;
+    let (sceau, mut client) = rig.serving(&with_common(args.clone())).await;
     let new_key_id = rpc::status(&mut client).await.key_id;
     assert_ne!(new_key_id, old_key_id);
     let refused = rpc::decrypt(&mut client, &old_envelope, &old_key_id)
@@ -1200,7 +1227,7 @@ async fn a_policy_key_rotation_keeps_old_deks_open() {
         "--former-policy-key".to_string(),
         rig.public.display().to_string(),
     ]);
-    let (sceau, mut client) = rig.serving(&args).await;
+    let (sceau, mut client) = rig.serving(&with_common(args)).await;
     assert_eq!(rpc::status(&mut client).await.key_id, new_key_id);
     rpc::open(&mut client, &old_key_id, &old_envelope, &old_dek).await;
     let new_dek = random_bytes(32);
@@ -1210,7 +1237,7 @@ async fn a_policy_key_rotation_keeps_old_deks_open() {
 
     // The new envelope is sealed to the new key: the old key alone cannot
     // open it.
-    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
+    let (sceau, mut client) = rig.serving(&with_common(rig.bound_args())).await;
     rpc::decrypt(&mut client, &new_envelope, &new_key_id)
         .await
         .expect_err("a DEK sealed to the new key, with only the old key configured");
