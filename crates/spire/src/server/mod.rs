@@ -284,10 +284,10 @@ impl Attestation {
             }
         };
         let next_proof = pending.next_place_proof();
-        let mut selectors =
-            verify::check_response(pending, &response).map_err(|r| with_ek(refused(&r)))?;
+        let (mut selectors, clock) =
+            verify::check_response_clocked(pending, &response).map_err(|r| with_ek(refused(&r)))?;
         let observed = Observed {
-            clock: verify::quote_clock(&response),
+            clock,
             ak_under_ek,
             proven: slot.is_proven(),
         };

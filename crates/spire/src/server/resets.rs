@@ -16,34 +16,46 @@
 //!   resumes with TPM2_Startup(CLEAR), the sleep bugs of that class). After
 //!   one, software can extend PCRs 0–7 along a log of its choosing, and the
 //!   server cannot tell that from a boot.
-//! - `restartCount` counts TPM Restarts and Resumes since the last reset
-//!   (hibernation, suspend), which keep the PCRs.
+//! - `restartCount` counts TPM Restarts and Resumes since the last reset.
+//!   A Resume (TPM2_Shutdown(STATE), then TPM2_Startup(STATE): suspend to
+//!   RAM) keeps the PCRs; a Restart (TPM2_Shutdown(STATE), then
+//!   TPM2_Startup(CLEAR): hibernation, or root that can send both) resets
+//!   them, and the quote cannot tell the two apart.
 //! - `clock` only advances while the TPM is powered; TPM2_Clear sets it and
 //!   both counts back to zero.
 //!
 //! Every reboot advances `resetCount`, so an advance is reported, not
-//! refused: `tpm_reset:since_last_attestation` (against `tpm_reset:none`
-//! for the same TPM Reset cycle, a resume included, and
-//! `tpm_reset:unknown` for the first attestation this server sees of the
-//! EK). An operator compares it with the node's own reboots: a reset the
-//! node did not reboot for means its PCRs may have been extended by
-//! software. One such case is told apart: an advance in a payload that
-//! carries the place proof of the EK's last attestation (`server::limits`)
-//! comes from an agent that kept its memory across the reset, so the OS
-//! did not reboot (a TPM reset under a running OS, or a resume from
-//! hibernation); `server::Attestation::run` refuses it with
-//! `measured_boot = "required"`. Root that restarts the agent first loses
-//! the proof, and its reset is reported, not refused. Counts, or a clock
-//! within one reset cycle, that went back can only come from TPM2_Clear or
-//! from a TPM whose state was restored from a copy (a virtual TPM's state
-//! file: a snapshot taken after a good boot replays that boot's PCRs);
-//! keylime refuses such quotes (`check_quote_timing`). Here they are
-//! refused with `measured_boot = "required"` and reported as
-//! `tpm_reset:rolled_back` otherwise.
+//! refused: `tpm_reset:since_last_attestation`. Against it, `tpm_reset:none`
+//! (both counts as at the EK's last attestation here: the same boot, no
+//! suspend) and `tpm_reset:unknown` (the first attestation this server
+//! sees of the EK). An operator compares it with the node's own reboots.
+//! Two cases are told apart and kept for the rest of the TPM Reset cycle,
+//! so that attesting again does not turn them into `none`:
+//! - `tpm_reset:without_reboot`: a reset in a payload that carries the
+//!   place proof of the EK's last attestation (`server::limits`), which
+//!   only an agent that kept its memory across the reset has: the OS did
+//!   not reboot (a TPM reset under a running OS). Root that restarts the
+//!   agent first loses the proof, and its reset reads
+//!   `since_last_attestation`.
+//! - `tpm_reset:restart_since_last_attestation`: `restartCount` advanced,
+//!   a Resume or a Restart (above).
+//!
+//! With `measured_boot = "required"` both are refused, for the rest of
+//! their cycle (a node that suspended must reboot), and so are counts, or
+//! a clock within one reset cycle, that went back: only TPM2_Clear or a
+//! TPM whose state was restored from a copy gives them (a virtual TPM's
+//! state file: a snapshot taken after a good boot replays that boot's
+//! PCRs); keylime refuses such quotes (`check_quote_timing`). Without
+//! `required`, a rollback reads `tpm_reset:rolled_back`.
+//!
+//! `tpm_reset:none` is no admission condition against root: after a reset
+//! with the agent restarted, a second attestation in the same cycle reads
+//! `none`. It says the TPM was not reset between two attestations here.
 //!
 //! The last clockInfo is kept in memory per EK (SPIRE gives a plugin no
-//! place to keep state), at most [`MAX_TRACKED_EKS`]: after a restart of
-//! spire-server every node's first attestation is `unknown`.
+//! place to keep state), at most [`MAX_TRACKED_EKS`], the least recently
+//! seen forgotten first: after a restart of spire-server every node's first
+//! attestation is `unknown`. A check and its record happen under one lock.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -52,9 +64,9 @@ use super::config::MeasuredBoot;
 use super::structures::ClockInfo;
 use super::verify::Refusal;
 
-/// EKs whose last clockInfo is remembered: a 64-character hash and 17
-/// bytes each, about 1 MiB at the limit, past which a new EK is reported
-/// `unknown`. As many as the proven EKs of `limits`.
+/// EKs whose last clockInfo is remembered: a 64-character hash and a few
+/// dozen bytes each, about 1 MiB at the limit, past which the EK seen
+/// longest ago is forgotten. As many as the proven EKs of `limits`.
 pub const MAX_TRACKED_EKS: usize = super::limits::MAX_PROVEN_EKS;
 
 /// How this quote's clockInfo compares with the EK's last one.
@@ -62,10 +74,14 @@ pub const MAX_TRACKED_EKS: usize = super::limits::MAX_PROVEN_EKS;
 pub enum Since {
     /// No earlier attestation of this EK since the server started.
     Unknown,
-    /// The same TPM Reset cycle (a Restart or Resume keeps the PCRs).
+    /// Both counts as before: the same boot, no suspend.
     None,
     /// A TPM Reset: a reboot, or a reset under a running OS.
     Reset,
+    /// A TPM Reset the agent lived through: no reboot.
+    WithoutReboot,
+    /// A TPM Restart or Resume: the PCRs were kept or reset.
+    Restart,
     /// The counts or the clock went back: TPM2_Clear, or restored state.
     RolledBack,
 }
@@ -77,6 +93,8 @@ impl Since {
             Since::Unknown => "tpm_reset:unknown",
             Since::None => "tpm_reset:none",
             Since::Reset => "tpm_reset:since_last_attestation",
+            Since::WithoutReboot => "tpm_reset:without_reboot",
+            Since::Restart => "tpm_reset:restart_since_last_attestation",
             Since::RolledBack => "tpm_reset:rolled_back",
         }
     }
@@ -96,7 +114,7 @@ pub fn compare(before: Option<&ClockInfo>, now: &ClockInfo) -> Since {
     ) {
         (Less, _) | (Equal, Less) => Since::RolledBack,
         (Greater, _) => Since::Reset,
-        (Equal, Greater) => Since::None,
+        (Equal, Greater) => Since::Restart,
         (Equal, Equal) if now.clock < before.clock => Since::RolledBack,
         (Equal, Equal) => Since::None,
     }
@@ -117,9 +135,9 @@ pub struct Observed {
 impl ResetTracker {
     /// The `tpm_reset:` selector of `ek`'s attestation (`None` without a
     /// quote), recorded as its last; or, with `mode` required, the
-    /// refusal of counts that went back and of a reset the agent lived
-    /// through (module documentation). Call once the attestation passed
-    /// every other check.
+    /// refusal of counts that went back and of a reset without reboot or a
+    /// restart in this cycle (module documentation). Call once the
+    /// attestation passed every other check.
     pub fn check(
         &self,
         ek: &str,
@@ -136,59 +154,136 @@ impl ResetTracker {
             }
             return Ok(Some(Since::Unknown.selector()));
         }
-        let before = self.last(ek);
-        let since = compare(before.as_ref(), &clock);
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let before = records.get(ek).copied();
+        let mut since = compare(before.map(|r| r.clock).as_ref(), &clock);
+        if since == Since::Reset && observed.proven {
+            since = Since::WithoutReboot;
+        }
+        // What the counts are compared from: the last attestation, or for a
+        // cycle marked once, the one before the mark.
+        let mut from = before.map_or(clock, |r| r.clock);
+        // A cycle marked once stays marked: attesting again in it must not
+        // read `none`.
+        if let Some(Record {
+            marked: Some((mark, marked_from)),
+            clock: earlier,
+            ..
+        }) = before
+            && earlier.reset_count == clock.reset_count
+            && since == Since::None
+        {
+            since = mark;
+            from = marked_from;
+        }
+        if since == Since::RolledBack {
+            if mode == MeasuredBoot::Required {
+                return Err(Refusal::RolledBack {
+                    reset_before: from.reset_count,
+                    reset_now: clock.reset_count,
+                    restart_before: from.restart_count,
+                    restart_now: clock.restart_count,
+                });
+            }
+            return Ok(Some(since.selector()));
+        }
+        let marked =
+            matches!(since, Since::WithoutReboot | Since::Restart).then_some((since, from));
+        let seen = self.next_seen();
+        insert(
+            &mut records,
+            ek,
+            Record {
+                clock,
+                marked,
+                seen,
+            },
+        );
+        drop(records);
         if mode == MeasuredBoot::Required {
-            let before = before.unwrap_or(clock);
             match since {
-                Since::RolledBack => {
-                    return Err(Refusal::RolledBack {
-                        reset_before: before.reset_count,
+                Since::WithoutReboot => {
+                    return Err(Refusal::ResetWithoutReboot {
+                        reset_before: from.reset_count,
                         reset_now: clock.reset_count,
-                        restart_before: before.restart_count,
-                        restart_now: clock.restart_count,
                     });
                 }
-                Since::Reset if observed.proven => {
-                    return Err(Refusal::ResetWithoutReboot {
-                        reset_before: before.reset_count,
-                        reset_now: clock.reset_count,
+                Since::Restart => {
+                    return Err(Refusal::RestartSinceAttestation {
+                        restart_before: from.restart_count,
+                        restart_now: clock.restart_count,
                     });
                 }
                 _ => {}
             }
         }
-        self.record(ek, clock);
         Ok(Some(since.selector()))
     }
 }
 
-/// The last clockInfo of each EK that attested; clones share it.
+/// One EK's last attestation here.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    clock: ClockInfo,
+    /// A reset without reboot or a restart seen in this reset cycle, and
+    /// the clockInfo it was seen against.
+    marked: Option<(Since, ClockInfo)>,
+    /// When it was last recorded, for forgetting the oldest at the limit.
+    seen: u64,
+}
+
+/// Records `record` for `ek`; at the limit, the EK seen longest ago is
+/// forgotten first (its next attestation reads `unknown`).
+fn insert(records: &mut HashMap<String, Record>, ek: &str, record: Record) {
+    if records.len() >= MAX_TRACKED_EKS
+        && !records.contains_key(ek)
+        && let Some(oldest) = records
+            .iter()
+            .min_by_key(|(_, r)| r.seen)
+            .map(|(key, _)| key.clone())
+    {
+        records.remove(&oldest);
+    }
+    records.insert(ek.to_owned(), record);
+}
+
+/// The last attestation of each EK that attested; clones share it.
 #[derive(Debug, Clone, Default)]
 pub struct ResetTracker {
-    last: Arc<Mutex<HashMap<String, ClockInfo>>>,
+    records: Arc<Mutex<HashMap<String, Record>>>,
+    seen: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ResetTracker {
+    fn next_seen(&self) -> u64 {
+        self.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// How `now` compares with `ek`'s last attestation here.
     pub fn since(&self, ek: &str, now: &ClockInfo) -> Since {
-        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        compare(last.get(ek), now)
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        compare(records.get(ek).map(|r| &r.clock), now)
     }
 
     /// `ek`'s last clockInfo.
     pub fn last(&self, ek: &str) -> Option<ClockInfo> {
-        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        last.get(ek).copied()
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        records.get(ek).map(|r| r.clock)
     }
 
-    /// Records `now` as `ek`'s last clockInfo. Call only once the
-    /// attestation passed.
+    /// Records `now` as `ek`'s last clockInfo, unmarked.
     pub fn record(&self, ek: &str, now: ClockInfo) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.len() < MAX_TRACKED_EKS || last.contains_key(ek) {
-            last.insert(ek.to_owned(), now);
-        }
+        let seen = self.next_seen();
+        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        insert(
+            &mut records,
+            ek,
+            Record {
+                clock: now,
+                marked: None,
+                seen,
+            },
+        );
     }
 }
 
@@ -214,8 +309,9 @@ mod tests {
         // maybe back to its last saved value.
         assert_eq!(compare(Some(&before), &clock(6, 0, 2000)), Since::Reset);
         assert_eq!(compare(Some(&before), &clock(6, 0, 900)), Since::Reset);
-        // A resume keeps the PCRs.
-        assert_eq!(compare(Some(&before), &clock(5, 3, 2000)), Since::None);
+        // A resume keeps the PCRs, a restart resets them: the counts do
+        // not tell which.
+        assert_eq!(compare(Some(&before), &clock(5, 3, 2000)), Since::Restart);
         // Cleared, or an earlier state restored.
         assert_eq!(compare(Some(&before), &clock(0, 0, 10)), Since::RolledBack);
         assert_eq!(
@@ -255,10 +351,20 @@ mod tests {
                 reset_now: 6
             })
         );
-        // Refused, so not recorded: the same reset, without the proof.
+        // The cycle stays marked: the agent's retry, whose proof was used
+        // up, is refused as well, and without `required` it keeps reading
+        // `without_reboot`, never `none`. Shown failing: with the mark left
+        // out, the retry attested with `none`.
         assert_eq!(
             check(clock(6, 0, 6), false, Required),
-            Ok(Some("tpm_reset:since_last_attestation"))
+            Err(Refusal::ResetWithoutReboot {
+                reset_before: 5,
+                reset_now: 6
+            })
+        );
+        assert_eq!(
+            check(clock(6, 0, 7), false, Optional),
+            Ok(Some("tpm_reset:without_reboot"))
         );
         assert!(matches!(
             check(clock(6, 0, 1), false, Required),
@@ -267,6 +373,30 @@ mod tests {
         assert_eq!(
             check(clock(6, 0, 1), false, Optional),
             Ok(Some("tpm_reset:rolled_back"))
+        );
+        // A reboot starts a new cycle, reported once.
+        assert_eq!(
+            check(clock(7, 0, 9), false, Required),
+            Ok(Some("tpm_reset:since_last_attestation"))
+        );
+        assert_eq!(
+            check(clock(7, 0, 10), false, Required),
+            Ok(Some("tpm_reset:none"))
+        );
+        // A TPM Restart (Shutdown(STATE), Startup(CLEAR): the PCRs reset)
+        // counts as a restart: refused with `required`, and its cycle
+        // stays marked. Shown failing: it read `none` before restarts were
+        // told apart.
+        assert_eq!(
+            check(clock(7, 1, 11), false, Required),
+            Err(Refusal::RestartSinceAttestation {
+                restart_before: 0,
+                restart_now: 1
+            })
+        );
+        assert_eq!(
+            check(clock(7, 1, 12), false, Optional),
+            Ok(Some("tpm_reset:restart_since_last_attestation"))
         );
         // An AK under another parent: its counts say nothing.
         let elsewhere = Observed {
@@ -298,8 +428,12 @@ mod tests {
         for n in 0..MAX_TRACKED_EKS + 5 {
             tracker.record(&format!("{n}"), clock(1, 0, 1));
         }
-        assert_eq!(tracker.last.lock().unwrap().len(), MAX_TRACKED_EKS);
-        // One already kept is still updated at the limit.
+        assert_eq!(tracker.records.lock().unwrap().len(), MAX_TRACKED_EKS);
+        // The EKs seen longest ago were forgotten ("a" first), the newest
+        // kept: new nodes are tracked at the limit.
+        assert_eq!(tracker.since("a", &clock(1, 0, 2)), Since::Unknown);
+        let newest = format!("{}", MAX_TRACKED_EKS + 4);
+        assert_eq!(tracker.since(&newest, &clock(1, 0, 2)), Since::None);
         tracker.record("a", clock(2, 0, 5));
         assert_eq!(tracker.since("a", &clock(2, 0, 6)), Since::None);
     }

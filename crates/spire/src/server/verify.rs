@@ -91,6 +91,13 @@ pub enum Refusal {
     )]
     ResetWithoutReboot { reset_before: u32, reset_now: u32 },
     #[error(
+        "the TPM was restarted or resumed (restartCount {restart_before} to {restart_now}) since this EK's last attestation here: a quote cannot tell a resume from suspend, which keeps the PCRs, from a TPM Restart, which resets them for software to extend; with measured boot required, reboot the node"
+    )]
+    RestartSinceAttestation {
+        restart_before: u32,
+        restart_now: u32,
+    },
+    #[error(
         "the AK was not created under the EK, so the TPM obfuscates the reset count of its quotes, and measured boot is required; upgrade the agent"
     )]
     AkNotUnderEk,
@@ -430,6 +437,16 @@ pub fn check_response(
     pending: Pending,
     response: &ChallengeResponse,
 ) -> Result<Vec<String>, Refusal> {
+    check_response_clocked(pending, response).map(|(selectors, _)| selectors)
+}
+
+/// [`check_response`], and the TPM's clockInfo from the quote it verified:
+/// `None` when no quote was asked, so that counts an agent sent unasked,
+/// in a quote nothing verified, are never read.
+pub fn check_response_clocked(
+    pending: Pending,
+    response: &ChallengeResponse,
+) -> Result<(Vec<String>, Option<ClockInfo>), Refusal> {
     let matches: bool = response
         .credential
         .as_slice()
@@ -440,7 +457,7 @@ pub fn check_response(
     }
     let mut selectors = pending.verified.selectors;
     if pending.quote_pcrs.is_empty() {
-        return Ok(selectors);
+        return Ok((selectors, None));
     }
     let attestation =
         Attestation::parse(&response.quote).map_err(|_| Refusal::Quote("it is malformed"))?;
@@ -512,16 +529,7 @@ pub fn check_response(
             &response.event_log,
         )?);
     }
-    Ok(selectors)
-}
-
-/// The TPM's clockInfo in the response's quote, if it carries one that
-/// parses; read once [`check_response`] has verified the quote.
-pub fn quote_clock(response: &ChallengeResponse) -> Option<ClockInfo> {
-    Attestation::parse(&response.quote)
-        .ok()
-        .filter(|a| a.kind == ST_ATTEST_QUOTE)
-        .map(|a| a.clock)
+    Ok((selectors, Some(attestation.clock)))
 }
 
 /// The banks a quote covers, in its selection's order: each of SHA-1,

@@ -758,7 +758,18 @@ async fn a_tpm_reset_the_agent_lived_through_is_refused_over_the_plugin_connecti
     let (lived_through, _) = node.attest(&connection).await;
     let status = lived_through.unwrap_err();
     assert_denied(&status, "while the agent that attested before kept running");
-    // The agent started again, without its proof.
+    // The same agent retries (its proof used up), or root restarts it to
+    // shed the proof: the reset cycle stays refused. Shown failing: before
+    // the cycle was marked, this retry attested.
+    *node.proof.lock().unwrap() = None;
+    let (retry, _) = node.attest(&connection).await;
+    assert_denied(
+        &retry.unwrap_err(),
+        "while the agent that attested before kept running",
+    );
+    // A reboot: a new reset cycle, and an agent without its proof.
+    node.tpm.restart();
+    node.boot(&log);
     *node.proof.lock().unwrap() = None;
     let (rebooted, _) = node.attest(&connection).await;
     assert_eq!(

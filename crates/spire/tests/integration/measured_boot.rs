@@ -21,7 +21,7 @@ use sceau_spire::server::keys::Key;
 use sceau_spire::server::resets::{Observed, ResetTracker};
 use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::{
-    Refusal, check_payload, check_response, issue_challenge, quote_clock,
+    Refusal, check_payload, check_response_clocked, issue_challenge,
 };
 use sceau_testkit::{Swtpm, TempDir, Tpm2Tools};
 
@@ -107,11 +107,11 @@ impl Node {
         let challenge = Challenge::decode(&challenge.encode()).unwrap();
         let response = agent.answer(&challenge).expect("the agent's TPM answers");
         let response = ChallengeResponse::decode(&response.encode()).unwrap();
-        let mut selectors = check_response(pending, &response)?;
+        let (mut selectors, clock) = check_response_clocked(pending, &response)?;
         // As `server::Attestation::run` does once every other check passed.
         if let Some((tracker, proven)) = tracked {
             let observed = Observed {
-                clock: quote_clock(&response),
+                clock,
                 ak_under_ek,
                 proven,
             };
@@ -616,8 +616,35 @@ fn a_tpm_reset_since_the_last_attestation_is_reported_and_refused_when_the_agent
         matches!(refusal, Refusal::ResetWithoutReboot { reset_before, reset_now } if reset_now == reset_before + 1),
         "{refusal:?}"
     );
+    // The cycle stays marked: a retry without the proof (root restarted the
+    // agent) is refused too, and reported as such when optional.
+    assert!(matches!(
+        attest(&node, REQUIRED, false).unwrap_err(),
+        Refusal::ResetWithoutReboot { .. }
+    ));
     assert_eq!(
-        attest(&node, OPTIONAL, true).unwrap(),
+        attest(&node, OPTIONAL, false).unwrap(),
+        ["tpm_reset:without_reboot"]
+    );
+
+    // A TPM Restart: TPM2_Shutdown(STATE), then Startup(CLEAR) (what
+    // hibernation does, and root that can send both): the PCRs are reset,
+    // resetCount is not. Refused when required, and its cycle stays
+    // marked. Shown failing: it attested with `tpm_reset:none` before
+    // restarts were told apart.
+    reboot(&mut node);
+    assert_eq!(
+        attest(&node, REQUIRED, false).unwrap(),
         ["tpm_reset:since_last_attestation"]
+    );
+    node.tools().run("tpm2_shutdown", &[]);
+    reboot(&mut node);
+    assert!(matches!(
+        attest(&node, REQUIRED, false).unwrap_err(),
+        Refusal::RestartSinceAttestation { restart_before, restart_now } if restart_now > restart_before
+    ));
+    assert_eq!(
+        attest(&node, OPTIONAL, false).unwrap(),
+        ["tpm_reset:restart_since_last_attestation"]
     );
 }
