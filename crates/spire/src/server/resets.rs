@@ -265,12 +265,6 @@ impl ResetTracker {
         compare(records.get(ek).map(|r| &r.clock), now)
     }
 
-    /// `ek`'s last clockInfo.
-    pub fn last(&self, ek: &str) -> Option<ClockInfo> {
-        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        records.get(ek).map(|r| r.clock)
-    }
-
     /// Records `now` as `ek`'s last clockInfo, unmarked.
     pub fn record(&self, ek: &str, now: ClockInfo) {
         let seen = self.next_seen();
