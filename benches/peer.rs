@@ -101,6 +101,8 @@ fn main() {
             serve
                 .args(["serve", "--tcti", &tcti, "--socket"])
                 .arg(socket)
+                .arg("--state-dir")
+                .arg(socket.with_extension("state"))
                 .env("SCEAU_LOG", "warn")
                 .env(
                     "GLIBC_TUNABLES",

@@ -178,12 +178,14 @@ fn in_process(tpm: &mut Tpm, ops: usize) -> Row {
         .map(|_| Dek::copy_from(&random_bytes(32)))
         .collect();
     let mut sealed = Vec::new();
-    let encrypt = measure(&deks, |dek| sealed.push(tpm.seal(dek).expect("seal")));
+    let encrypt = measure(&deks, |dek| sealed.push(tpm.seal(dek, 0).expect("seal")));
     let objects: Vec<LoadableObject> = sealed
         .iter()
         .map(|b| LoadableObject::from_blobs(b).unwrap())
         .collect();
-    let decrypt = measure(&objects, |object| drop(tpm.unseal(object).expect("unseal")));
+    let decrypt = measure(&objects, |object| {
+        drop(tpm.unseal(object, 0).expect("unseal"))
+    });
     Row {
         path: String::new(),
         encrypt,
@@ -316,6 +318,9 @@ impl ServerUnderTest {
 
     fn start_with(config: &TpmConfig, socket: &Path, membership: Option<Arc<Membership>>) -> Self {
         let tpm = Tpm::open(config).expect("open TPM");
+        // Generation 0 under its key_id of before generations: the bench
+        // measures the calls, not the ledger.
+        let keys = Arc::new(sceau::kms::ServedKeys::fixed(tpm.key_id()));
         let (worker, _death, worker_thread) =
             TpmWorker::spawn(tpm, config.clone(), DEFAULT_DEADLINE).unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -328,8 +333,8 @@ impl ServerUnderTest {
             tokio::net::UnixListener::bind(socket).unwrap()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let service =
-            sceau::kms::service_for(Arc::new(worker), membership, false).expect("wrapping thread");
+        let service = sceau::kms::service_for(Arc::new(worker), keys, membership, false)
+            .expect("wrapping thread");
         let callers = sceau::server::peer::AllowedCallers::root_and(&[]);
         let server = runtime.spawn(sceau::server::serve(
             listener,
@@ -543,6 +548,8 @@ fn startup_and_rss(tmp: &TempDir, tcti: &str) -> (Duration, Footprint) {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sceau"))
             .args(["serve", "--tcti", tcti, "--socket"])
             .arg(&socket)
+            .arg("--state-dir")
+            .arg(socket.with_extension("state"))
             .env("SCEAU_LOG", "warn")
             // As the unit starts it: the malloc tunables set, no re-exec.
             .env(

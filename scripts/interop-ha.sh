@@ -205,7 +205,7 @@ if [ -n "$previous_sceau" ]; then
     done
     # This sceau refuses a member file without a signing key, naming it and
     # the command that writes a new one.
-    refusal=$(timeout 30 target/debug/sceau serve --socket "$tmp/refused.sock" --tcti "$(tcti 0)" \
+    refusal=$(timeout 30 target/debug/sceau serve --socket "$tmp/refused.sock" --tcti "$(tcti 0)" --state-dir "$tmp/refused.state" \
         --members "$members_v2" --recovery-key "$tmp/recovery.pub" 2>&1) && refused_status=0 || refused_status=$?
     if [ "$refused_status" -ne 0 ] && [ "$refused_status" -ne 124 ] &&
         grep -qF "$members_v2/a.pub" <<<"$refusal" && grep -qF "sceau srk-public" <<<"$refusal"; then

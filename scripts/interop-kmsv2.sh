@@ -37,7 +37,7 @@ start_swtpm "$tmp/tpm"
 port=$swtpm_port
 
 socket="$tmp/kms.sock"
-target/debug/sceau serve --socket "$socket" --tcti "swtpm:host=127.0.0.1,port=$port" >"$tmp/sceau.log" 2>&1 &
+target/debug/sceau serve --socket "$socket" --tcti "swtpm:host=127.0.0.1,port=$port" --state-dir "$tmp/state" >"$tmp/sceau.log" 2>&1 &
 sceau_pid=$!
 for _ in $(seq 200); do
     [ -S "$socket" ] && break

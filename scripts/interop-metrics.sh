@@ -48,7 +48,7 @@ url="http://127.0.0.1:$metrics_port/metrics"
 
 # systemd's own fd passing, as sceau.socket and sceau-metrics.socket do it.
 systemd-socket-activate -l "$kms" -l "127.0.0.1:$metrics_port" --fdname=kms:metrics \
-    target/debug/sceau serve --socket "$tmp/unused.sock" --tcti "$tcti" >"$tmp/sceau.log" 2>&1 &
+    target/debug/sceau serve --socket "$tmp/unused.sock" --tcti "$tcti" --state-dir "$tmp/state" >"$tmp/sceau.log" 2>&1 &
 activator_pid=$!
 for _ in $(seq 100); do
     [ -S "$kms" ] && break

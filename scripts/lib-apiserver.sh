@@ -204,7 +204,8 @@ start_sceau() { # start_sceau I: serves node I's swtpm on its socket; waits unti
     local i=$1 socket log
     socket=$(node_file "$i" kms sock)
     log=$(node_file "$i" sceau log)
-    "$sceau_bin" serve --socket "$socket" --tcti "$(tcti "$i")" "${sceau_serve_args[@]}" >>"$log" 2>&1 &
+    "$sceau_bin" serve --socket "$socket" --tcti "$(tcti "$i")" --state-dir "$(node_file "$i" state d)" \
+        "${sceau_serve_args[@]}" >>"$log" 2>&1 &
     sceau_pids[i]=$!
     for _ in $(seq 200); do
         [ -S "$socket" ] && kill -0 "${sceau_pids[i]}" 2>/dev/null &&

@@ -31,7 +31,7 @@ port=$swtpm_port
 echo "software TPM on 127.0.0.1:$port (throwaway state in $run_dir/tpm-state)"
 
 ./target/release/sceau serve --socket "$run_dir/kms.sock" \
-    --tcti "swtpm:host=127.0.0.1,port=$port" &
+    --tcti "swtpm:host=127.0.0.1,port=$port" --state-dir "$run_dir/state" &
 sceau_pid=$!
 # The socket appears once the SRK is ready; give up if sceau exits first.
 for _ in $(seq 300); do

@@ -228,6 +228,23 @@ pub const PCRS: Flag = Flag::value(
 .default("0-23")
 .long_help("(0-23: all of them)");
 
+pub const STATE_DIR: Flag = Flag::value(
+    "--state-dir",
+    "DIR",
+    "Where the KEK ledger lives (made if missing, mode 0700)",
+)
+.default(crate::kek::DEFAULT_STATE_DIR)
+.long_help(
+    "owned by root or sceau's user, no symbolic link in its path; under systemd, the \
+     unit's StateDirectory=sceau",
+);
+pub const GENERATION: Flag = Flag::value(
+    "--generation",
+    "N",
+    "The KEK generation to retire (`sceau kek list` shows them)",
+);
+pub const JSON: Flag = Flag::switch("--json", "Print one JSON object a generation, a line each");
+
 // Every command of `sceau`, once.
 
 pub const SERVE: CommandSpec = CommandSpec {
@@ -257,8 +274,10 @@ pub const SERVE: CommandSpec = CommandSpec {
         &ACCEPT_POLICIES_ANOTHER_OS_CAN_MEET,
         &METRICS_ALLOW_UID,
         &TSS_LOG_REVEALS_SECRETS,
+        &STATE_DIR,
     ],
     notes: "\
+SIGHUP (systemctl reload sceau) picks up a KEK rotation without dropping calls.
 Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
 (socket activation) and ignores --socket, --socket-mode and --socket-group.
 ",
@@ -321,6 +340,27 @@ sceau drops the policy at its next Decrypt. Only deleting the index with the
 owner authorization undoes it (docs/boot-binding.md, \"Revoking a boot state\").
 ",
 };
+pub const KEK: CommandSpec = CommandSpec {
+    name: "kek",
+    summary: "Rotate, list and retire this TPM's KEK generations",
+    about: "Rotate the key-encryption key, list its generations, and retire (destroy) old ones",
+    usage: "kek rotate|list|retire [OPTIONS]",
+    steps: &["rotate", "list", "retire"],
+    flags: &[&TCTI, &SRK_HANDLE, &STATE_DIR, &GENERATION, &JSON],
+    notes: "\
+  sceau kek rotate                   make a new generation from the TPM's randomness;
+                                     prints `generation N key_id sceau-…`
+  sceau kek list [--json]            every generation: number, state, made, key_id
+  sceau kek retire --generation N    destroy generation N in the TPM, for good
+
+Then `systemctl reload sceau`: new DEKs are sealed under the new generation and
+older envelopes still open under theirs. Rewrite the Secrets, check with
+`sceau-recover inventory --require-current`, then retire the old generation: its
+envelopes never open again, whatever files are restored. Generation 0 is the SRK,
+which only clearing the owner hierarchy destroys. At most 3 generations besides it
+are kept (docs/rotation-and-backup.md).
+",
+};
 pub const ENROLL: CommandSpec = CommandSpec {
     name: "enroll",
     summary: "Prove a member's SRK is in a real TPM (credential activation against its EK)",
@@ -342,6 +382,7 @@ pub const PROGRAM: Program = Program {
         &SRK_PUBLIC,
         &PCRS_COMMAND,
         &REVOKE_POLICY,
+        &KEK,
         &ENROLL,
     ],
     notes: "\
@@ -412,6 +453,7 @@ pub enum Command {
     SrkPublic(SrkPublicOptions),
     Pcrs(PcrsOptions),
     RevokePolicy(RevokePolicyOptions),
+    Kek(KekOptions),
     Enroll(EnrollStep),
     Help(String),
     Version,
@@ -454,6 +496,23 @@ pub struct ServeOptions {
     pub metrics_allowed_uids: Vec<u32>,
     /// Start although `TSS2_LOG` makes tpm2-tss log secrets.
     pub tss_log_reveals_secrets: bool,
+    /// Where the KEK ledger lives.
+    pub state_dir: PathBuf,
+}
+
+/// `sceau kek`: its step and what it works on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KekOptions {
+    pub step: KekStep,
+    pub tpm: SrkPublicOptions,
+    pub state_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KekStep {
+    Rotate,
+    List { json: bool },
+    Retire { generation: u32 },
 }
 
 /// The member's two steps of enrollment; the verifier's are in
@@ -526,6 +585,7 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
         "srk-public" => srk_public(&matches, env_tcti).map(Command::SrkPublic),
         "pcrs" => pcrs(&matches, env_tcti).map(Command::Pcrs),
         "revoke-policy" => revoke_policy(&matches, env_tcti).map(Command::RevokePolicy),
+        "kek" => kek(&matches, step, env_tcti).map(Command::Kek),
         "enroll" => enroll(&matches, step, env_tcti).map(Command::Enroll),
         other => unreachable!("{other} is in PROGRAM but has no parser"),
     };
@@ -583,6 +643,7 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
             .map(parse_uid)
             .collect::<Result<_, _>>()?,
         tss_log_reveals_secrets: m.present(&TSS_LOG_REVEALS_SECRETS),
+        state_dir: m.or_default(&STATE_DIR, None, path)?,
     })
     .and_then(|options| {
         if options.policy_key.is_some() == options.policies.is_empty() {
@@ -614,6 +675,46 @@ fn revoke_policy(m: &Matches, env_tcti: Option<&str>) -> Result<RevokePolicyOpti
     Ok(RevokePolicyOptions {
         tcti: tcti(m, env_tcti)?,
         serial,
+    })
+}
+
+fn kek(m: &Matches, step: Option<&str>, env_tcti: Option<&str>) -> Result<KekOptions, UsageError> {
+    let generation = m.last(&GENERATION, |v| {
+        v.parse::<u32>()
+            .ok()
+            .filter(|n| *n <= sceau_format::kek::MAX_GENERATION)
+            .ok_or_else(|| invalid(&GENERATION, v, "expected a generation number, 0 to 4095"))
+    })?;
+    let json = m.present(&JSON);
+    let misplaced = |flag: &Flag| {
+        Err(m.error(Problem::UnknownOption {
+            program: PROGRAM.name,
+            command: KEK.name,
+            option: flag.name.into(),
+        }))
+    };
+    let step = match (step, generation) {
+        (Some("rotate"), None) if !json => KekStep::Rotate,
+        (Some("list"), None) => KekStep::List { json },
+        (Some("retire"), Some(generation)) if !json => KekStep::Retire { generation },
+        (Some("retire"), None) => {
+            return Err(m.error(Problem::Required(
+                "kek retire needs --generation N (`sceau kek list` shows them)".into(),
+            )));
+        }
+        (Some("rotate" | "list"), Some(_)) => return misplaced(&GENERATION),
+        (Some("rotate" | "retire"), _) => return misplaced(&JSON),
+        (Some(step), _) => return Err(PROGRAM.unknown_command(&format!("kek {step}"))),
+        (None, _) => {
+            return Err(m.error(Problem::Required(
+                "kek needs its step first: `sceau kek rotate|list|retire …`".into(),
+            )));
+        }
+    };
+    Ok(KekOptions {
+        step,
+        tpm: srk_public(m, env_tcti)?,
+        state_dir: m.or_default(&STATE_DIR, None, path)?,
     })
 }
 
@@ -843,6 +944,17 @@ impl Command {
                     args = args.flag(&METRICS_ALLOW_UID, uid.to_string());
                 }
                 args.switch(&TSS_LOG_REVEALS_SECRETS, o.tss_log_reveals_secrets)
+                    .flag(&STATE_DIR, path_arg(&o.state_dir))
+            }
+            Self::Kek(o) => {
+                let args = match o.step {
+                    KekStep::Rotate => Args::command("kek rotate"),
+                    KekStep::List { json } => Args::command("kek list").switch(&JSON, json),
+                    KekStep::Retire { generation } => {
+                        Args::command("kek retire").flag(&GENERATION, generation.to_string())
+                    }
+                };
+                tpm(args, &o.tpm).flag(&STATE_DIR, path_arg(&o.state_dir))
             }
             Self::Check(o) => Args::command(CHECK.name).flag(&SOCKET, path_arg(&o.socket)),
             Self::SelfTest(o) => Args::command(SELFTEST.name)
@@ -1019,7 +1131,7 @@ mod tests {
              --recovery-key r --former-members f --enrollment-key k --accept-unsigned-envelopes \
              --policy-key pk --policy p1 --policy d2 --former-policy-key old1 \
              --former-policy-key old2 --accept-policies-another-os-can-meet \
-             --metrics-allow-uid 998 --tss-log-reveals-secrets",
+             --metrics-allow-uid 998 --tss-log-reveals-secrets --state-dir sd",
             None,
         )));
         let respond = parse(
@@ -1033,6 +1145,13 @@ mod tests {
             parse(&args("srk-public --srk-handle 0x81000001"), None).unwrap(),
             parse(&args("pcrs --pcrs 7,11"), None).unwrap(),
             parse(&args("revoke-policy --serial 65535"), None).unwrap(),
+            parse(&args("kek rotate --state-dir /s"), None).unwrap(),
+            parse(&args("kek list --json"), None).unwrap(),
+            parse(
+                &args("kek retire --generation 2 --srk-handle 0x81000001"),
+                None,
+            )
+            .unwrap(),
             respond.unwrap(),
         ];
         let inverses: Vec<Vec<String>> = examples.iter().filter_map(Command::to_args).collect();

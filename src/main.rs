@@ -62,6 +62,7 @@ fn main() -> ExitCode {
         Command::SrkPublic(options) => commands::srk_public::run(&options),
         Command::Pcrs(options) => commands::pcrs::run(&options),
         Command::RevokePolicy(options) => commands::revoke_policy::run(&options),
+        Command::Kek(options) => commands::kek::run(&options),
         Command::Enroll(step) => commands::enroll::run(&step),
     };
     match result {

@@ -97,6 +97,11 @@ pub fn ready(key_id: &KeyId) {
     send(&[NotifyState::Ready, NotifyState::Status(&status)]);
 }
 
+/// RELOADING=1 while a reload (SIGHUP) runs; [`ready`] ends it.
+pub fn reloading() {
+    send(&[NotifyState::Reloading, NotifyState::Status("reloading")]);
+}
+
 pub fn stopping() {
     send(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
 }

@@ -50,9 +50,10 @@ fn harness() -> &'static Harness {
             runtime: tokio::runtime::Builder::new_current_thread()
                 .build()
                 .expect("a current-thread runtime"),
-            service: service_for(sealer.clone(), None, false).expect("single-node mode starts"),
+            service: service_for(sealer.clone(), sealer.served_keys(), None, false).expect("single-node mode starts"),
             clustered: service_for(
                 sealer.clone(),
+                sealer.served_keys(),
                 Some(Arc::new(FakeTpm::cluster_membership())),
                 false,
             )

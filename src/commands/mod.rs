@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod enroll;
+pub mod kek;
 pub mod pcrs;
 pub mod revoke_policy;
 pub mod selftest;

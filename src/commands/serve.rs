@@ -18,12 +18,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use sceau::cli::ServeOptions;
+use sceau::kek::StateDir;
 use sceau::kms;
+use sceau::kms::ServedKeys;
 use sceau::sandbox::landlock::LandlockPolicy;
 use sceau::sandbox::{self, TpmAccess};
 use sceau::server::peer::AllowedCallers;
 use sceau::server::{self, DeferredStopSignals, StopReason, socket};
 use sceau::{activation, metrics, notify};
+use sceau_format::kek::single_node_config;
 use sceau_format::members::Membership;
 use sceau_sys as sys;
 use sceau_tpm::worker::{SealingTpm, TpmWorker};
@@ -114,6 +117,10 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         .as_ref()
         .map(|boot| boot.key.authorized_policy());
     let membership = load_membership(&options, &tpm, auth_policy)?;
+    //    The KEK generation and the key_id, with the state directory's
+    //    ledger, written while the filesystem is open.
+    let served_keys = served_keys(&options, &mut tpm)?;
+    clock.step("KEK generations, key_id");
     //    Stop signals wait from here until their handlers exist.
     let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
     let (listeners, socket_file) = match activated {
@@ -131,6 +138,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let result = confine_and_serve(
         &options,
         membership,
+        served_keys,
         tpm,
         config,
         listeners,
@@ -272,9 +280,11 @@ fn load_membership(
 
 /// Sandboxes the process, moves the TPM to its thread, builds the runtime,
 /// installs seccomp, and serves until stopped.
+#[allow(clippy::too_many_arguments)]
 fn confine_and_serve(
     options: &ServeOptions,
     membership: Option<Arc<Membership>>,
+    served_keys: Arc<ServedKeys>,
     tpm: Tpm,
     config: TpmConfig,
     listeners: activation::Listeners,
@@ -294,9 +304,10 @@ fn confine_and_serve(
     clock.step("Landlock, capabilities, no_new_privs");
 
     // 8. The TPM thread, then the runtime (on this thread), inheriting 5 to 7.
+    let clustered = membership.is_some();
     let key_id = match &membership {
         Some(membership) => membership.key_id().clone(),
-        None => tpm.key_id(),
+        None => served_keys.table().current.key_id.clone(),
     };
     let (worker, death, worker_thread) = TpmWorker::spawn(tpm, config, options.request_deadline)
         .context("starting the TPM thread")?;
@@ -317,6 +328,7 @@ fn confine_and_serve(
     let worker = Arc::new(worker);
     let service = kms::service_for(
         worker.clone(),
+        served_keys.clone(),
         membership,
         options.accept_unsigned_envelopes,
     )
@@ -325,6 +337,14 @@ fn confine_and_serve(
     let reason = runtime.block_on(async {
         let listener = tokio::net::UnixListener::from_std(listeners.kms)?;
         let stop = server::stop_requested(death)?;
+        let reloads = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let cluster_key_id = clustered.then(|| key_id.clone());
+        tokio::spawn(reload_on_sighup(
+            reloads,
+            worker.clone(),
+            served_keys,
+            cluster_key_id,
+        ));
         drop(deferred_signals);
         if let Some(interval) = notify::watchdog_interval() {
             tokio::spawn(feed_watchdog(worker, interval));
@@ -345,6 +365,102 @@ fn confine_and_serve(
     drop(runtime);
     wait_for_worker(worker_thread);
     Ok(reason)
+}
+
+/// The served generation and key_id at start: the ledger's last key_id if
+/// nothing changed (`sceau::kek::allocate`), else a new one from the TPM's
+/// epoch counter, recorded in the ledger before serving.
+fn served_keys(options: &ServeOptions, tpm: &mut Tpm) -> anyhow::Result<Arc<ServedKeys>> {
+    let state = StateDir::open(&options.state_dir, true)?;
+    let mut ledger = state.read_ledger()?;
+    let generations = tpm
+        .read_generations()
+        .context("reading the KEK generations")?;
+    let config = single_node_config(tpm.policy_key_name());
+    let counter = generations.counter;
+    let record =
+        sceau::kek::allocate(&mut ledger, &generations, &config, || Ok(tpm.next_epoch()?))?;
+    state.write_ledger(&ledger)?;
+    let (generation, _) = generations.current();
+    let legacy = [Some(tpm.key_id()), tpm.unbound_key_id()]
+        .into_iter()
+        .flatten()
+        .chain(tpm.former_key_ids())
+        .collect();
+    let made = ledger.generations().get(&generation).map_or(0, |g| g.made);
+    metrics::METRICS.set_kek(generation, made, generations.open.len() - 1);
+    match record.epoch > counter {
+        true => log::info!(
+            "KEK generation {generation}: new key_id {} (epoch {}; the generation or what the \
+             key_id names changed since the last one, or the ledger in {} is older than the \
+             TPM's counter)",
+            record.key_id,
+            record.epoch,
+            state.path().display()
+        ),
+        false => log::info!(
+            "KEK generation {generation}: key_id {} as before",
+            record.key_id
+        ),
+    }
+    Ok(Arc::new(ServedKeys::new(
+        record,
+        &generations,
+        &ledger,
+        legacy,
+        config,
+    )))
+}
+
+/// Each SIGHUP (`systemctl reload sceau`): reads the TPM's generations
+/// again and serves the current one, replacing the key_id table whole so
+/// that calls in flight finish under the table they started with. A reload
+/// that fails keeps serving what was served, and says so. In cluster mode
+/// the membership's key_id is reported, and a reload changes only which
+/// generations open this TPM's version 1 envelopes.
+async fn reload_on_sighup(
+    mut reloads: tokio::signal::unix::Signal,
+    worker: Arc<TpmWorker>,
+    keys: Arc<ServedKeys>,
+    cluster_key_id: Option<sceau_tpm::KeyId>,
+) {
+    while reloads.recv().await.is_some() {
+        notify::reloading();
+        let before = keys.table();
+        let reloaded = async {
+            let generations = worker.read_generations().await?;
+            let table = keys
+                .reload(&generations, sceau::kek::now(), || worker.next_epoch())
+                .await?;
+            Ok::<_, sceau_tpm::Fault>((generations, table))
+        };
+        match reloaded.await {
+            Ok((generations, table)) => {
+                let generation = table.current.generation;
+                let open = generations.open.len() - 1;
+                // The age counts from when this process first served the
+                // generation: the ledger's record of its making is not
+                // readable inside the sandbox.
+                match generation != before.current.generation {
+                    true => metrics::METRICS.set_kek(generation, sceau::kek::now(), open),
+                    false => metrics::METRICS.set_open_generations(open),
+                }
+                if cluster_key_id.is_none() {
+                    metrics::METRICS.set_key_id(table.current.key_id.as_str());
+                }
+                log::info!(
+                    "reloaded: KEK generation {generation} (open: {:?}), key_id {}",
+                    table.open,
+                    table.current.key_id
+                );
+            }
+            Err(fault) => log::error!("reload failed ({fault}); serving as before"),
+        }
+        let key_id = cluster_key_id
+            .clone()
+            .unwrap_or_else(|| keys.table().current.key_id.clone());
+        notify::ready(&key_id);
+    }
 }
 
 /// glibc tunables that make free() overwrite every freed C heap block

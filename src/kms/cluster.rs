@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use tonic::Status;
 
+use super::key_ids::ServedKeys;
 use super::sealer::{Pending, Sealer};
 use super::single::SingleNode;
 use super::status::{fault_status, malformed, refused_envelope};
@@ -45,12 +46,13 @@ impl<T: SealingTpm> Cluster<T> {
     /// runs inside the sandbox, so the thread inherits it.
     pub fn start(
         tpm: Arc<T>,
+        keys: Arc<ServedKeys>,
         membership: Arc<Membership>,
         accept_unsigned: bool,
     ) -> std::io::Result<Self> {
         Ok(Self {
             accept_unsigned,
-            single: SingleNode::new(tpm.clone()),
+            single: SingleNode::new(tpm.clone(), keys),
             wrapping: WrappingThread::spawn(membership.clone())?,
             membership,
             tpm,
@@ -107,11 +109,11 @@ impl<T: SealingTpm> Cluster<T> {
 }
 
 impl<T: SealingTpm> Sealer for Cluster<T> {
-    fn key_id(&self) -> &KeyId {
-        self.membership.key_id()
+    fn key_id(&self) -> KeyId {
+        self.membership.key_id().clone()
     }
 
-    fn seal(&self, dek: Dek) -> Pending<'_, Result<Encoded, Status>> {
+    fn seal(&self, dek: Dek) -> Pending<'_, Result<(Encoded, KeyId), Status>> {
         Box::pin(async move {
             let to_sign = self.wrapping.seal(dek).await.map_err(|e| match e {
                 WrapError::Busy => Status::unavailable("busy"),
@@ -125,7 +127,7 @@ impl<T: SealingTpm> Sealer for Cluster<T> {
                 .sign_envelope(*to_sign.digest())
                 .await
                 .map_err(fault_status)?;
-            Ok(to_sign.finish(&signature))
+            Ok((to_sign.finish(&signature), self.membership.key_id().clone()))
         })
     }
 
@@ -139,8 +141,8 @@ impl<T: SealingTpm> Sealer for Cluster<T> {
                 Ok(Box::pin(self.tpm.unseal_imported(object)))
             }
             Ok(Envelope::Sealed(blobs)) => {
-                self.single.check_key_id(&request.key_id)?;
-                self.single.open_sealed(&blobs)
+                let generation = self.single.check_key_id(&request.key_id)?;
+                self.single.open_sealed(&blobs, generation)
             }
             Err(error) => Err(refused_envelope(error)),
         }

@@ -20,6 +20,7 @@ use sceau_format::members::{Member, Membership};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::sealed::SealedBlobs;
 use sceau_format::signing_key::{SIGNATURE_LEN, SigningKey, SoftwareSigner};
+use sceau_tpm::device::Generations;
 use sceau_tpm::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use sceau_tpm::secret::{Dek, MAX_DEK_LEN};
 use sceau_tpm::worker::SealingTpm;
@@ -129,19 +130,27 @@ impl FakeTpm {
     }
 }
 
-impl SealingTpm for FakeTpm {
-    fn key_id(&self) -> &KeyId {
+impl FakeTpm {
+    /// The one key_id the fake serves, of the form before generations.
+    pub fn key_id(&self) -> &KeyId {
         &self.key_id
     }
 
-    async fn seal(&self, dek: Dek) -> Result<SealedBlobs, Fault> {
+    /// The served-key table over [`FakeTpm::key_id`], for `service_for`.
+    pub fn served_keys(&self) -> std::sync::Arc<super::key_ids::ServedKeys> {
+        std::sync::Arc::new(super::key_ids::ServedKeys::fixed(self.key_id.clone()))
+    }
+}
+
+impl SealingTpm for FakeTpm {
+    async fn seal(&self, dek: Dek, _generation: u32) -> Result<SealedBlobs, Fault> {
         self.injected()?;
         self.seals.fetch_add(1, Ordering::SeqCst);
         Ok(Self::seal_bytes(dek.expose()))
     }
 
     /// A real TPM refuses a private blob whose HMAC it did not write.
-    async fn unseal(&self, object: LoadableObject) -> Result<Dek, Fault> {
+    async fn unseal(&self, object: LoadableObject, _generation: u32) -> Result<Dek, Fault> {
         self.unseals.fetch_add(1, Ordering::SeqCst);
         // Only when asked: the fuzz targets' runtime has no timer.
         if !self.unseal_delay.is_zero() {
@@ -163,6 +172,18 @@ impl SealingTpm for FakeTpm {
     async fn sign_envelope(&self, digest: [u8; 32]) -> Result<[u8; SIGNATURE_LEN], Fault> {
         self.injected()?;
         Ok(SoftwareSigner::from_bytes(&SIGNING_SECRET).sign(&digest))
+    }
+
+    /// Generation 0 only, and a counter that never moves.
+    async fn read_generations(&self) -> Result<Generations, Fault> {
+        Ok(Generations {
+            open: std::collections::BTreeMap::from([(0, b"sceau-fuzz".to_vec())]),
+            counter: 0,
+        })
+    }
+
+    async fn next_epoch(&self) -> Result<u64, Fault> {
+        Err(Fault::Failure)
     }
 
     async fn health(&self) -> Result<(), Fault> {

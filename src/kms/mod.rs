@@ -2,7 +2,8 @@
 //! mapping of every failure to a gRPC status that carries no TPM detail.
 //!
 //! Modules, each importing only those above it in this list:
-//! - `coalesce`, `status`, `wrapping`: building blocks;
+//! - `coalesce`, `status`, `wrapping`, `key_ids` (the key_ids served and
+//!   accepted, replaced by a reload): building blocks;
 //! - `sealer`: the [`Sealer`] trait (the mode); the TPM calls a mode makes
 //!   are [`SealingTpm`], answered by the TPM layer's
 //!   [`TpmWorker`](sceau_tpm::worker::TpmWorker);
@@ -15,6 +16,7 @@ mod cluster;
 mod coalesce;
 #[cfg(any(test, feature = "insecure-test-hooks"))]
 pub mod fake;
+pub mod key_ids;
 mod sealer;
 mod service;
 mod single;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 
 pub use cluster::Cluster;
 pub use coalesce::Coalescer;
+pub use key_ids::ServedKeys;
 pub use sceau_tpm::worker::SealingTpm;
 pub use sealer::{Pending, Sealer};
 pub use service::KmsService;
@@ -39,12 +42,13 @@ use sceau_format::members::Membership;
 /// that the thread inherits it.
 pub fn service_for<T: SealingTpm>(
     tpm: Arc<T>,
+    keys: Arc<ServedKeys>,
     membership: Option<Arc<Membership>>,
     accept_unsigned: bool,
 ) -> std::io::Result<KmsService> {
     let sealer: Box<dyn Sealer> = match membership {
-        Some(membership) => Box::new(Cluster::start(tpm, membership, accept_unsigned)?),
-        None => Box::new(SingleNode::new(tpm)),
+        Some(membership) => Box::new(Cluster::start(tpm, keys, membership, accept_unsigned)?),
+        None => Box::new(SingleNode::new(tpm, keys)),
     };
     Ok(KmsService::new(sealer))
 }

@@ -25,12 +25,13 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The mode the daemon runs in, as the service sees it.
 pub trait Sealer: Send + Sync + 'static {
-    /// The key_id Encrypt stamps on new envelopes and Status reports.
-    fn key_id(&self) -> &KeyId;
+    /// The key_id Status reports: the one Encrypt stamps now.
+    fn key_id(&self) -> KeyId;
 
     /// Encrypt: the envelope of `dek`, as the response's ciphertext and
-    /// annotations; errors are already gRPC statuses with no TPM detail.
-    fn seal(&self, dek: Dek) -> Pending<'_, Result<Encoded, Status>>;
+    /// annotations, and the key_id that names it; errors are already gRPC
+    /// statuses with no TPM detail.
+    fn seal(&self, dek: Dek) -> Pending<'_, Result<(Encoded, KeyId), Status>>;
 
     /// Decrypt, in two steps. This call makes every check that needs no TPM,
     /// cheapest first, and refuses a request that is malformed or not for

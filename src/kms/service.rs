@@ -42,10 +42,10 @@ impl KmsService {
     async fn seal(&self, request: EncryptRequest) -> Result<EncryptResponse, Status> {
         let dek = Dek::take_from(request.plaintext)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let sealed = self.sealer.seal(dek).await?;
+        let (sealed, key_id) = self.sealer.seal(dek).await?;
         Ok(EncryptResponse {
             ciphertext: sealed.ciphertext,
-            key_id: self.sealer.key_id().to_string(),
+            key_id: key_id.to_string(),
             annotations: sealed.annotations,
         })
     }

@@ -1,6 +1,7 @@
 //! Single-node mode (`serve` without `--members`): Encrypt seals the DEK
-//! under this TPM's SRK (version 1 envelopes), and Decrypt loads and unseals
-//! envelopes this TPM sealed, all on the TPM thread.
+//! under this TPM's current KEK generation (version 1 envelopes), and
+//! Decrypt loads and unseals envelopes this TPM sealed under the generation
+//! their key_id names, all on the TPM thread.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -8,9 +9,11 @@ use std::sync::Arc;
 
 use tonic::Status;
 
+use super::key_ids::ServedKeys;
 use super::sealer::{Pending, Sealer};
 use super::status::{fault_status, malformed, refused_envelope};
 use sceau_format::envelope::Envelope;
+use sceau_format::kek::KeyIdVerdict;
 use sceau_format::sealed::SealedBlobs;
 use sceau_format::text::printable;
 use sceau_format::wrapped::Encoded;
@@ -22,29 +25,38 @@ use sceau_tpm::{Fault, KeyId};
 
 pub struct SingleNode<T> {
     tpm: Arc<T>,
+    keys: Arc<ServedKeys>,
 }
 
 impl<T: SealingTpm> SingleNode<T> {
-    pub fn new(tpm: Arc<T>) -> Self {
-        Self { tpm }
+    pub fn new(tpm: Arc<T>, keys: Arc<ServedKeys>) -> Self {
+        Self { tpm, keys }
     }
 
-    /// A version 1 envelope opens only under the key_id of the TPM that
-    /// sealed it: this TPM's, or, with a boot policy key, the key_id it had
-    /// before (its objects are this SRK's too, and carry no policy), or the
-    /// one it had with a `--former-policy-key` (their objects are sealed to
-    /// that key).
-    pub(super) fn check_key_id(&self, key_id: &str) -> Result<(), Status> {
-        let ours = self.tpm.key_id().as_str();
-        let before = self.tpm.unbound_key_id().map(KeyId::as_str);
-        let former = self.tpm.former_key_ids().iter().map(KeyId::as_str);
-        if key_id != ours && Some(key_id) != before && !former.into_iter().any(|f| f == key_id) {
-            return Err(Status::invalid_argument(format!(
+    /// The generation a version 1 envelope's key_id names
+    /// (`KeyIdTable::generation_for`): a key_id this node reported, or of
+    /// the form before generations (the SRK's own, bound to a policy key
+    /// or a former one). The TPM then refuses an object that is not that
+    /// generation's, so an envelope presented with another generation's
+    /// key_id does not open.
+    pub(super) fn check_key_id(&self, key_id: &str) -> Result<u32, Status> {
+        let table = self.keys.table();
+        let ours = &table.current.key_id;
+        match table.generation_for(key_id) {
+            KeyIdVerdict::Opens(generation) => Ok(generation),
+            KeyIdVerdict::Unknown => Err(Status::invalid_argument(format!(
                 "unknown key_id {}; this TPM only serves {ours}",
                 printable(key_id)
-            )));
+            ))),
+            KeyIdVerdict::Retired(generation) => Err(Status::failed_precondition(format!(
+                "key_id {} names KEK generation {generation}, which this TPM no longer holds                  (retired); only the recovery key, if one was configured, opens it",
+                printable(key_id)
+            ))),
+            KeyIdVerdict::NotLoaded => Err(Status::unavailable(format!(
+                "key_id {} is from a KEK rotation this sceau has not loaded: systemctl reload                  sceau",
+                printable(key_id)
+            ))),
         }
-        Ok(())
     }
 
     /// The TPM's part of a version 1 Decrypt, once the blobs are known to
@@ -52,24 +64,33 @@ impl<T: SealingTpm> SingleNode<T> {
     pub(super) fn open_sealed(
         &self,
         blobs: &SealedBlobs,
+        generation: u32,
     ) -> Result<Pending<'_, Result<Dek, Fault>>, Status> {
         let object = LoadableObject::from_blobs(blobs).map_err(malformed)?;
-        Ok(Box::pin(self.tpm.unseal(object)))
+        Ok(Box::pin(self.tpm.unseal(object, generation)))
     }
 }
 
 impl<T: SealingTpm> Sealer for SingleNode<T> {
-    fn key_id(&self) -> &KeyId {
-        self.tpm.key_id()
+    fn key_id(&self) -> KeyId {
+        self.keys.table().current.key_id.clone()
     }
 
-    fn seal(&self, dek: Dek) -> Pending<'_, Result<Encoded, Status>> {
+    /// The key_id and the generation come from one table, so that a reload
+    /// between them cannot stamp a key_id on another generation's object.
+    fn seal(&self, dek: Dek) -> Pending<'_, Result<(Encoded, KeyId), Status>> {
         Box::pin(async move {
-            let blobs = self.tpm.seal(dek).await.map_err(fault_status)?;
-            Ok(Encoded {
+            let table = self.keys.table();
+            let blobs = self
+                .tpm
+                .seal(dek, table.current.generation)
+                .await
+                .map_err(fault_status)?;
+            let encoded = Encoded {
                 ciphertext: blobs.encode(),
                 annotations: HashMap::new(),
-            })
+            };
+            Ok((encoded, table.current.key_id.clone()))
         })
     }
 
@@ -79,9 +100,9 @@ impl<T: SealingTpm> Sealer for SingleNode<T> {
         &'a self,
         request: &DecryptRequest,
     ) -> Result<Pending<'a, Result<Dek, Fault>>, Status> {
-        self.check_key_id(&request.key_id)?;
+        let generation = self.check_key_id(&request.key_id)?;
         match Envelope::parse(&request.ciphertext, &request.annotations) {
-            Ok(Envelope::Sealed(blobs)) => self.open_sealed(&blobs),
+            Ok(Envelope::Sealed(blobs)) => self.open_sealed(&blobs, generation),
             // Reachable only with this TPM's key_id on a cluster envelope.
             Ok(Envelope::Wrapped(_)) => Err(Status::invalid_argument(
                 "a cluster envelope, but this node serves without --members",

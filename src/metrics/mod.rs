@@ -16,7 +16,7 @@
 pub mod call;
 mod render;
 
-use std::sync::OnceLock;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -183,7 +183,13 @@ pub struct Registry {
     /// Boot-state binding: 0 without `--policy-key`, 1 while a signed policy
     /// matches the PCRs, 2 while none does.
     boot_policy: AtomicU8,
-    key_id: OnceLock<String>,
+    key_id: RwLock<String>,
+    /// The KEK generation served, when it was made (or first served), in
+    /// seconds since the epoch, and how many generations besides the SRK
+    /// the TPM holds; `kek_generation_made` 0 until serving.
+    kek_generation: AtomicU64,
+    kek_generation_made: AtomicU64,
+    kek_open_generations: AtomicU64,
 }
 
 impl Registry {
@@ -201,7 +207,10 @@ impl Registry {
             // sceau serves only once the TPM has answered at start-up.
             tpm_healthy: AtomicBool::new(true),
             boot_policy: AtomicU8::new(0),
-            key_id: OnceLock::new(),
+            key_id: RwLock::new(String::new()),
+            kek_generation: AtomicU64::new(0),
+            kek_generation_made: AtomicU64::new(0),
+            kek_open_generations: AtomicU64::new(0),
         }
     }
 
@@ -258,8 +267,46 @@ impl Registry {
     }
 
     /// The key_id sceau serves under; set once, when it starts serving.
+    /// The key_id Status reports; a reload replaces it.
     pub fn set_key_id(&self, key_id: &str) {
-        let _ = self.key_id.set(key_id.to_string());
+        *self.key_id.write().unwrap_or_else(|e| e.into_inner()) = key_id.to_string();
+    }
+
+    /// The KEK generation served and when it was made (seconds since the
+    /// epoch), and the generations the TPM holds besides the SRK.
+    pub fn set_kek(&self, generation: u32, made: u64, open: usize) {
+        self.kek_generation
+            .store(u64::from(generation), Ordering::Relaxed);
+        self.kek_generation_made.store(made, Ordering::Relaxed);
+        self.set_open_generations(open);
+    }
+
+    pub fn set_open_generations(&self, open: usize) {
+        self.kek_open_generations
+            .store(u64::try_from(open).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}
+
+impl Registry {
+    /// The key_id Status reports, empty before serving.
+    pub(crate) fn key_id(&self) -> String {
+        self.key_id
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The current generation, its age in seconds at `now`, and the open
+    /// generations; `None` before serving.
+    pub(crate) fn kek(&self, now: u64) -> Option<(u64, u64, u64)> {
+        let made = self.kek_generation_made.load(Ordering::Relaxed);
+        (made != 0).then(|| {
+            (
+                self.kek_generation.load(Ordering::Relaxed),
+                now.saturating_sub(made),
+                self.kek_open_generations.load(Ordering::Relaxed),
+            )
+        })
     }
 }
 

@@ -58,17 +58,50 @@ pub(super) fn render_registry(registry: &Registry, build: &Build) -> String {
         "gauge",
         "Always 1; key_id is the one Status and Encrypt report.",
     );
-    if let Some(key_id) = registry.key_id.get() {
+    let key_id = registry.key_id();
+    if !key_id.is_empty() {
         let _ = writeln!(
             out,
             "sceau_key_id_info{{key_id=\"{}\"}} 1",
-            label_value(key_id)
+            label_value(&key_id)
         );
     }
+    kek(&mut out, registry);
     calls(&mut out, registry);
     tpm(&mut out, registry);
     refusals(&mut out, registry);
     out
+}
+
+/// The KEK generation served: what the 90-day rotation alert reads
+/// (packaging/prometheus/sceau-rules.yml).
+fn kek(out: &mut String, registry: &Registry) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let Some((generation, age, open)) = registry.kek(now) else {
+        return;
+    };
+    for (name, help, value) in [
+        (
+            "sceau_kek_generation",
+            "The KEK generation new DEKs are sealed under (0: the SRK).",
+            generation,
+        ),
+        (
+            "sceau_kek_generation_age_seconds",
+            "Seconds since the current KEK generation was made (generation 0: first served).",
+            age,
+        ),
+        (
+            "sceau_kek_open_generations",
+            "KEK generations the TPM holds besides the SRK (at most 3).",
+            open,
+        ),
+    ] {
+        header(out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
 }
 
 fn refusals(out: &mut String, registry: &Registry) {

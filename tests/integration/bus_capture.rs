@@ -82,9 +82,9 @@ mod clear_bus_control {
             boot_policy: None,
         };
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
-        let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK)).unwrap();
+        let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK), 0).unwrap();
         let opened = tpm
-            .unseal(&LoadableObject::from_blobs(&blobs).unwrap())
+            .unseal(&LoadableObject::from_blobs(&blobs).unwrap(), 0)
             .unwrap();
         assert_eq!(opened.expose(), MARKER_DEK);
         drop(tpm);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::harness::envelope::{self, Envelope};
 use crate::harness::process::run_with_timeout;
-use crate::harness::rpc::{is_well_formed_key_id, key_id_from_name};
+use crate::harness::rpc::{generation_key_id, is_well_formed_key_id, key_id_from_name};
 use crate::harness::{Swtpm, TempDir, Tpm2Tools, random_bytes};
 
 fn accepts(port: u16) -> bool {
@@ -41,6 +41,7 @@ fn template_primary_is_deterministic_and_survives_a_power_cycle() {
     );
     assert_eq!(&name[..2], &[0x00, 0x0b], "name algorithm is sha256");
     assert!(is_well_formed_key_id(&key_id_from_name(&name)));
+    assert!(is_well_formed_key_id(&generation_key_id(0, 1, &name)));
 
     tools.create_srk_primary("again.ctx");
     assert_eq!(

@@ -30,6 +30,7 @@ mod fault_matrix;
 mod foreign_tpm;
 mod hardening;
 mod harness_self_test;
+mod kek;
 mod load_faults;
 mod malformed;
 mod memory_scan;

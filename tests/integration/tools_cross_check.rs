@@ -3,7 +3,7 @@
 //! only accepts a persistent key that really is the SRK template.
 
 use crate::harness::envelope::Envelope;
-use crate::harness::rpc::{self, key_id_from_name};
+use crate::harness::rpc::{self, generation_and_epoch, generation_key_id};
 use crate::harness::sceau::{self, START_TIMEOUT};
 use crate::harness::{Fixture, Sceau, Swtpm, TempDir, Tpm2Tools, random_bytes};
 
@@ -28,7 +28,13 @@ async fn tpm2_tools_derive_the_same_key_id_and_unseal_sceau_envelopes() {
     let tools = Tpm2Tools::new(&fx.tpm, &fx.tmp.subdir("tools"));
     tools.flush_all(); // in case sceau left objects loaded
     tools.create_srk_primary("prim.ctx");
-    assert_eq!(key_id_from_name(&tools.read_name("prim.ctx")), key_id);
+    // Generation 0 is the SRK: the key_id covers its Name.
+    let (generation, epoch) = generation_and_epoch(&key_id).expect("a generation key_id");
+    assert_eq!(generation, 0);
+    assert_eq!(
+        generation_key_id(0, epoch, &tools.read_name("prim.ctx")),
+        key_id
+    );
 
     for (envelope, dek) in &sealed {
         let parts = Envelope::parse(envelope);
@@ -62,12 +68,14 @@ async fn srk_handle_accepts_the_persisted_template_key() {
     let tpm = Swtpm::start(&tmp.subdir("tpm"));
     let tools = Tpm2Tools::new(&tpm, &tmp.subdir("tools"));
     tools.create_srk_primary("prim.ctx");
-    let expected_key_id = key_id_from_name(&tools.read_name("prim.ctx"));
+    let name = tools.read_name("prim.ctx");
     tools.persist("prim.ctx", "0x81000001");
 
     let sceau = Sceau::start(&tmp, &tpm, &["--srk-handle", "0x81000001"]);
     let mut client = sceau.client().await;
     let status = rpc::status(&mut client).await;
+    let (_, epoch) = generation_and_epoch(&status.key_id).expect("a generation key_id");
+    let expected_key_id = generation_key_id(0, epoch, &name);
     assert_eq!(status.key_id, expected_key_id);
     assert_eq!(status.healthz, "ok");
     rpc::round_trip(&mut client, &expected_key_id, &random_bytes(32)).await;

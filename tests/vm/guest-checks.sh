@@ -146,7 +146,7 @@ if [ "$(get Type)" = notify ] && [ "$(get ActiveState)" = active ] && [ "$(get S
 else
     fail "READY=1" "Type=$(get Type) ActiveState=$(get ActiveState) SubState=$(get SubState)"
 fi
-if get StatusText | grep -Eq '^serving key_id=sceau-[0-9a-f]{16}$'; then
+if get StatusText | grep -Eq '^serving key_id=sceau-[0-9]+\.[0-9]+-[0-9a-f]{16}$'; then
     pass "StatusText: $(get StatusText)"
 else
     fail "StatusText" "'$(get StatusText)'"

@@ -34,6 +34,11 @@ impl KeyId {
         Self(format!("sceau-{}", hex(&digest[..16])))
     }
 
+    /// A key_id already in its final form (`kek::key_id`'s).
+    pub(crate) fn from_text(text: String) -> Self {
+        Self(text)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

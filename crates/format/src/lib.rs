@@ -24,6 +24,9 @@
 //!   authPolicy that commits to it), `revocation` (the NV index a
 //!   revocable policy commits to, and what its Name says), over `der` (the little DER those files
 //!   need) and `json` (a strict reader, also `sceau-recover`'s).
+//! - KEK generations: `kek` (their TPM handles, their key_ids from the
+//!   TPM's epoch counter, the state directory's ledger, and which key_id
+//!   opens under which generation).
 //! - `key_id` and `text` (what may be echoed of client input).
 //!
 //! The daemon, the offline tool `sceau-recover`, the fuzz targets and the
@@ -38,6 +41,7 @@ pub mod enrollment;
 pub mod envelope;
 pub mod json;
 pub mod kdf;
+pub mod kek;
 pub mod key_id;
 pub mod members;
 pub mod pcr_policy;

@@ -52,6 +52,40 @@ pub fn printable(text: &str) -> String {
     shown
 }
 
+/// `seconds` after the epoch in UTC, to the second, as RFC 3339 writes
+/// it: `2026-12-04T18:07:48Z`.
+pub fn utc(seconds: u64) -> String {
+    let (year, month, day) = civil_from_days(seconds / 86_400);
+    let of_day = seconds % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01, by counting
+/// 400-year eras of 146 097 days from 0000-03-01 (so that the leap day
+/// ends each counted year).
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let days = days + 719_468; // 0000-03-01 to 1970-01-01
+    let era = days / 146_097;
+    let day_of_era = days % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

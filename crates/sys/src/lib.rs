@@ -39,11 +39,12 @@ impl Drop for UmaskGuard {
     }
 }
 
-/// Holds SIGTERM and SIGINT pending from just before the socket is bound
-/// until the async runtime's handlers exist; dropping it releases them.
+/// Holds SIGTERM, SIGINT and SIGHUP pending from just before the socket is
+/// bound until the async runtime's handlers exist; dropping it releases them.
 ///
 /// Without it, a stop request in that window would kill sceau with the
-/// default action and leave its socket file behind. Threads started while it
+/// default action and leave its socket file behind, and so would a reload
+/// (SIGHUP's default action is to end the process). Threads started while it
 /// is held inherit the blocked mask, so a held signal is delivered to the
 /// thread that drops the guard, once the handlers are installed.
 pub struct DeferredStopSignals {
@@ -52,7 +53,7 @@ pub struct DeferredStopSignals {
 
 impl DeferredStopSignals {
     pub fn hold() -> std::io::Result<Self> {
-        Self::hold_these(&[libc::SIGTERM, libc::SIGINT])
+        Self::hold_these(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
     }
 
     /// Holds `signals` pending in the calling thread until the guard is

@@ -20,23 +20,60 @@ pub type Client = KmsClient;
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub const KEY_ID_PREFIX: &str = "sceau-";
-/// "sceau-" and 16 lowercase hex digits (8 bytes of SHA-256).
-pub const KEY_ID_LEN: usize = 6 + 16;
 
-/// key_id = "sceau-" ‖ hex(SHA-256(SRK Name)[..8]); the Name is the full TPM
-/// Name, i.e. the 2-byte name-algorithm id followed by the digest.
+/// The key_id of before KEK generations, which envelopes of that time
+/// still carry: "sceau-" ‖ hex(SHA-256(SRK Name)[..8]); the Name is the
+/// full TPM Name, i.e. the 2-byte name-algorithm id followed by the digest.
 pub fn key_id_from_name(tpm_name: &[u8]) -> String {
     let digest = Sha256::digest(tpm_name);
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{KEY_ID_PREFIX}{hex}")
+    format!("{KEY_ID_PREFIX}{}", hex(&digest[..8]))
 }
 
+/// A single node's key_id, computed here apart from sceau's own code so
+/// that the tests cross-check it: "sceau-N.E-" and 16 hex digits of
+/// SHA-256 over a domain, the generation N and epoch E (big-endian), the
+/// generation key's Name (length-prefixed) and the configuration digest
+/// (a node without a boot policy key: SHA-256 of its domain and a 0 byte).
+pub fn generation_key_id(generation: u32, epoch: u64, key_name: &[u8]) -> String {
+    let config = Sha256::new()
+        .chain_update(b"sceau single-node configuration\0")
+        .chain_update([0])
+        .finalize();
+    let digest = Sha256::new()
+        .chain_update(b"sceau key_id v5\0")
+        .chain_update(generation.to_be_bytes())
+        .chain_update(epoch.to_be_bytes())
+        .chain_update((key_name.len() as u16).to_be_bytes())
+        .chain_update(key_name)
+        .chain_update(config)
+        .finalize();
+    format!("{KEY_ID_PREFIX}{generation}.{epoch}-{}", hex(&digest[..8]))
+}
+
+/// The generation and epoch a key_id of the generation form names.
+pub fn generation_and_epoch(key_id: &str) -> Option<(u32, u64)> {
+    let (numbers, _) = key_id.strip_prefix(KEY_ID_PREFIX)?.split_once('-')?;
+    let (generation, epoch) = numbers.split_once('.')?;
+    Some((generation.parse().ok()?, epoch.parse().ok()?))
+}
+
+/// A key_id sceau may report: the generation form, or a cluster's
+/// "sceau-" and 32 hex digits, or the form of before generations.
 pub fn is_well_formed_key_id(s: &str) -> bool {
-    s.len() == KEY_ID_LEN
-        && s.starts_with(KEY_ID_PREFIX)
-        && s[KEY_ID_PREFIX.len()..]
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    let lower_hex = |t: &str| t.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let Some(rest) = s.strip_prefix(KEY_ID_PREFIX) else {
+        return false;
+    };
+    match rest.split_once('-') {
+        Some((_, digest)) => {
+            generation_and_epoch(s).is_some() && digest.len() == 16 && lower_hex(digest)
+        }
+        None => matches!(rest.len(), 16 | 32) && lower_hex(rest),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Connects to the KMS socket at `socket`. A refused connection is tried

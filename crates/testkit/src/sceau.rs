@@ -61,7 +61,8 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a SIGTERM'd or failing sceau gets to exit on its own.
 pub const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The log line sceau prints once it serves: `serving key_id=sceau-<16 hex>`.
+/// The log line sceau prints once it serves: `serving key_id=` and the
+/// key_id ([`rpc::is_well_formed_key_id`]).
 const READY_MARKER: &str = "serving key_id=";
 
 pub struct Sceau {
@@ -106,6 +107,7 @@ impl Sceau {
         prepare: impl FnOnce(&mut Command),
     ) -> Sceau {
         static NEXT: AtomicU32 = AtomicU32::new(0);
+        let args = with_own_state_dir(args, socket);
         let stderr_path = tmp.join(&format!(
             "sceau-{}.stderr",
             NEXT.fetch_add(1, Ordering::Relaxed)
@@ -238,10 +240,24 @@ pub fn serve_args(socket: &Path, tcti: Option<&str>, extra: &[&str]) -> Vec<OsSt
     args
 }
 
+/// `serve` without `--state-dir` gets one beside its socket
+/// (`<socket>.state`): a test's restarts of one node share its ledger, and
+/// no test touches the machine's /var/lib/sceau or another node's ledger.
+fn with_own_state_dir(mut args: Vec<OsString>, socket: &Path) -> Vec<OsString> {
+    let serve = args.first().is_some_and(|a| a == "serve");
+    let given = args
+        .iter()
+        .any(|a| a.to_string_lossy().starts_with("--state-dir"));
+    if serve && !given {
+        args.extend(["--state-dir".into(), socket.with_extension("state").into()]);
+    }
+    args
+}
+
 fn parse_logged_key_id(log: &str) -> Option<String> {
     log.lines().find_map(|line| {
         let rest = &line[line.find(READY_MARKER)? + READY_MARKER.len()..];
-        let candidate = rest.get(..rpc::KEY_ID_LEN)?;
+        let candidate = rest.split_whitespace().next()?;
         rpc::is_well_formed_key_id(candidate).then(|| candidate.to_string())
     })
 }

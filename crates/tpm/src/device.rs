@@ -10,8 +10,11 @@ use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{CapabilityData, SensitiveData, SymmetricDefinitionObject};
 
+use std::collections::BTreeMap;
+
 use super::boot_policy::{BootPolicies, BootPolicyConfig};
 use super::fault::{ConnectFailure, Fault, INITIALIZE, TpmError};
+use super::kek::{self, KekError, OpenGeneration};
 use super::observe::{Observer, TpmCommand};
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
@@ -39,6 +42,26 @@ pub struct TpmConfig {
     pub envelope_signing_key: bool,
     /// Seal to this boot policy key, and open through these signed policies.
     pub boot_policy: Option<BootPolicyConfig>,
+}
+
+/// The generations a TPM holds, by number and Name (0: the SRK), and its
+/// epoch counter, as read at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generations {
+    pub open: BTreeMap<u32, Vec<u8>>,
+    pub counter: u64,
+}
+
+impl Generations {
+    /// The generation Encrypt seals under: the highest one held.
+    pub fn current(&self) -> (u32, &[u8]) {
+        let (n, name) = self
+            .open
+            .iter()
+            .next_back()
+            .expect("generation 0 is always held");
+        (*n, name)
+    }
 }
 
 /// Why this TPM's keys do not make a cluster member.
@@ -93,6 +116,8 @@ const MAX_HANDLES: u32 = 64;
 pub struct Tpm {
     ctx: Context,
     srk: Srk,
+    /// The KEK generations 1 and up the TPM holds (generation 0 is `srk`).
+    generations: BTreeMap<u32, OpenGeneration>,
     signing_key: Option<EnvelopeSigningKey>,
     boot: Option<BootPolicies>,
     session: Option<AuthSession>,
@@ -106,13 +131,29 @@ impl Tpm {
     /// request pays for none of it (and OpenSSL is initialised before the
     /// sandbox closes the filesystem).
     pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
+        Self::open_with(config, Leftovers::Flush)
+    }
+
+    /// [`Tpm::open_explained`] for a command that runs beside a serving
+    /// sceau (`sceau kek`): on a TPM without a resource manager, whatever
+    /// another process loaded is refused rather than flushed, since it is
+    /// most likely that sceau's SRK and session.
+    pub fn open_beside_others(config: &TpmConfig) -> Result<Self, OpenError> {
+        Self::open_with(config, Leftovers::Refuse)
+            .map_err(|error| OpenError::explain(&config.tcti, error))
+    }
+
+    fn open_with(config: &TpmConfig, leftovers: Leftovers) -> Result<Self, SrkError> {
         if !sceau_sys::openssl_without_legacy_name_tables() {
             log::debug!("OpenSSL refused OPENSSL_INIT_NO_ADD_ALL_*; its start-up is just slower");
         }
         let mut ctx =
             Context::new(config.tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
         let transients = started_and_transients(&mut ctx)?;
-        flush_leftovers(&mut ctx, transients)?;
+        match leftovers {
+            Leftovers::Flush => flush_leftovers(&mut ctx, transients)?,
+            Leftovers::Refuse => refuse_leftovers(&mut ctx, &config.tcti, transients)?,
+        }
         let srk = Srk::recreate(&mut ctx, config.srk_handle)?;
         let signing_key = config
             .envelope_signing_key
@@ -123,9 +164,11 @@ impl Tpm {
             .as_ref()
             .map(|c| BootPolicies::load(&mut ctx, c, &config.observer))
             .transpose()?;
+        let generations = kek::read_open(&mut ctx, srk.algorithm).map_err(SrkError::Kek)?;
         let mut tpm = Self {
             ctx,
             srk,
+            generations,
             signing_key,
             boot,
             session: None,
@@ -155,6 +198,12 @@ impl Tpm {
         }
     }
 
+    /// The boot policy key's Name, if new objects are sealed to one: part of
+    /// what a key_id names (`sceau_format::kek::single_node_config`).
+    pub fn policy_key_name(&self) -> Option<&[u8]> {
+        self.boot.as_ref().map(BootPolicies::key_name)
+    }
+
     /// With a boot policy key, the SRK's own key_id: the envelopes written
     /// before the key was configured name it, and still open.
     pub fn unbound_key_id(&self) -> Option<KeyId> {
@@ -173,6 +222,65 @@ impl Tpm {
 
     pub fn srk(&self) -> &Srk {
         &self.srk
+    }
+
+    /// The storage key of KEK `generation`: the SRK for 0.
+    fn generation_key(&self, generation: u32) -> Result<KeyHandle, TpmError> {
+        match generation {
+            0 => Ok(self.srk.handle),
+            n => self
+                .generations
+                .get(&n)
+                .map(|g| g.handle)
+                .ok_or_else(|| kek::not_held(n)),
+        }
+    }
+
+    /// Every generation the TPM holds by Name (0, the SRK, included), read
+    /// from the TPM again, and the epoch counter: what the daemon serves
+    /// from at start and at each reload.
+    pub fn read_generations(&mut self) -> Result<Generations, KekError> {
+        for old in std::mem::take(&mut self.generations).into_values() {
+            let mut object = ObjectHandle::from(old.handle);
+            if let Err(e) = self.ctx.tr_close(&mut object) {
+                log::debug!("closing a generation's ESAPI handle failed: {e}");
+            }
+        }
+        self.generations = kek::read_open(&mut self.ctx, self.srk.algorithm)?;
+        let counter = kek::read_epoch(&mut self.ctx)?;
+        Ok(self.generations_now(counter))
+    }
+
+    fn generations_now(&self, counter: u64) -> Generations {
+        let mut open: BTreeMap<u32, Vec<u8>> = self
+            .generations
+            .iter()
+            .map(|(n, g)| (*n, g.name.clone()))
+            .collect();
+        open.insert(0, self.srk.name.value().to_vec());
+        Generations { open, counter }
+    }
+
+    /// Takes a new epoch from the TPM's counter.
+    pub fn next_epoch(&mut self) -> Result<u64, KekError> {
+        kek::next_epoch(&mut self.ctx)
+    }
+
+    /// `sceau kek rotate`: makes generation `number` and returns its Name.
+    pub fn create_generation(&mut self, number: u32) -> Result<Vec<u8>, KekError> {
+        let generation = kek::create(&mut self.ctx, &self.srk, number, &self.generations)?;
+        let name = generation.name.clone();
+        self.generations.insert(number, generation);
+        Ok(name)
+    }
+
+    /// `sceau kek retire`: destroys generation `number`, which must be open.
+    pub fn destroy_generation(&mut self, number: u32) -> Result<(), KekError> {
+        let generation = self
+            .generations
+            .remove(&number)
+            .ok_or_else(|| KekError::Tpm(kek::not_held(number)))?;
+        kek::destroy(&mut self.ctx, number, generation)
     }
 
     /// The envelope signing key's TPM2B_PUBLIC, if the TPM was opened with
@@ -219,15 +327,16 @@ impl Tpm {
         (&mut self.ctx, &self.srk)
     }
 
-    /// TPM2_Create of a sealed-data object holding `dek`, under the SRK,
-    /// bound to the boot policy key when there is one.
-    pub fn seal(&mut self, dek: &Dek) -> Result<SealedBlobs, TpmError> {
+    /// TPM2_Create of a sealed-data object holding `dek`, under KEK
+    /// `generation` (0: the SRK), bound to the boot policy key when there
+    /// is one.
+    pub fn seal(&mut self, dek: &Dek, generation: u32) -> Result<SealedBlobs, TpmError> {
+        let parent = self.generation_key(generation)?;
         let policy = self.boot.as_ref().map(BootPolicies::authorized_policy);
         let template = sealed_template(policy).map_err(|e| TpmError::new("sealed template", e))?;
         let data = SensitiveData::try_from(dek.expose().to_vec())
             .map_err(|e| TpmError::new("sealed data", e))?;
         let session = self.dek_session()?;
-        let parent = self.srk.handle;
         let created = self
             .observer
             .timed(TpmCommand::Create, || {
@@ -248,7 +357,8 @@ impl Tpm {
     /// path, because a TPM without a resource manager holds only three. An
     /// object bound to the boot policy key is unsealed in the policy
     /// session, which PolicyPCR and PolicyAuthorize satisfy first.
-    pub fn unseal(&mut self, object: &LoadableObject) -> Result<Dek, TpmError> {
+    pub fn unseal(&mut self, object: &LoadableObject, generation: u32) -> Result<Dek, TpmError> {
+        let parent = self.generation_key(generation)?;
         let policy_bound = match (&object.auth_policy, &self.boot) {
             (None, _) => None,
             (Some(policy), Some(boot)) if boot.opens(policy) => Some(*policy),
@@ -262,7 +372,6 @@ impl Tpm {
                 ));
             }
         };
-        let parent = self.srk.handle;
         let loaded = self
             .observer
             .timed(TpmCommand::Load, || {
@@ -309,11 +418,14 @@ impl Tpm {
                     })
             })
             .map_err(|e| TpmError::on_client_blob("Import", e))?;
-        self.unseal(&LoadableObject {
-            public: object.public.clone(),
-            private,
-            auth_policy: object.auth_policy,
-        })
+        self.unseal(
+            &LoadableObject {
+                public: object.public.clone(),
+                private,
+                auth_policy: object.auth_policy,
+            },
+            0,
+        )
     }
 
     /// Rewrites what tpm2-tss 3.2 keeps in the clear between commands,
@@ -562,6 +674,31 @@ fn flush_leftovers(ctx: &mut Context, transients: Vec<TpmHandle>) -> Result<(), 
         );
     }
     Ok(())
+}
+
+/// What [`Tpm::open`] does with objects and sessions another process left
+/// loaded, which only a TPM without a resource manager shows.
+#[derive(Clone, Copy)]
+enum Leftovers {
+    /// The daemon's start: a crashed predecessor's, flushed.
+    Flush,
+    /// A command beside the daemon: a live process's, refused.
+    Refuse,
+}
+
+fn refuse_leftovers(
+    ctx: &mut Context,
+    tcti: &Tcti,
+    transients: Vec<TpmHandle>,
+) -> Result<(), SrkError> {
+    let sessions = list_handles(ctx, FIRST_LOADED_SESSION_HANDLE)?;
+    match transients.len() + sessions.len() {
+        0 => Ok(()),
+        loaded => Err(SrkError::InUse {
+            tcti: tcti.to_string(),
+            loaded,
+        }),
+    }
 }
 
 /// The handles of one type (the top byte of `first`) the TPM reports.

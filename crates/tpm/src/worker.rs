@@ -27,12 +27,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::device::{Tpm, TpmConfig};
+use super::device::{Generations, Tpm, TpmConfig};
 use super::fault::{Fault, Recovery, TpmError};
 use super::health::HealthRecord;
+use super::kek::KekError;
 use super::observe::Observer;
 use super::sealed::{ImportableObject, LoadableObject};
-use super::srk::KeyId;
 use crate::secret::Dek;
 use sceau_format::sealed::SealedBlobs;
 use sceau_format::signing_key::SIGNATURE_LEN;
@@ -55,23 +55,55 @@ trait Request: Send + 'static {
     fn run(&self, tpm: &mut Tpm) -> Result<Self::Reply, TpmError>;
 }
 
-/// TPM2_Create of a sealed-data object holding the DEK.
-struct Seal(Dek);
+/// TPM2_Create of a sealed-data object holding the DEK, under a KEK
+/// generation.
+struct Seal(Dek, u32);
 
 impl Request for Seal {
     type Reply = SealedBlobs;
     fn run(&self, tpm: &mut Tpm) -> Result<SealedBlobs, TpmError> {
-        tpm.seal(&self.0)
+        tpm.seal(&self.0, self.1)
     }
 }
 
-/// Load, Unseal and Flush of a version 1 envelope's object.
-struct Unseal(LoadableObject);
+/// Load, Unseal and Flush of a version 1 envelope's object, under a KEK
+/// generation.
+struct Unseal(LoadableObject, u32);
 
 impl Request for Unseal {
     type Reply = Dek;
     fn run(&self, tpm: &mut Tpm) -> Result<Dek, TpmError> {
-        tpm.unseal(&self.0)
+        tpm.unseal(&self.0, self.1)
+    }
+}
+
+/// The generations the TPM holds and its epoch counter, read again: a
+/// reload's TPM part.
+struct ReadGenerations;
+
+impl Request for ReadGenerations {
+    type Reply = Generations;
+    fn run(&self, tpm: &mut Tpm) -> Result<Generations, TpmError> {
+        tpm.read_generations().map_err(kek_fault)
+    }
+}
+
+/// A new epoch from the TPM's counter, for a key_id a reload allocates.
+struct NextEpoch;
+
+impl Request for NextEpoch {
+    type Reply = u64;
+    fn run(&self, tpm: &mut Tpm) -> Result<u64, TpmError> {
+        tpm.next_epoch().map_err(kek_fault)
+    }
+}
+
+/// A generation error on the TPM thread: its TPM error as it is, any other
+/// as a failure said in its own words.
+fn kek_fault(error: KekError) -> TpmError {
+    match error {
+        KekError::Tpm(error) => error,
+        other => TpmError::refused(other.to_string(), Fault::Failure),
     }
 }
 
@@ -155,23 +187,23 @@ impl<R: Request> Queued for Job<R> {
 /// [`TpmWorker`] in the daemon, a fake in unit tests, fuzz targets and the
 /// bench, so that the modes' own checks run against a fake too.
 pub trait SealingTpm: Send + Sync + 'static {
-    /// This TPM's own key_id (from its SRK's Name, and its boot policy
-    /// key's if it has one).
-    fn key_id(&self) -> &KeyId;
-    /// With a boot policy key, the key_id of the same SRK without it, which
-    /// envelopes sealed before the key was configured name.
-    fn unbound_key_id(&self) -> Option<&KeyId> {
-        None
-    }
-    /// The key_ids of the same SRK bound to each `--former-policy-key`,
-    /// which envelopes sealed before a policy key rotation name.
-    fn former_key_ids(&self) -> &[KeyId] {
-        &[]
-    }
-    /// Create of a sealed-data object under the SRK.
-    fn seal(&self, dek: Dek) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
-    /// Load and Unseal of a version 1 envelope's object.
-    fn unseal(&self, object: LoadableObject) -> impl Future<Output = Result<Dek, Fault>> + Send;
+    /// Create of a sealed-data object under KEK `generation` (0: the SRK).
+    fn seal(
+        &self,
+        dek: Dek,
+        generation: u32,
+    ) -> impl Future<Output = Result<SealedBlobs, Fault>> + Send;
+    /// Load and Unseal of a version 1 envelope's object under KEK
+    /// `generation`.
+    fn unseal(
+        &self,
+        object: LoadableObject,
+        generation: u32,
+    ) -> impl Future<Output = Result<Dek, Fault>> + Send;
+    /// The generations the TPM holds and its epoch counter, read again.
+    fn read_generations(&self) -> impl Future<Output = Result<Generations, Fault>> + Send;
+    /// A new epoch from the TPM's counter.
+    fn next_epoch(&self) -> impl Future<Output = Result<u64, Fault>> + Send;
     /// Import, Load and Unseal of a version 2 envelope's entry.
     fn unseal_imported(
         &self,
@@ -192,9 +224,6 @@ pub trait SealingTpm: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct TpmWorker {
     jobs: mpsc::Sender<Box<dyn Queued>>,
-    key_id: KeyId,
-    unbound_key_id: Option<KeyId>,
-    former_key_ids: Vec<KeyId>,
     deadline: Duration,
     health: Arc<HealthRecord>,
     observer: Observer,
@@ -224,9 +253,6 @@ impl TpmWorker {
         let observer = config.observer.clone();
         let health = Arc::new(HealthRecord::new(observer.clone()));
         let srk_name = tpm.srk().name.value().to_vec();
-        let key_id = tpm.key_id();
-        let unbound_key_id = tpm.unbound_key_id();
-        let former_key_ids = tpm.former_key_ids();
         let thread = Worker {
             tpm: Some(tpm),
             config,
@@ -240,9 +266,6 @@ impl TpmWorker {
             .spawn(move || thread.run(death_notice))?;
         let worker = TpmWorker {
             jobs,
-            key_id,
-            unbound_key_id,
-            former_key_ids,
             deadline,
             health,
             observer,
@@ -286,24 +309,20 @@ impl TpmWorker {
 }
 
 impl SealingTpm for TpmWorker {
-    fn key_id(&self) -> &KeyId {
-        &self.key_id
+    async fn seal(&self, dek: Dek, generation: u32) -> Result<SealedBlobs, Fault> {
+        self.submit(Seal(dek, generation)).await
     }
 
-    fn unbound_key_id(&self) -> Option<&KeyId> {
-        self.unbound_key_id.as_ref()
+    async fn unseal(&self, object: LoadableObject, generation: u32) -> Result<Dek, Fault> {
+        self.submit(Unseal(object, generation)).await
     }
 
-    fn former_key_ids(&self) -> &[KeyId] {
-        &self.former_key_ids
+    async fn read_generations(&self) -> Result<Generations, Fault> {
+        self.submit(ReadGenerations).await
     }
 
-    async fn seal(&self, dek: Dek) -> Result<SealedBlobs, Fault> {
-        self.submit(Seal(dek)).await
-    }
-
-    async fn unseal(&self, object: LoadableObject) -> Result<Dek, Fault> {
-        self.submit(Unseal(object)).await
+    async fn next_epoch(&self) -> Result<u64, Fault> {
+        self.submit(NextEpoch).await
     }
 
     async fn unseal_imported(&self, object: ImportableObject) -> Result<Dek, Fault> {

@@ -10,7 +10,7 @@ use tonic::Code;
 
 use super::*;
 use crate::kms::fake::FakeTpm;
-use crate::kms::{SealingTpm, service_for};
+use crate::kms::service_for;
 use sceau_format::members::Membership;
 use sceau_format::text::printable;
 use sceau_format::wrapped::RECIPIENTS_ANNOTATION;
@@ -19,7 +19,10 @@ type Service = KmsService;
 
 fn service(fake: FakeTpm) -> (Service, Arc<FakeTpm>) {
     let fake = Arc::new(fake);
-    (service_for(fake.clone(), None, false).unwrap(), fake)
+    (
+        service_for(fake.clone(), fake.served_keys(), None, false).unwrap(),
+        fake,
+    )
 }
 
 /// Cluster mode over the same fake: this node (the fake's signing key) and
@@ -27,7 +30,13 @@ fn service(fake: FakeTpm) -> (Service, Arc<FakeTpm>) {
 fn clustered(fake: FakeTpm) -> (Service, Arc<FakeTpm>, Arc<Membership>) {
     let membership = Arc::new(FakeTpm::cluster_membership());
     let fake = Arc::new(fake);
-    let service = service_for(fake.clone(), Some(membership.clone()), false).unwrap();
+    let service = service_for(
+        fake.clone(),
+        fake.served_keys(),
+        Some(membership.clone()),
+        false,
+    )
+    .unwrap();
     (service, fake, membership)
 }
 
@@ -342,7 +351,7 @@ async fn unsigned_envelopes_are_refused_unless_allowed() {
         (Code::InvalidArgument, "unsigned-envelope")
     );
     assert_eq!(fake.unseals(), 0);
-    let allowing = service_for(fake.clone(), Some(membership), true).unwrap();
+    let allowing = service_for(fake.clone(), fake.served_keys(), Some(membership), true).unwrap();
     let status = decrypt(&allowing, ciphertext, key_id.as_str())
         .await
         .unwrap_err();

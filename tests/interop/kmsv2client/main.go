@@ -44,7 +44,7 @@ import (
 
 const apiServerID = "sceau-interop"
 
-var sceauKeyID = regexp.MustCompile(`^sceau-[0-9a-f]{16}$`)
+var sceauKeyID = regexp.MustCompile(`^sceau-[0-9]+\.[0-9]+-[0-9a-f]{16}$`)
 
 // counted wraps the apiserver's gRPC service and counts the calls that
 // returned from sceau, so a check can tell that a Decrypt really went out.

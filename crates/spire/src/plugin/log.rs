@@ -136,7 +136,7 @@ pub fn format_line(level: Level, module: &str, message: &str, at: SystemTime) ->
 pub fn timestamp(at: SystemTime) -> String {
     let since_epoch = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     let seconds = since_epoch.as_secs();
-    let (year, month, day) = civil_from_days(seconds / 86_400);
+    let (year, month, day) = sceau_format::text::civil_from_days(seconds / 86_400);
     let of_day = seconds % 86_400;
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
@@ -145,27 +145,6 @@ pub fn timestamp(at: SystemTime) -> String {
         of_day % 60,
         since_epoch.subsec_micros()
     )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01, by counting
-/// 400-year eras of 146 097 days from 0000-03-01 (so that the leap day
-/// ends each counted year).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let days = days + 719_468; // 0000-03-01 to 1970-01-01
-    let era = days / 146_097;
-    let day_of_era = days % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
@@ -213,7 +192,11 @@ mod tests {
         };
         let mut expected = (1970, 1, 1);
         for days in 0..146_097 {
-            assert_eq!(civil_from_days(days), expected, "day {days}");
+            assert_eq!(
+                sceau_format::text::civil_from_days(days),
+                expected,
+                "day {days}"
+            );
             let (y, m, d) = expected;
             expected = if d < days_in(y, m) {
                 (y, m, d + 1)
