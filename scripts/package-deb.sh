@@ -95,6 +95,8 @@ for unit in systemd/*.socket systemd/*.service; do
     install -D -m 0644 "$unit" "$root/usr/lib/systemd/system/$(basename "$unit")"
     units+=("$(basename "$unit")")
 done
+# The service's user, made by postinst with systemd-sysusers.
+install -D -m 0644 packaging/sysusers/sceau.conf "$root/usr/lib/sysusers.d/sceau.conf"
 for needed in sceau.socket sceau.service; do
     [ -e "systemd/$needed" ] || {
         echo "package-deb: systemd/$needed is missing" >&2

@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -47,8 +47,7 @@ impl StateDir {
                     path.display()
                 )
             }
-            other => anyhow::Error::new(other)
-                .context(format!("checking the state directory {}", path.display())),
+            other => anyhow::anyhow!("the state directory {}: {}", path.display(), explain(other)),
         })?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -67,7 +66,7 @@ impl StateDir {
             Err(TrustError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Ledger::default());
             }
-            Err(e) => return Err(anyhow::Error::new(e)),
+            Err(e) => bail!("the ledger {}: {}", path.display(), explain(e)),
         };
         Ledger::parse(&text).with_context(|| {
             format!(
@@ -89,12 +88,44 @@ impl StateDir {
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&temporary)?;
+            // Root running `sceau kek` writes it for the service's user:
+            // the file takes the directory's owner, as the daemon's own
+            // writes have it.
+            let directory = std::fs::metadata(&self.path)?;
+            if file.metadata()?.uid() != directory.uid() {
+                std::os::unix::fs::fchown(&file, Some(directory.uid()), Some(directory.gid()))?;
+            }
             file.write_all(ledger.render().as_bytes())?;
             file.sync_all()?;
             std::fs::rename(&temporary, &path)?;
             std::fs::File::open(&self.path)?.sync_all()
         };
         write().with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+/// The member files' refusals (`trusted_files`), said of the state
+/// directory: whoever can write it can replace the ledger and make sceau
+/// report an old key_id's record (never an old key_id: the TPM's counter
+/// decides that), so it is held to the same owners and modes.
+fn explain(error: TrustError) -> String {
+    match error {
+        TrustError::SymlinkInPath { path } | TrustError::Symlink { path } => format!(
+            "{} is a symbolic link: give the real path with --state-dir (sceau follows no link \
+             there)",
+            path.display()
+        ),
+        TrustError::Owner { path, owner, own } => format!(
+            "{} is owned by uid {owner}: the state directory and every directory above it must \
+             be root's or sceau's own (uid {own}); chown it",
+            path.display()
+        ),
+        TrustError::Writable { path, mode } => format!(
+            "{} has mode {mode:04o}, writable by group or others: run `chmod go-w {}`",
+            path.display(),
+            path.display()
+        ),
+        other => format!("{:#}", anyhow::Error::new(other)),
     }
 }
 

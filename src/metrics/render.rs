@@ -410,9 +410,32 @@ mod tests {
         registry.set_key_id("a\"b\\c\nd");
         let text = render_registry(&registry, &build("0"));
         assert!(text.contains("sceau_key_id_info{key_id=\"a\\\"b\\\\c\\nd\"} 1\n"));
-        // Set once: a second value is ignored.
+        // A reload replaces it: one series, the new value.
         registry.set_key_id("other");
-        assert!(!render_registry(&registry, &build("0")).contains("other\""));
+        let text = render_registry(&registry, &build("0"));
+        assert_eq!(text.matches("sceau_key_id_info{").count(), 1, "{text}");
+        assert!(text.contains("key_id=\"other\""));
+    }
+
+    #[test]
+    fn the_kek_generation_and_its_age_once_serving() {
+        let registry = Registry::new();
+        assert!(!render_registry(&registry, &build("0")).contains("sceau_kek_"));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        registry.set_kek(2, now - 91 * 86_400, 2);
+        let text = render_registry(&registry, &build("0"));
+        assert!(text.contains("\nsceau_kek_generation 2\n"), "{text}");
+        assert!(text.contains("\nsceau_kek_open_generations 2\n"), "{text}");
+        let age: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("sceau_kek_generation_age_seconds "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((91 * 86_400..91 * 86_400 + 60).contains(&age), "{age}");
     }
 
     #[test]

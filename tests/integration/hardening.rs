@@ -509,10 +509,15 @@ async fn serve_starts_as_an_unprivileged_user() {
     let dir = tmp.subdir("run");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let socket = dir.join("kms.sock");
+    // Its state directory is its own, as StateDirectory= makes it.
+    let state = tmp.subdir("state");
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let state_arg = state.to_string_lossy().into_owned();
     let mut sceau = Sceau::spawn_with(
         &tmp,
         &socket,
-        serve_args(&socket, Some(&tpm.tcti()), &[]),
+        serve_args(&socket, Some(&tpm.tcti()), &["--state-dir", &state_arg]),
         &[],
         |command| {
             let program = command.get_program().to_owned();

@@ -137,6 +137,13 @@ impl ProxiedFixture {
     pub fn restart_sceau(&mut self, extra_args: &[&str]) {
         self.starts += 1;
         let socket = self.tmp.join(&format!("sceau-{}.sock", self.starts));
-        self.sceau = Sceau::start_on_socket(&self.tmp, &socket, &self.proxy.tcti(), extra_args);
+        // The first start's state directory: the same node, restarted.
+        let state = self.tmp.join("sceau.sock").with_extension("state");
+        let mut args = extra_args.to_vec();
+        let state = state.to_string_lossy();
+        if !args.iter().any(|a| a.starts_with("--state-dir")) {
+            args.extend(["--state-dir", &state]);
+        }
+        self.sceau = Sceau::start_on_socket(&self.tmp, &socket, &self.proxy.tcti(), &args);
     }
 }
