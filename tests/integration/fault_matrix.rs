@@ -360,6 +360,90 @@ async fn commands_per_encrypt_and_decrypt() {
     );
 }
 
+/// The same counts under KEK generations: an Encrypt under the current
+/// generation, and a Decrypt under it, under an older open generation and
+/// under generation 0 (the SRK), each cost what they cost before
+/// generations (the parent is a persistent key, which needs no Load); and
+/// what `kek rotate`, `kek list` and `kek retire` cost, start-up included,
+/// printed for docs/performance.md. Shown failing: with a ReadPublic of
+/// the generation's persistent key before each use, the Encrypt under
+/// generation 1 counted `{"Create": 1, "ReadPublic": 1}`.
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_per_call_under_kek_generations() {
+    let mut rig = on_discrete_profile("command-counts-kek", FAST, &[]);
+    let (mut client, key_id0) = rig.client().await;
+    let dek0 = random_bytes(32);
+    let envelope0 = rpc::seal(&mut client, &key_id0, &dek0).await;
+    drop(client);
+    rig.sceau.terminate();
+    let state = rig.tmp.join("sceau.sock").with_extension("state");
+    let kek = |rig: &ProxiedFixture, args: &[&str]| {
+        rig.proxy.reset_counts();
+        let run = std::process::Command::new(crate::harness::sceau::BIN)
+            .args(args)
+            .args(["--tcti", &rig.proxy.tcti(), "--state-dir"])
+            .arg(&state)
+            .output()
+            .expect("sceau kek");
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let counts = rig.proxy.counts();
+        println!(
+            "sceau {}: {} TPM commands {counts:?}",
+            args.join(" "),
+            counts.values().sum::<u64>()
+        );
+        counts
+    };
+    let rotate = kek(&rig, &["kek", "rotate"]);
+    assert_eq!(rotate.get("Create"), Some(&1), "{rotate:?}");
+    assert_eq!(rotate.get("EvictControl"), Some(&1), "{rotate:?}");
+    assert_eq!(rotate.get("NV_Increment"), Some(&1), "{rotate:?}");
+    kek(&rig, &["kek", "list"]);
+
+    rig.restart_sceau(&[]);
+    let (mut client, key_id1) = rig.client().await;
+    let dek1 = random_bytes(32);
+    rig.proxy.reset_counts();
+    let envelope1 = rpc::seal(&mut client, &key_id1, &dek1).await;
+    let counted = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
+        pairs.iter().map(|(c, n)| (c.to_string(), *n)).collect()
+    };
+    let decrypt = counted(&[("FlushContext", 1), ("Load", 1), ("Unseal", 1)]);
+    assert_eq!(
+        rig.proxy.counts(),
+        counted(&[("Create", 1)]),
+        "Encrypt, generation 1"
+    );
+    for (what, key_id, envelope, dek) in [
+        ("Decrypt, generation 1", &key_id1, &envelope1, &dek1),
+        ("Decrypt, generation 0", &key_id0, &envelope0, &dek0),
+    ] {
+        rig.proxy.reset_counts();
+        rpc::open(&mut client, key_id, envelope, dek).await;
+        assert_eq!(rig.proxy.counts(), decrypt, "{what}");
+    }
+    drop(client);
+    rig.sceau.terminate();
+    kek(&rig, &["kek", "rotate"]);
+    rig.restart_sceau(&[]);
+    let (mut client, _) = rig.client().await;
+    rig.proxy.reset_counts();
+    rpc::open(&mut client, &key_id1, &envelope1, &dek1).await;
+    assert_eq!(
+        rig.proxy.counts(),
+        decrypt,
+        "Decrypt, an older open generation"
+    );
+    drop(client);
+    rig.sceau.terminate();
+    let retire = kek(&rig, &["kek", "retire", "--generation", "1"]);
+    assert_eq!(retire.get("EvictControl"), Some(&1), "{retire:?}");
+}
+
 /// Cluster mode's member files for the fixture's TPM: its own (from `sceau
 /// srk-public` through the proxy) and one software member.
 fn cluster_members(rig: &ProxiedFixture) -> std::path::PathBuf {

@@ -53,7 +53,10 @@ use crate::bus_proxy::listener_pair;
 const COMMAND_NAMES: &[(u32, &str)] = &[
     (0x120, "EvictControl"),
     (0x126, "Clear"),
+    (0x12A, "NV_DefineSpace"),
     (0x131, "CreatePrimary"),
+    (0x134, "NV_Increment"),
+    (0x137, "NV_Write"),
     (0x139, "DictionaryAttackLockReset"),
     (0x13E, "SequenceComplete"),
     (0x143, "SelfTest"),
