@@ -60,34 +60,6 @@ switch_config() {
     fi
 }
 
-# kubectl with a kubeconfig for the rig's apiserver and bearer token.
-write_kubeconfig() {
-    kubeconfig="$tmp/kubeconfig"
-    cat >"$kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-  - name: rig
-    cluster: {server: "$(api_url 0)", certificate-authority: "$pki/ca.crt"}
-users:
-  - name: admin
-    user: {token: "$token"}
-contexts:
-  - name: rig
-    context: {cluster: rig, user: admin}
-current-context: rig
-EOF
-}
-kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$tmp/kube-cache" "$@"; }
-# rewrite NAME: docs/migration.md step 3, verbatim.
-rewrite() {
-    local out
-    if out=$(kubectl get secrets --all-namespaces -o json | kubectl replace -f - 2>&1); then
-        pass "$1 ($(grep -c 'replaced' <<<"$out") Secrets replaced by kubectl)"
-    else
-        fail "$1" "$(tail -n 5 <<<"$out" | tr '\n' ' ')"
-    fi
-}
 # check_etcd_script NAME [ARG]: the page's check-etcd.sh, as shown, with the rig's etcdctl.
 check_etcd_script() {
     local out
