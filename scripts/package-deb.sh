@@ -139,6 +139,7 @@ for pkg_doc in "$doc" "$spire_root/usr/share/doc/sceau-spire"; do
     chmod 0644 "$pkg_doc/changelog.Debian.gz"
 done
 install -D -m 0644 packaging/examples/encryption-config.yaml "$doc/examples/encryption-config.yaml"
+install -D -m 0644 packaging/prometheus/sceau-rules.yml "$doc/examples/sceau-rules.yml"
 for pkg in sceau sceau-spire; do
     if [ -e "packaging/debian/$pkg.lintian-overrides" ]; then
         install -D -m 0644 "packaging/debian/$pkg.lintian-overrides" \

@@ -186,10 +186,17 @@ for want in "CapEff 0000000000000000" "CapPrm 0000000000000000" "CapBnd 00000000
 done
 uid=$(field Uid | awk '{print $1}')
 tss_gid=$(getent group tss | cut -d: -f3)
-if [ "${uid:-0}" -ge 61184 ] && [ "${uid:-0}" -le 65519 ] && field Groups | grep -qw "$tss_gid"; then
-    pass "dynamic user (uid $uid) with supplementary group tss ($tss_gid)"
+sceau_uid=$(id -u sceau 2>/dev/null)
+if [ -n "$sceau_uid" ] && [ "${uid:-0}" = "$sceau_uid" ] && [ "$sceau_uid" -lt 1000 ] && field Groups | grep -qw "$tss_gid"; then
+    pass "system user sceau (uid $uid, from sysusers.d) with supplementary group tss ($tss_gid)"
 else
-    fail "dynamic user" "uid=$uid groups='$(field Groups)' tss=$tss_gid"
+    fail "system user sceau" "uid=$uid sceau=$sceau_uid groups='$(field Groups)' tss=$tss_gid"
+fi
+state_perm=$(stat -c '%U:%G %a' /var/lib/sceau /var/lib/sceau/kek-ledger 2>&1 | tr '\n' ' ')
+if [ "$state_perm" = "sceau:sceau 700 sceau:sceau 600 " ]; then
+    pass "state directory /var/lib/sceau 0700 and its ledger 0600, both sceau's (StateDirectory=)"
+else
+    fail "state directory" "$state_perm"
 fi
 fds=$(ls -l "/proc/$pid/fd" 2>&1)
 if echo "$fds" | grep -q -- '-> /dev/tpmrm0$' && ! echo "$fds" | grep -q -- '-> /dev/tpm0$'; then
@@ -360,6 +367,53 @@ if [ "$contended" = 5 ] && [ "$rounds" -gt 0 ] && [ "$failures" = 0 ]; then
     pass "TPM contended through /dev/tpmrm0: 5 of 5 round trips ok in $(echo "$t1 $t0" | awk '{printf "%.1f", $1 - $2}') s while another process completed $rounds attestations"
 else
     fail "TPM contended through /dev/tpmrm0" "$contended of 5 round trips ok; contender: $rounds attestations, $failures failed"
+fi
+
+# --- KEK rotation beside the serving daemon, then systemctl reload -----------
+# docs/rotation-and-backup.md on one node: `sceau kek rotate` as root through
+# /dev/tpmrm0 while sceau serves (the kernel's resource manager keeps the two
+# apart), `systemctl reload sceau` (ExecReload=: SIGHUP), and the new key_id
+# served at once by the same process; then a second rotation and the retire
+# of the first generation; a restart keeps the key_id.
+status_key_id() { systemctl show -p StatusText --value sceau.service | sed -n 's/^serving key_id=//p'; }
+reload_to() { # reload_to KEY_ID: systemctl reload, then StatusText names KEY_ID (<= 10 s)
+    systemctl reload sceau.service || return 1
+    for _ in $(seq 50); do
+        [ "$(status_key_id)" = "$1" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+kek_pid=$(systemctl show -p MainPID --value sceau.service)
+key_id0=$(status_key_id)
+rotate_out=$(timeout 60 sceau kek rotate 2>/run/kek.err)
+key_id1=$(echo "$rotate_out" | awk '/^generation / {print $4}')
+if [ -n "$key_id1" ] && [ "$key_id1" != "$key_id0" ] && reload_to "$key_id1" &&
+    [ "$(systemctl show -p MainPID --value sceau.service)" = "$kek_pid" ] &&
+    timeout 60 sceau check --socket /run/sceau/kms.sock | grep -q '^round trip: ok'; then
+    pass "kek rotate beside the serving sceau, then systemctl reload: $key_id0 -> $key_id1 in the same process (MainPID $kek_pid), round trip ok"
+else
+    fail "kek rotate and reload" "rotate: $rotate_out $(tail -1 /run/kek.err); StatusText key_id $(status_key_id); MainPID $kek_pid -> $(systemctl show -p MainPID --value sceau.service)"
+    journalctl -b -u sceau.service -o cat --no-pager | tail -n 6 | show
+fi
+rotate_out=$(timeout 60 sceau kek rotate 2>/run/kek.err)
+key_id2=$(echo "$rotate_out" | awk '/^generation / {print $4}')
+reload_to "$key_id2"
+retire_out=$(timeout 60 sceau kek retire --generation 1 2>&1)
+list_out=$(timeout 60 sceau kek list 2>&1)
+echo "$list_out" | show
+if echo "$retire_out" | grep -q 'generation 1 retired' && echo "$list_out" | grep -Eq '^1 +retired' &&
+    echo "$list_out" | grep -Eq "^2 +current .*$key_id2" &&
+    timeout 60 sceau check --socket /run/sceau/kms.sock | grep -q '^round trip: ok'; then
+    pass "second rotation, reload, kek retire --generation 1 beside sceau: $(echo "$retire_out" | head -c 120)…"
+else
+    fail "kek retire" "$retire_out; list: $(echo "$list_out" | tr '\n' ' ' | head -c 300)"
+fi
+systemctl restart sceau.service
+if [ "$(status_key_id)" = "$key_id2" ]; then
+    pass "restart without change keeps the key_id ($key_id2)"
+else
+    fail "key_id across a restart" "$key_id2 before, $(status_key_id) after"
 fi
 
 # --- signed envelopes under systemd -------------------------------------------
