@@ -37,18 +37,22 @@ impl StateDir {
                 .create(path)
                 .with_context(|| format!("creating the state directory {}", path.display()))?;
         }
-        trusted_files::check_directory(path).map_err(|e| match e {
-            TrustError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                anyhow::anyhow!(
-                    "the state directory {} does not exist: under systemd the unit's \
+        trusted_files::check_directory_also_owned_by(path, service_user()).map_err(
+            |e| match e {
+                TrustError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    anyhow::anyhow!(
+                        "the state directory {} does not exist: under systemd the unit's \
                      StateDirectory=sceau makes it; else create it (install -d -m 0700 {}) or \
                      pass --state-dir",
-                    path.display(),
-                    path.display()
-                )
-            }
-            other => anyhow::anyhow!("the state directory {}: {}", path.display(), explain(other)),
-        })?;
+                        path.display(),
+                        path.display()
+                    )
+                }
+                other => {
+                    anyhow::anyhow!("the state directory {}: {}", path.display(), explain(other))
+                }
+            },
+        )?;
         Ok(Self {
             path: path.to_path_buf(),
         })
@@ -61,7 +65,7 @@ impl StateDir {
     /// The ledger; an empty one if there is none yet.
     pub fn read_ledger(&self) -> anyhow::Result<Ledger> {
         let path = self.path.join(LEDGER_FILE);
-        let text = match trusted_files::read_trusted(&path) {
+        let text = match trusted_files::read_trusted_also_owned_by(&path, service_user()) {
             Ok(text) => text,
             Err(TrustError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Ledger::default());
@@ -104,6 +108,23 @@ impl StateDir {
     }
 }
 
+/// The user the unit runs sceau as (`User=sceau`, from sysusers.d, which
+/// writes /etc/passwd): its state directory is its own, and root's `sceau
+/// kek` trusts it too. Whoever is that user can already make sceau serve
+/// what it likes; through the ledger it can change no key_id (the TPM's
+/// counter decides), only what `kek list` shows.
+fn service_user() -> Option<u32> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        (fields.next()? == SERVICE_USER)
+            .then(|| fields.nth(1)?.parse().ok())
+            .flatten()
+    })
+}
+
+const SERVICE_USER: &str = "sceau";
+
 /// The member files' refusals (`trusted_files`), said of the state
 /// directory: whoever can write it can replace the ledger and make sceau
 /// report an old key_id's record (never an old key_id: the TPM's counter
@@ -117,7 +138,7 @@ fn explain(error: TrustError) -> String {
         ),
         TrustError::Owner { path, owner, own } => format!(
             "{} is owned by uid {owner}: the state directory and every directory above it must \
-             be root's or sceau's own (uid {own}); chown it",
+             be root's, the user {SERVICE_USER}'s or this process's (uid {own}); chown it",
             path.display()
         ),
         TrustError::Writable { path, mode } => format!(
@@ -149,6 +170,17 @@ pub fn allocate(
     take_epoch: impl FnOnce() -> anyhow::Result<u64>,
 ) -> anyhow::Result<KeyIdRecord> {
     let now = now();
+    if let (Some(recorded), Some(srk)) = (ledger.generations().get(&0), generations.open.get(&0))
+        && recorded.name != *srk
+    {
+        log::warn!(
+            "the SRK's Name is {}, but the ledger recorded {}: this TPM was cleared or replaced, \
+             or the state directory is another node's; Secrets sealed under the old SRK do not \
+             open here (docs/rotation-and-backup.md)",
+            sceau_format::key_id::hex(srk),
+            sceau_format::key_id::hex(&recorded.name)
+        );
+    }
     for (n, name) in &generations.open {
         ledger.note_generation(*n, name, now);
     }

@@ -63,6 +63,12 @@ pub enum TrustError {
 
 /// Reads a member or recovery file after the checks in the module doc.
 pub fn read_trusted(path: &Path) -> Result<String, TrustError> {
+    read_trusted_also_owned_by(path, None)
+}
+
+/// [`read_trusted`], also trusting files and directories owned by `also`:
+/// the service's user, whose state directory root reads (`sceau kek`).
+pub fn read_trusted_also_owned_by(path: &Path, also: Option<u32>) -> Result<String, TrustError> {
     let io = |source| TrustError::Io {
         path: path.to_path_buf(),
         source,
@@ -71,7 +77,7 @@ pub fn read_trusted(path: &Path) -> Result<String, TrustError> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    check_directory(parent)?;
+    check_directory_also_owned_by(parent, also)?;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -88,7 +94,7 @@ pub fn read_trusted(path: &Path) -> Result<String, TrustError> {
             path: path.to_path_buf(),
         });
     }
-    check_owner_and_mode(path, &metadata, false)?;
+    check_owner_and_mode(path, &metadata, false, also)?;
     if metadata.len() > MAX_FILE_LEN {
         return Err(TrustError::TooLarge {
             path: path.to_path_buf(),
@@ -105,6 +111,11 @@ pub fn read_trusted(path: &Path) -> Result<String, TrustError> {
 /// and for every directory above it, walked from `/` down without following
 /// a symbolic link.
 pub fn check_directory(dir: &Path) -> Result<(), TrustError> {
+    check_directory_also_owned_by(dir, None)
+}
+
+/// [`check_directory`], also trusting directories owned by `also`.
+pub fn check_directory_also_owned_by(dir: &Path, also: Option<u32>) -> Result<(), TrustError> {
     let io = |path: &Path, source| TrustError::Io {
         path: path.to_path_buf(),
         source,
@@ -127,7 +138,7 @@ pub fn check_directory(dir: &Path) -> Result<(), TrustError> {
                 std::io::Error::from(std::io::ErrorKind::NotADirectory),
             ));
         }
-        check_owner_and_mode(&prefix, &metadata, !last)?;
+        check_owner_and_mode(&prefix, &metadata, !last, also)?;
     }
     Ok(())
 }
@@ -136,9 +147,10 @@ fn check_owner_and_mode(
     path: &Path,
     metadata: &Metadata,
     sticky_allowed: bool,
+    also: Option<u32>,
 ) -> Result<(), TrustError> {
     let own = effective_uid();
-    if metadata.uid() != 0 && Some(metadata.uid()) != own {
+    if metadata.uid() != 0 && Some(metadata.uid()) != own && Some(metadata.uid()) != also {
         return Err(TrustError::Owner {
             path: path.to_path_buf(),
             owner: metadata.uid(),

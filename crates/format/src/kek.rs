@@ -43,9 +43,16 @@ pub const EPOCH_COUNTER_INDEX: u32 = 0x013B_0000;
 pub const EPOCH_COUNTER_ATTRIBUTES: u32 = (1 << 4) | (1 << 1) | (1 << 17) | (1 << 25);
 /// Where the ledger lives in the state directory.
 pub const LEDGER_FILE: &str = "kek-ledger";
-/// A ledger is a few lines per rotation or configuration change; a file
-/// larger than this was not written by sceau.
-pub const MAX_LEDGER_BYTES: usize = 1 << 20;
+/// A ledger is a few lines per rotation or configuration change, and keeps
+/// the last [`KEPT_KEY_IDS`] key_ids: a file larger than this was not
+/// written by sceau.
+pub const MAX_LEDGER_BYTES: usize = 60 * 1024;
+/// Key_ids the ledger keeps, the newest: an older one is still accepted by
+/// its generation (`KeyIdTable::generation_for`), and never given again
+/// (the TPM's counter is past it).
+pub const KEPT_KEY_IDS: usize = 256;
+/// Retired generations the ledger keeps, the newest, for `kek list`.
+pub const KEPT_RETIRED: usize = 64;
 
 const KEY_ID_DOMAIN: &[u8] = b"sceau key_id v5\0";
 const SINGLE_NODE_CONFIG_DOMAIN: &[u8] = b"sceau single-node configuration\0";
@@ -262,21 +269,46 @@ impl Ledger {
         Ok(ledger)
     }
 
+    /// The ledger's text, bounded: every open generation, the newest
+    /// [`KEPT_RETIRED`] retired ones, and the newest [`KEPT_KEY_IDS`]
+    /// key_ids of the generations kept. What it drops was only a record:
+    /// an older key_id still opens by its generation, and no number or
+    /// epoch is given again (the TPM holds the newer ones).
     pub fn render(&self) -> String {
+        let retired: Vec<u32> = self
+            .generations
+            .iter()
+            .filter(|(_, g)| g.retired.is_some())
+            .map(|(n, _)| *n)
+            .collect();
+        let dropped: BTreeSet<u32> = retired[..retired.len().saturating_sub(KEPT_RETIRED)]
+            .iter()
+            .copied()
+            .collect();
+        let kept = || {
+            self.generations
+                .iter()
+                .filter(|(n, _)| !dropped.contains(n))
+        };
         let mut text = format!("{LEDGER_HEADER}\n");
-        for (n, record) in &self.generations {
+        for (n, record) in kept() {
             text.push_str(&format!(
                 "generation {n} name {} made {}\n",
                 hex(&record.name),
                 record.made
             ));
         }
-        for (n, record) in &self.generations {
+        for (n, record) in kept() {
             if let Some(at) = record.retired {
                 text.push_str(&format!("retired {n} at {at}\n"));
             }
         }
-        for record in &self.key_ids {
+        let key_ids: Vec<&KeyIdRecord> = self
+            .key_ids
+            .iter()
+            .filter(|r| !dropped.contains(&r.generation))
+            .collect();
+        for record in &key_ids[key_ids.len().saturating_sub(KEPT_KEY_IDS)..] {
             text.push_str(&format!(
                 "key_id {} generation {} epoch {} config {} at {}\n",
                 record.key_id,

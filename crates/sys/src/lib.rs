@@ -379,7 +379,7 @@ const SCAN_CHUNK: usize = 64 * 1024;
 ///
 /// Open it before the process is made non-dumpable (`forbid_core_dumps`):
 /// the kernel then gives /proc/self/mem to root, mode 0600, and a process
-/// running as any other uid (the unit's DynamicUser) can no longer open it,
+/// running as any other uid (the unit's user, sceau) can no longer open it,
 /// while an open descriptor keeps working (the kernel checks access once,
 /// at open). `serve` drops it before the sandbox closes the filesystem.
 pub struct OwnMemory(std::fs::File);

@@ -180,3 +180,36 @@ fn a_key_id_opens_only_under_its_own_open_generation() {
         KeyIdVerdict::Unknown
     );
 }
+
+/// Years of rotations and restarts with changes stay under the size sceau
+/// reads: the ledger keeps the newest records and still parses.
+#[test]
+fn a_long_history_renders_within_the_bound() {
+    let config = single_node_config(None);
+    let mut ledger = Ledger::default();
+    for generation in 0..=MAX_GENERATION {
+        let name = [0x00, 0x0b, (generation >> 8) as u8, generation as u8];
+        ledger.note_generation(generation, &name, 1);
+        for restart in 0..2 {
+            let epoch = u64::from(generation) * 2 + restart + 1;
+            ledger.note_key_id(record(generation, epoch, &name, config));
+        }
+        if generation > 3 {
+            ledger.note_retired(generation - 3, 2);
+        }
+    }
+    let text = ledger.render();
+    assert!(text.len() <= MAX_LEDGER_BYTES, "{} bytes", text.len());
+    let read = Ledger::parse(&text).unwrap();
+    // Two key_ids for each generation kept: 4 open, 64 retired.
+    assert_eq!(read.key_ids().len(), (4 + KEPT_RETIRED) * 2);
+    assert_eq!(read.key_ids().last(), ledger.key_ids().last());
+    assert_eq!(
+        read.generations()
+            .values()
+            .filter(|g| g.retired.is_some())
+            .count(),
+        KEPT_RETIRED
+    );
+    assert_eq!(read.next_generation(&BTreeSet::new()), MAX_GENERATION + 1);
+}
