@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 seconds=${1:-60}
-targets=(envelope kms_request cli cluster_envelope key_files boot_policy recovery_input spire_attestation recovery_share protected_file event_log)
+targets=(envelope kms_request cli cluster_envelope key_files boot_policy recovery_input spire_attestation recovery_share protected_file event_log kek_ledger)
 # FUZZ_TARGETS="a b" runs only those targets (for the longer runs).
 if [ -n "${FUZZ_TARGETS:-}" ]; then
     read -r -a targets <<<"$FUZZ_TARGETS"

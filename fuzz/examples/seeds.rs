@@ -55,7 +55,8 @@ fn main() -> std::io::Result<()> {
     write_all(&root.join("spire_attestation"), spire_attestation_seeds())?;
     write_all(&root.join("recovery_share"), recovery_share_seeds())?;
     write_all(&root.join("protected_file"), protected_file_seeds())?;
-    write_all(&root.join("event_log"), event_log_seeds())
+    write_all(&root.join("event_log"), event_log_seeds())?;
+    write_all(&root.join("kek_ledger"), kek_ledger_seeds())
 }
 
 /// Share files: the pinned 2-of-3 shares as `recovery-keygen` made them,
@@ -1281,4 +1282,32 @@ fn many_members() -> String {
     let error = values_from_etcdctl_json(&text).expect_err("1025 members are refused");
     assert!(error.to_string().contains("too many members"), "{error}");
     text
+}
+
+/// A ledger as sceau writes it after two rotations and a retire, and two
+/// of its lines alone.
+fn kek_ledger_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use sceau_format::kek::{KeyIdRecord, Ledger, key_id, single_node_config};
+    let config = single_node_config(None);
+    let names: [&[u8]; 3] = [&[0x00, 0x0b, 1, 2, 3], &[0x00, 0x0b, 4, 5, 6], &[0x00, 0x0b, 7, 8, 9]];
+    let mut ledger = Ledger::default();
+    for (generation, name) in (0u32..).zip(names) {
+        ledger.note_generation(generation, name, 1_780_000_000 + u64::from(generation));
+        let epoch = u64::from(generation) + 1;
+        ledger.note_key_id(KeyIdRecord {
+            key_id: key_id(generation, epoch, name, &config),
+            generation,
+            epoch,
+            config,
+            at: 1_780_000_100 + epoch,
+        });
+    }
+    ledger.note_retired(1, 1_780_000_500);
+    let text = ledger.render();
+    let key_id_line = text.lines().find(|l| l.starts_with("key_id")).unwrap_or_default().to_string();
+    vec![
+        ("two-rotations-one-retire", text.clone().into_bytes()),
+        ("key-id-line", key_id_line.into_bytes()),
+        ("generation-line", b"generation 0 name 000b010203 made 1780000000\n".to_vec()),
+    ]
 }

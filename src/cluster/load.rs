@@ -67,27 +67,38 @@ pub enum LoadError {
 }
 
 /// Reads every `*.pub` file of `dir`, and the recovery key if given, and
-/// checks that `own` (this TPM's keys) is one of them, and with
-/// `enrollment` that the enrollment key endorsed every file.
+/// checks that this TPM is one of them under one of its KEK generations
+/// (`own`, the current first: the first one listed is this node's member
+/// key, and its generation is returned), and with `enrollment` that the
+/// enrollment key endorsed every file.
 pub fn load(
     dir: &Path,
     recovery_file: Option<&Path>,
-    own: Member,
+    own: &[(u32, Member)],
     enrollment: Option<&EnrollmentPublic>,
-) -> Result<Membership, LoadError> {
+) -> Result<(Membership, u32), LoadError> {
     let members = read_members(dir, enrollment)?;
     let files = members.len();
     let recovery = recovery_file
         .map(|path| read_pinned(path, RECOVERY_PUBLIC_LABEL))
         .transpose()?;
-    Membership::from_keys(own, members, recovery).map_err(|error| match error {
-        MembershipError::NotAMember(name) => LoadError::NotAMember {
-            name,
-            files,
-            dir: dir.to_path_buf(),
-        },
-        other => other.into(),
-    })
+    let listed = |member: &Member| members.iter().any(|m| m.srk.name() == member.srk.name());
+    let (generation, member) = own
+        .iter()
+        .find(|(_, member)| listed(member))
+        .or(own.first())
+        .cloned()
+        .expect("a TPM holds at least generation 0");
+    Membership::from_keys(member, members, recovery)
+        .map(|membership| (membership, generation))
+        .map_err(|error| match error {
+            MembershipError::NotAMember(name) => LoadError::NotAMember {
+                name,
+                files,
+                dir: dir.to_path_buf(),
+            },
+            other => other.into(),
+        })
 }
 
 /// The former members of `--former-members DIR`: members removed from the

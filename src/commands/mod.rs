@@ -90,8 +90,8 @@ fn open_tpm_explained(config: &TpmConfig) -> anyhow::Result<Tpm> {
     })
 }
 
-/// The SRK as a storage key, which cluster mode and enrollment need.
-/// This node as a member: its SRK and its envelope signing key.
+/// This node as enrollment proves it: generation 0's storage key (the
+/// SRK) and its envelope signing key.
 fn own_member(tpm: &Tpm) -> anyhow::Result<Member> {
     Ok(tpm.member()?)
 }

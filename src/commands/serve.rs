@@ -229,6 +229,7 @@ fn load_membership(
         }
         (None, None) => None,
     };
+    let own = tpm.members_by_generation()?;
     let membership = match (&options.members, &options.recovery_key) {
         (None, None) => {
             log::warn!(
@@ -237,15 +238,26 @@ fn load_membership(
             );
             return Ok(None);
         }
-        (Some(dir), recovery) => sceau::cluster::load::load(
-            dir,
-            recovery.as_deref(),
-            super::own_member(tpm)?,
-            enrollment.as_ref(),
-        )
-        .with_context(|| format!("loading the members in {}", dir.display()))?,
+        (Some(dir), recovery) => {
+            let (membership, generation) =
+                sceau::cluster::load::load(dir, recovery.as_deref(), &own, enrollment.as_ref())
+                    .with_context(|| format!("loading the members in {}", dir.display()))?;
+            let current = own[0].0;
+            if generation != current {
+                log::warn!(
+                    "the member files list this node under KEK generation {generation}, not the \
+                     current {current}: DEKs are wrapped for generation {generation} until \
+                     `sceau srk-public` is copied to every member (docs/ha.md, \"Rotating a \
+                     member's KEK\")"
+                );
+            }
+            membership
+        }
         (None, Some(recovery)) => {
-            { sceau::cluster::load::alone_with_recovery(recovery, super::own_member(tpm)?) }
+            // The current generation: a rotation takes effect at the next
+            // start, for this node and the recovery key alone.
+            let current = own[0].1.clone();
+            { sceau::cluster::load::alone_with_recovery(recovery, current) }
                 .with_context(|| format!("loading the recovery key {}", recovery.display()))?
         }
     };

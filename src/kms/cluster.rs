@@ -22,7 +22,7 @@ use sceau_format::duplicate::check_sealed_public;
 use sceau_format::envelope::Envelope;
 use sceau_format::members::{Membership, Refusal, unsigned_envelope_key_id};
 use sceau_format::text::printable;
-use sceau_format::wrapped::{ClusterEnvelope, Encoded, Role};
+use sceau_format::wrapped::{ClusterEnvelope, Encoded, Recipient, Role};
 use sceau_kms_api::pb::DecryptRequest;
 use sceau_tpm::sealed::ImportableObject;
 use sceau_tpm::secret::Dek;
@@ -67,7 +67,7 @@ impl<T: SealingTpm> Cluster<T> {
         &self,
         key_id: &str,
         envelope: &ClusterEnvelope,
-    ) -> Result<ImportableObject, Status> {
+    ) -> Result<(ImportableObject, u32), Status> {
         match self.membership.verify(envelope, key_id) {
             Ok(()) => {}
             Err(Refusal::Unsigned) if self.accept_unsigned => {
@@ -95,16 +95,37 @@ impl<T: SealingTpm> Cluster<T> {
             }
         }
         let own_name = self.membership.own_name();
-        let entry = envelope.entry_for(own_name).ok_or_else(|| {
+        let (entry, generation) = self.own_entry(envelope).ok_or_else(|| {
             Status::invalid_argument(format!(
-                "envelope-not-for-this-tpm: this node's SRK {} is not a recipient; the recipients are {}",
+                "envelope-not-for-this-tpm: none of this node's KEK generations (member key {}) is a \
+                 recipient; the recipients are {}",
                 hex(own_name),
                 describe_recipients(envelope)
             ))
         })?;
         let area = check_sealed_public(&envelope.object_public).map_err(malformed)?;
         ImportableObject::for_checked_public(&area, &entry.blob.duplicate, &entry.blob.in_sym_seed)
+            .map(|object| (object, generation))
             .map_err(malformed)
+    }
+
+    /// This node's entry in an envelope, and the KEK generation it was
+    /// wrapped for: a member entry whose Name is one of the generations the
+    /// TPM holds (a member file made before a rotation names an older one),
+    /// else the membership's own key, which a fake TPM holds under no
+    /// generation.
+    fn own_entry<'e>(&self, envelope: &'e ClusterEnvelope) -> Option<(&'e Recipient, u32)> {
+        let table = self.single.keys().table();
+        envelope
+            .recipients
+            .iter()
+            .filter(|r| r.role == Role::Member)
+            .find_map(|r| table.generation_named(&r.name).map(|g| (r, g)))
+            .or_else(|| {
+                envelope
+                    .entry_for(self.membership.own_name())
+                    .map(|entry| (entry, 0))
+            })
     }
 }
 
@@ -137,8 +158,8 @@ impl<T: SealingTpm> Sealer for Cluster<T> {
     ) -> Result<Pending<'a, Result<Dek, Fault>>, Status> {
         match Envelope::parse(&request.ciphertext, &request.annotations) {
             Ok(Envelope::Wrapped(envelope)) => {
-                let object = self.importable_entry(&request.key_id, &envelope)?;
-                Ok(Box::pin(self.tpm.unseal_imported(object)))
+                let (object, generation) = self.importable_entry(&request.key_id, &envelope)?;
+                Ok(Box::pin(self.tpm.unseal_imported(object, generation)))
             }
             Ok(Envelope::Sealed(blobs)) => {
                 let generation = self.single.check_key_id(&request.key_id)?;

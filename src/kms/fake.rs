@@ -163,7 +163,11 @@ impl SealingTpm for FakeTpm {
 
     /// The fake holds no storage key, so no import succeeds: a real TPM
     /// refuses every entry that was not wrapped for its SRK.
-    async fn unseal_imported(&self, _object: ImportableObject) -> Result<Dek, Fault> {
+    async fn unseal_imported(
+        &self,
+        _object: ImportableObject,
+        _generation: u32,
+    ) -> Result<Dek, Fault> {
         self.unseals.fetch_add(1, Ordering::SeqCst);
         self.injected()?;
         Err(Fault::EnvelopeRejected)

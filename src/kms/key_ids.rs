@@ -4,7 +4,7 @@
 //! the key_id it reports and the generation it seals under always agree.
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 
@@ -36,7 +36,7 @@ impl ServedKeys {
         let table = KeyIdTable::new(
             current,
             name,
-            open_numbers(generations),
+            &generations.open,
             generations
                 .counter
                 .max(ledger.key_ids().last().map_or(0, |r| r.epoch)),
@@ -61,7 +61,14 @@ impl ServedKeys {
             config: [0; 32],
             at: 0,
         };
-        let table = KeyIdTable::new(current, &[], BTreeSet::from([0]), 0, [], [key_id.clone()]);
+        let table = KeyIdTable::new(
+            current,
+            &[],
+            &BTreeMap::from([(0, Vec::new())]),
+            0,
+            [],
+            [key_id.clone()],
+        );
         Self {
             table: RwLock::new(Arc::new(table)),
             legacy: vec![key_id],
@@ -114,7 +121,7 @@ impl ServedKeys {
         let table = Arc::new(KeyIdTable::new(
             current,
             name,
-            open_numbers(generations),
+            &generations.open,
             counter,
             before.known(),
             self.legacy.clone(),
@@ -122,8 +129,4 @@ impl ServedKeys {
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = table.clone();
         Ok(table)
     }
-}
-
-fn open_numbers(generations: &Generations) -> BTreeSet<u32> {
-    generations.open.keys().copied().collect()
 }

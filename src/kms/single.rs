@@ -33,6 +33,11 @@ impl<T: SealingTpm> SingleNode<T> {
         Self { tpm, keys }
     }
 
+    /// The key_ids and generations served, which cluster mode reads too.
+    pub(super) fn keys(&self) -> &ServedKeys {
+        &self.keys
+    }
+
     /// The generation a version 1 envelope's key_id names
     /// (`KeyIdTable::generation_for`): a key_id this node reported, or of
     /// the form before generations (the SRK's own, bound to a policy key

@@ -1251,3 +1251,171 @@ async fn only_member_files_endorsed_by_the_enrollment_key_are_admitted() {
         assert!(log.contains(&named) && log.contains(why), "{case}: {log}");
     }
 }
+
+/// `sceau kek` on node `node`'s TPM, with its state directory (the test
+/// kit's `<socket>.state`); sceau must be stopped (swtpm has no resource
+/// manager).
+fn kek_on(tmp: &TempDir, node: &Node, label: &str, args: &[&str]) -> String {
+    let state = tmp.join(&format!("{label}.state"));
+    let mut all = vec!["kek"];
+    all.extend(args);
+    let tcti = node.tpm.tcti();
+    all.extend(["--tcti", &tcti, "--state-dir", state.to_str().unwrap()]);
+    sceau_tool(tmp, &all)
+}
+
+fn former_dir(tmp: &TempDir, label: &str, files: &[&str]) -> PathBuf {
+    let dir = tmp.subdir(label);
+    for (i, file) in files.iter().enumerate() {
+        std::fs::write(dir.join(format!("former-{i}.pub")), file).unwrap();
+    }
+    dir
+}
+
+/// A member rotates its KEK (docs/ha.md, "Rotating a member's KEK"): its
+/// new member file is made known everywhere first (`--former-members`),
+/// then becomes the member file while the old one turns former, node by
+/// node; at no step does a member fail to open what another wrote, the
+/// rotated node opens entries wrapped for either of its generations, and
+/// the recovery key opens everything. Shown failing: with Decrypt looking
+/// for the membership's own key only, node b refused the envelope node a
+/// wrote for b's new generation ("envelope-not-for-this-tpm").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_rotates_its_kek_without_a_moment_of_unreadable_envelopes() {
+    let tmp = TempDir::new("cluster-rotation");
+    let mut a = Node::new(&tmp, "a");
+    let mut b = Node::new(&tmp, "b");
+    let recovery = recovery_key(&tmp);
+    let old = members_dir(&tmp, "members-old", &[&a, &b]);
+    a.serve(&tmp, "a", &old, Some(&recovery.public));
+    b.serve(&tmp, "b", &old, Some(&recovery.public));
+    let mut ca = a.client().await;
+    let dek_old = random_bytes(32);
+    let sealed_old = encrypt(&mut ca, &dek_old).await;
+
+    // b rotates (its sceau stopped: swtpm has no resource manager); its
+    // new member file names generation 1's key.
+    b.sceau = None;
+    let rotated = kek_on(&tmp, &b, "b", &["rotate"]);
+    assert!(rotated.starts_with("generation 1 key_id"), "{rotated}");
+    let b_new = sceau_tool(&tmp, &["srk-public", "--tcti", &b.tpm.tcti()]);
+    assert_ne!(
+        header(&b_new, "name"),
+        b.name(),
+        "the new file names the new key"
+    );
+
+    // Step 1: the new file known everywhere, not yet a recipient.
+    let known = former_dir(&tmp, "former-new", &[&b_new]);
+    let step1 = ["--former-members", known.to_str().unwrap()];
+    b.serve_with(&tmp, "b", &old, Some(&recovery.public), &step1);
+    a.serve_with(&tmp, "a", &old, Some(&recovery.public), &step1);
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    assert_eq!(decrypt(&mut cb, &sealed_old).await.unwrap(), dek_old);
+
+    // Step 2, node by node: the new file is the member file, the old one former.
+    let mut b_node = Node {
+        tpm: b.tpm,
+        member_file: b_new.clone(),
+        sceau: b.sceau.take(),
+    };
+    let new = members_dir(&tmp, "members-new", &[&a, &b_node]);
+    let retired = former_dir(&tmp, "former-old", &[&b.member_file]);
+    let step2 = ["--former-members", retired.to_str().unwrap()];
+    a.serve_with(&tmp, "a", &new, Some(&recovery.public), &step2);
+    let mut ca2 = a.client().await;
+    let dek_mid = random_bytes(32);
+    let sealed_mid = encrypt(&mut ca2, &dek_mid).await;
+    assert_ne!(
+        sealed_mid.key_id, sealed_old.key_id,
+        "a new membership, a new key_id"
+    );
+    // b, not yet rolled, opens a's envelope for its new generation.
+    let mid = decrypt(&mut cb, &sealed_mid).await;
+    assert_eq!(mid.as_deref().ok(), Some(dek_mid.as_slice()), "{mid:?}");
+    b_node.serve_with(&tmp, "b", &new, Some(&recovery.public), &step2);
+    let mut cb2 = b_node.client().await;
+    let dek_new = random_bytes(32);
+    let sealed_new = encrypt(&mut cb2, &dek_new).await;
+    for (what, client, sealed, dek) in [
+        (
+            "b opens the old envelope (generation 0)",
+            &mut cb2,
+            &sealed_old,
+            &dek_old,
+        ),
+        (
+            "b opens a's envelope (generation 1)",
+            &mut cb2,
+            &sealed_mid,
+            &dek_mid,
+        ),
+        ("a opens b's new envelope", &mut ca2, &sealed_new, &dek_new),
+        ("a opens the old envelope", &mut ca2, &sealed_old, &dek_old),
+    ] {
+        let opened = decrypt(client, sealed).await;
+        assert_eq!(
+            opened.as_deref().ok(),
+            Some(dek.as_slice()),
+            "{what}: {opened:?}"
+        );
+    }
+    drop((ca, cb));
+    for (sealed, dek) in [
+        (&sealed_old, &dek_old),
+        (&sealed_mid, &dek_mid),
+        (&sealed_new, &dek_new),
+    ] {
+        assert_eq!(&recover_envelope(&tmp, &recovery, &sealed.ciphertext), dek);
+    }
+}
+
+/// With `--recovery-key` on a single node (a cluster of this node and the
+/// recovery key), DEKs are wrapped for the current KEK generation; once an
+/// older generation is retired, its envelopes no longer open on the node,
+/// and the recovery key still opens them (docs/rotation-and-backup.md,
+/// "What retire destroys"). Shown failing: with the membership built on
+/// the SRK whatever the generation, the envelope after the rotation was
+/// still wrapped for generation 0 and opened after the retire.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_recovery_key_a_retired_generation_opens_only_with_the_recovery_key() {
+    let tmp = TempDir::new("recovery-retire");
+    let node = Node::new(&tmp, "a");
+    let recovery = recovery_key(&tmp);
+    let recovery_arg = recovery.public.to_str().unwrap().to_string();
+    let start = |tmp: &TempDir| {
+        Sceau::start_on_socket(
+            tmp,
+            &tmp.join("a.sock"),
+            &node.tpm.tcti(),
+            &["--recovery-key", &recovery_arg],
+        )
+    };
+    let rotate = |tmp: &TempDir| kek_on(tmp, &node, "a", &["rotate"]);
+    rotate(&tmp);
+    let sceau = start(&tmp);
+    let mut client = sceau.client().await;
+    let dek = random_bytes(32);
+    let sealed = encrypt(&mut client, &dek).await;
+    assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);
+    drop(client);
+    drop(sceau);
+    rotate(&tmp);
+    let retired = kek_on(&tmp, &node, "a", &["retire", "--generation", "1"]);
+    assert!(retired.contains("generation 1 retired"), "{retired}");
+    let sceau = start(&tmp);
+    let mut client = sceau.client().await;
+    let refused = decrypt(&mut client, &sealed)
+        .await
+        .expect_err("an envelope for a retired generation");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().starts_with("envelope-not-for-this-tpm"),
+        "{refused:?}"
+    );
+    assert_eq!(recover_envelope(&tmp, &recovery, &sealed.ciphertext), dek);
+    let dek2 = random_bytes(32);
+    let sealed2 = encrypt(&mut client, &dek2).await;
+    assert_eq!(decrypt(&mut client, &sealed2).await.unwrap(), dek2);
+}

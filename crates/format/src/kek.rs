@@ -444,6 +444,9 @@ pub struct KeyIdTable {
     pub current_name: Vec<u8>,
     /// Every generation the TPM holds, 0 included.
     pub open: BTreeSet<u32>,
+    /// The same generations by their keys' Names: which one a cluster
+    /// envelope's entry was wrapped for.
+    names: BTreeMap<Vec<u8>, u32>,
     /// The epoch counter when this table was made.
     pub counter: u64,
     /// Every key_id of the new form a ledger or this process knows, by epoch.
@@ -471,7 +474,7 @@ impl KeyIdTable {
     pub fn new<'a>(
         current: KeyIdRecord,
         current_name: &[u8],
-        open: BTreeSet<u32>,
+        open: &BTreeMap<u32, Vec<u8>>,
         counter: u64,
         known: impl IntoIterator<Item = &'a KeyIdRecord>,
         legacy: impl IntoIterator<Item = KeyId>,
@@ -483,10 +486,16 @@ impl KeyIdTable {
             counter: counter.max(current.epoch),
             current,
             current_name: current_name.to_vec(),
-            open,
+            open: open.keys().copied().collect(),
+            names: open.iter().map(|(n, name)| (name.clone(), *n)).collect(),
             known,
             legacy: legacy.into_iter().map(|k| k.as_str().to_owned()).collect(),
         }
+    }
+
+    /// The generation whose key has TPM Name `name`, if the TPM holds it.
+    pub fn generation_named(&self, name: &[u8]) -> Option<u32> {
+        self.names.get(name).copied()
     }
 
     /// Every key_id of the new form this table knows, oldest first.

@@ -292,9 +292,27 @@ impl Tpm {
     }
 
     /// This TPM as a cluster member: its SRK and envelope signing key, read
-    /// back through the member file's own parsers.
+    /// back through the member file's own parsers. Enrollment proves this
+    /// one, generation 0's, against the EK.
     pub fn member(&self) -> Result<Member, MemberKeysError> {
-        let srk = StorageKey::from_tpm2b_public(&self.srk.tpm2b_public()?)?;
+        self.member_with(&self.srk.tpm2b_public()?)
+    }
+
+    /// This TPM as a member under each KEK generation it holds, the current
+    /// (highest) first: the storage key members wrap DEKs for is the
+    /// generation's, the signing key is the same for all. `srk-public`
+    /// prints the first; `serve` takes the first one the member files list.
+    pub fn members_by_generation(&self) -> Result<Vec<(u32, Member)>, MemberKeysError> {
+        let mut members = Vec::with_capacity(self.generations.len() + 1);
+        for (n, generation) in self.generations.iter().rev() {
+            members.push((*n, self.member_with(&generation.public)?));
+        }
+        members.push((0, self.member()?));
+        Ok(members)
+    }
+
+    fn member_with(&self, storage_key: &[u8]) -> Result<Member, MemberKeysError> {
+        let srk = StorageKey::from_tpm2b_public(storage_key)?;
         let signing = self
             .signing_key_public()
             .ok_or(MemberKeysError::NoSigningKey)??;
@@ -396,12 +414,17 @@ impl Tpm {
         unsealed
     }
 
-    /// TPM2_Import of a cluster envelope's entry under the SRK, then Load,
+    /// TPM2_Import of a cluster envelope's entry under KEK `generation` (the
+    /// storage key the entry was wrapped for), then Load,
     /// Unseal and FlushContext as for a local object. Import's inputs are
     /// encrypted to the SRK and its output under it, so no session is needed
     /// to keep the DEK off the bus; Unseal still runs in the salted session.
-    pub fn unseal_imported(&mut self, object: &ImportableObject) -> Result<Dek, TpmError> {
-        let parent = self.srk.handle;
+    pub fn unseal_imported(
+        &mut self,
+        object: &ImportableObject,
+        generation: u32,
+    ) -> Result<Dek, TpmError> {
+        let parent = self.generation_key(generation)?;
         let private = self
             .observer
             .timed(TpmCommand::Import, || {
@@ -424,7 +447,7 @@ impl Tpm {
                 private,
                 auth_policy: object.auth_policy,
             },
-            0,
+            generation,
         )
     }
 

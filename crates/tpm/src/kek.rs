@@ -26,7 +26,8 @@ use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::dynamic_handles::Persistent;
 use tss_esapi::interface_types::resource_handles::{NvAuth, Provision};
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{CapabilityData, NvPublicBuilder, Public};
+use tss_esapi::structures::{CapabilityData, NvPublicBuilder, Public, PublicBuffer};
+use tss_esapi::traits::Marshall as _;
 
 use super::fault::{Fault, TpmError};
 use super::srk::{Srk, SrkAlgorithm, template};
@@ -53,6 +54,9 @@ pub struct OpenGeneration {
     pub handle: KeyHandle,
     /// Its TPM Name, which its key_ids cover.
     pub name: Vec<u8>,
+    /// Its public area as a marshalled TPM2B_PUBLIC: a cluster member file's
+    /// storage key, when this generation is what members wrap DEKs for.
+    pub public: Vec<u8>,
 }
 
 /// Why a generation command could not be done; every message says what to
@@ -141,6 +145,7 @@ pub fn read_open(
             OpenGeneration {
                 handle: KeyHandle::from(object),
                 name: name.value().to_vec(),
+                public: tpm2b_public(public)?,
             },
         );
     }
@@ -172,6 +177,7 @@ pub fn create(
             c.create(srk.handle, template, None, None, None, None)
         })
         .map_err(|e| TpmError::new("Create (KEK generation)", e))?;
+    let public = tpm2b_public(created.out_public.clone())?;
     let loaded = ctx
         .execute_with_session(Some(AuthSession::Password), |c| {
             c.load(srk.handle, created.out_private, created.out_public)
@@ -200,7 +206,14 @@ pub fn create(
     Ok(OpenGeneration {
         handle: KeyHandle::from(object),
         name: name.value().to_vec(),
+        public,
     })
+}
+
+fn tpm2b_public(public: Public) -> Result<Vec<u8>, TpmError> {
+    PublicBuffer::try_from(public)
+        .and_then(|buffer| buffer.marshall())
+        .map_err(|e| TpmError::new("marshal KEK generation public", e))
 }
 
 /// Destroys an open generation: EvictControl of its persistent handle.

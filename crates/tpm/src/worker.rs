@@ -107,13 +107,14 @@ fn kek_fault(error: KekError) -> TpmError {
     }
 }
 
-/// Import, Load, Unseal and Flush of a version 2 envelope's entry.
-struct UnsealImported(ImportableObject);
+/// Import, Load, Unseal and Flush of a cluster envelope's entry, under
+/// the KEK generation it was wrapped for.
+struct UnsealImported(ImportableObject, u32);
 
 impl Request for UnsealImported {
     type Reply = Dek;
     fn run(&self, tpm: &mut Tpm) -> Result<Dek, TpmError> {
-        tpm.unseal_imported(&self.0)
+        tpm.unseal_imported(&self.0, self.1)
     }
 }
 
@@ -204,10 +205,12 @@ pub trait SealingTpm: Send + Sync + 'static {
     fn read_generations(&self) -> impl Future<Output = Result<Generations, Fault>> + Send;
     /// A new epoch from the TPM's counter.
     fn next_epoch(&self) -> impl Future<Output = Result<u64, Fault>> + Send;
-    /// Import, Load and Unseal of a version 2 envelope's entry.
+    /// Import, Load and Unseal of a cluster envelope's entry under KEK
+    /// `generation`.
     fn unseal_imported(
         &self,
         object: ImportableObject,
+        generation: u32,
     ) -> impl Future<Output = Result<Dek, Fault>> + Send;
     /// Sign of a cluster envelope's digest with the envelope signing key:
     /// `r ‖ s`, low s.
@@ -325,8 +328,12 @@ impl SealingTpm for TpmWorker {
         self.submit(NextEpoch).await
     }
 
-    async fn unseal_imported(&self, object: ImportableObject) -> Result<Dek, Fault> {
-        self.submit(UnsealImported(object)).await
+    async fn unseal_imported(
+        &self,
+        object: ImportableObject,
+        generation: u32,
+    ) -> Result<Dek, Fault> {
+        self.submit(UnsealImported(object, generation)).await
     }
 
     async fn sign_envelope(&self, digest: [u8; 32]) -> Result<[u8; SIGNATURE_LEN], Fault> {

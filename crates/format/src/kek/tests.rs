@@ -2,6 +2,7 @@
 //! rule that picks a Decrypt's generation.
 
 use super::*;
+use std::collections::BTreeMap;
 
 const NAME_1: &[u8] = &[0x00, 0x0b, 1, 1, 1];
 const NAME_2: &[u8] = &[0x00, 0x0b, 2, 2, 2];
@@ -144,7 +145,7 @@ fn a_key_id_opens_only_under_its_own_open_generation() {
     let table = KeyIdTable::new(
         current.clone(),
         NAME_2,
-        BTreeSet::from([0, 1]),
+        &BTreeMap::from([(0, NAME_1.to_vec()), (1, NAME_2.to_vec())]),
         5,
         ledger.key_ids(),
         [legacy.clone()],
@@ -179,6 +180,8 @@ fn a_key_id_opens_only_under_its_own_open_generation() {
         table.generation_for("sceau-0011223344556677"),
         KeyIdVerdict::Unknown
     );
+    assert_eq!(table.generation_named(NAME_2), Some(1));
+    assert_eq!(table.generation_named(&[0x00, 0x0b, 9]), None);
 }
 
 /// Years of rotations and restarts with changes stay under the size sceau
