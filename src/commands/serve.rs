@@ -229,7 +229,6 @@ fn load_membership(
         }
         (None, None) => None,
     };
-    let own = tpm.members_by_generation()?;
     let membership = match (&options.members, &options.recovery_key) {
         (None, None) => {
             log::warn!(
@@ -239,6 +238,7 @@ fn load_membership(
             return Ok(None);
         }
         (Some(dir), recovery) => {
+            let own = tpm.members_by_generation()?;
             let (membership, generation) =
                 sceau::cluster::load::load(dir, recovery.as_deref(), &own, enrollment.as_ref())
                     .with_context(|| format!("loading the members in {}", dir.display()))?;
@@ -256,7 +256,7 @@ fn load_membership(
         (None, Some(recovery)) => {
             // The current generation: a rotation takes effect at the next
             // start, for this node and the recovery key alone.
-            let current = own[0].1.clone();
+            let current = tpm.members_by_generation()?.remove(0).1;
             { sceau::cluster::load::alone_with_recovery(recovery, current) }
                 .with_context(|| format!("loading the recovery key {}", recovery.display()))?
         }
@@ -266,6 +266,13 @@ fn load_membership(
         Some(dir) => sceau::cluster::load::former(membership, dir, enrollment.as_ref())
             .with_context(|| format!("loading the former members in {}", dir.display()))?,
     };
+    // This node under its other KEK generations: envelopes wrapped for
+    // them (before a rotation reached the member files) keep opening here.
+    let own = tpm
+        .members_by_generation()?
+        .into_iter()
+        .map(|(_, member)| member);
+    let membership = membership.with_own_generations(own);
     if options.accept_unsigned_envelopes {
         log::warn!(
             "--accept-unsigned-envelopes: version 2 envelopes open unsigned, and anyone with a \

@@ -268,6 +268,19 @@ impl Membership {
         Ok(self)
     }
 
+    /// Also accepts envelopes whose membership includes this node under
+    /// another of its KEK generations (older keys its TPM still holds):
+    /// known, as former members are, and receiving no new DEK. Keys already
+    /// known are left as they are.
+    pub fn with_own_generations(mut self, own: impl IntoIterator<Item = Member>) -> Self {
+        for member in own {
+            if self.known.by_srk(member.srk.name()).is_none() {
+                self.known.0.push(member);
+            }
+        }
+        self
+    }
+
     pub fn key_id(&self) -> &KeyId {
         &self.key_id
     }

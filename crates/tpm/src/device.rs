@@ -118,6 +118,9 @@ pub struct Tpm {
     srk: Srk,
     /// The KEK generations 1 and up the TPM holds (generation 0 is `srk`).
     generations: BTreeMap<u32, OpenGeneration>,
+    /// Whether a resource manager swaps objects in and out (/dev/tpmrm0):
+    /// else the TPM's few object slots are sceau's to manage.
+    resource_manager: bool,
     signing_key: Option<EnvelopeSigningKey>,
     boot: Option<BootPolicies>,
     session: Option<AuthSession>,
@@ -169,6 +172,7 @@ impl Tpm {
             ctx,
             srk,
             generations,
+            resource_manager: config.tcti.has_resource_manager(),
             signing_key,
             boot,
             session: None,
@@ -225,7 +229,17 @@ impl Tpm {
     }
 
     /// The storage key of KEK `generation`: the SRK for 0.
-    fn generation_key(&self, generation: u32) -> Result<KeyHandle, TpmError> {
+    /// The parent for work under `generation`. A generation's persistent key
+    /// takes an object slot while in use; on a TPM without a resource
+    /// manager the envelope signing key gives its slot back first
+    /// (`EnvelopeSigningKey::set_aside`).
+    fn generation_key(&mut self, generation: u32) -> Result<KeyHandle, TpmError> {
+        if generation > 0
+            && !self.resource_manager
+            && let Some(key) = self.signing_key.as_mut()
+        {
+            key.set_aside(&mut self.ctx)?;
+        }
         match generation {
             0 => Ok(self.srk.handle),
             n => self
@@ -323,7 +337,7 @@ impl Tpm {
     /// TPM2_Sign of a cluster envelope's digest with the envelope signing
     /// key. A TPM opened without one answers as if the key were not loaded.
     pub fn sign_envelope(&mut self, digest: &[u8; 32]) -> Result<[u8; SIGNATURE_LEN], TpmError> {
-        let key = self.signing_key.as_ref().ok_or_else(|| {
+        let key = self.signing_key.as_mut().ok_or_else(|| {
             TpmError::new(
                 "Sign",
                 tss_esapi::Error::WrapperError(tss_esapi::WrapperErrorKind::WrongParamSize),

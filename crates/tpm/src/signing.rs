@@ -23,6 +23,7 @@ use tss_esapi::structures::{
 };
 use tss_esapi::traits::Marshall as _;
 use tss_esapi::tss2_esys::TPMT_TK_HASHCHECK;
+use tss_esapi::utils::TpmsContext;
 
 use super::fault::TpmError;
 use super::observe::{Observer, TpmCommand};
@@ -39,6 +40,8 @@ const UNIQUE_LABEL: &[u8] = b"sceau envelope signing key";
 pub struct EnvelopeSigningKey {
     handle: KeyHandle,
     public: Public,
+    /// Set while the key is out of the TPM ([`EnvelopeSigningKey::set_aside`]).
+    saved: Option<TpmsContext>,
 }
 
 impl EnvelopeSigningKey {
@@ -53,6 +56,7 @@ impl EnvelopeSigningKey {
         Ok(Self {
             handle: created.key_handle,
             public: created.out_public,
+            saved: None,
         })
     }
 
@@ -70,13 +74,44 @@ impl EnvelopeSigningKey {
 
     /// TPM2_Sign of a SHA-256 digest sceau computed: with a null ticket,
     /// which an unrestricted key accepts. Returns `r ‖ s`, low s.
+    /// Gives the key's object slot back to the TPM (ContextSave, then
+    /// FlushContext) until the next Sign loads it again: on a TPM without a
+    /// resource manager, which holds as few as three objects, cluster mode
+    /// keeps the SRK and this key loaded, and an Import and Load under a KEK
+    /// generation (a persistent key, which takes a slot while in use) needs
+    /// one more. Under /dev/tpmrm0 the kernel does this itself.
+    pub fn set_aside(&mut self, ctx: &mut Context) -> Result<(), TpmError> {
+        if self.saved.is_some() {
+            return Ok(());
+        }
+        let saved = ctx
+            .context_save(self.handle.into())
+            .map_err(|e| TpmError::new("ContextSave (signing key)", e))?;
+        ctx.flush_context(self.handle.into())
+            .map_err(|e| TpmError::new("FlushContext (signing key)", e))?;
+        self.saved = Some(saved);
+        Ok(())
+    }
+
+    /// The key's handle, loaded again first if it was set aside.
+    fn loaded(&mut self, ctx: &mut Context) -> Result<KeyHandle, TpmError> {
+        if let Some(saved) = self.saved.take() {
+            let object = ctx
+                .context_load(saved)
+                .map_err(|e| TpmError::new("ContextLoad (signing key)", e))?;
+            self.handle = KeyHandle::from(object);
+        }
+        Ok(self.handle)
+    }
+
     pub fn sign(
-        &self,
+        &mut self,
         ctx: &mut Context,
         observer: &Observer,
         digest: &[u8; 32],
     ) -> Result<[u8; SIGNATURE_LEN], TpmError> {
         let wrap = |e| TpmError::new("Sign", e);
+        let handle = self.loaded(ctx)?;
         let digest = Digest::try_from(digest.to_vec()).map_err(wrap)?;
         let ticket = HashcheckTicket::try_from(TPMT_TK_HASHCHECK {
             tag: TPM2_ST_HASHCHECK,
@@ -84,7 +119,6 @@ impl EnvelopeSigningKey {
             digest: Default::default(),
         })
         .map_err(wrap)?;
-        let handle = self.handle;
         let signature = observer
             .timed(TpmCommand::Sign, || {
                 ctx.execute_with_session(Some(AuthSession::Password), |c| {

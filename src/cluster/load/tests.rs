@@ -1,6 +1,16 @@
 use p256::SecretKey;
 use sceau_format::random::SystemRandom;
 
+/// `load` with this node under generation 0 only, as before generations.
+fn load_own(
+    dir: &std::path::Path,
+    recovery: Option<&std::path::Path>,
+    own: Member,
+    enrollment: Option<&sceau_format::endorsement::EnrollmentPublic>,
+) -> Result<Membership, LoadError> {
+    load(dir, recovery, &[(0, own)], enrollment).map(|(membership, _)| membership)
+}
+
 use super::*;
 use sceau_format::duplicate::import_in_software;
 use sceau_format::key_id::KeyId;
@@ -68,7 +78,7 @@ fn every_member_computes_the_same_key_id_and_opens_the_envelope() {
     let dir = members_dir(&keys);
     let views: Vec<Membership> = keys
         .iter()
-        .map(|k| load(dir.path(), None, (*k).clone(), None).unwrap())
+        .map(|k| load_own(dir.path(), None, (*k).clone(), None).unwrap())
         .collect();
     assert!(views.windows(2).all(|w| w[0].key_id() == w[1].key_id()));
     assert_eq!(views[0].key_id().as_str().len(), "sceau-".len() + 32);
@@ -89,14 +99,14 @@ fn membership_changes_change_the_key_id() {
     let parties: Vec<_> = (0..3).map(|_| key()).collect();
     let keys: Vec<&Member> = parties.iter().map(|(_, k)| k).collect();
     let own = keys[0].clone();
-    let three = load(members_dir(&keys).path(), None, own.clone(), None).unwrap();
-    let two = load(members_dir(&keys[..2]).path(), None, own.clone(), None).unwrap();
+    let three = load_own(members_dir(&keys).path(), None, own.clone(), None).unwrap();
+    let two = load_own(members_dir(&keys[..2]).path(), None, own.clone(), None).unwrap();
     assert_ne!(three.key_id(), two.key_id());
     let recovery = RecoveryIdentity::generate();
     let dir = members_dir(&keys);
     let recovery_path = dir.path().join("recovery.key");
     std::fs::write(&recovery_path, recovery.public_file()).unwrap();
-    let with_recovery = load(dir.path(), Some(&recovery_path), own, None).unwrap();
+    let with_recovery = load_own(dir.path(), Some(&recovery_path), own, None).unwrap();
     assert_ne!(three.key_id(), with_recovery.key_id());
     let encoded = sealed(&with_recovery, &parties[0].0, &[1; 32]);
     let dek = recovery
@@ -111,7 +121,7 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     let (_, b) = key();
     let (_, outsider) = key();
     let dir = members_dir(&[&a, &b]);
-    let refused = load(dir.path(), None, outsider, None);
+    let refused = load_own(dir.path(), None, outsider, None);
     assert!(
         matches!(refused, Err(LoadError::NotAMember { files: 2, .. })),
         "{refused:?}"
@@ -125,7 +135,7 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
         .collect();
     std::fs::write(&path, unpinned).unwrap();
     assert!(matches!(
-        load(dir.path(), None, a.clone(), None),
+        load_own(dir.path(), None, a.clone(), None),
         Err(LoadError::Pinned {
             source: PinnedKeyError::Unpinned,
             ..
@@ -133,7 +143,7 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     ));
     std::fs::write(&path, text.replace(&hex(b.srk.name()), &hex(a.srk.name()))).unwrap();
     assert!(matches!(
-        load(dir.path(), None, a.clone(), None),
+        load_own(dir.path(), None, a.clone(), None),
         Err(LoadError::Pinned {
             source: PinnedKeyError::PinMismatch { .. },
             ..
@@ -145,7 +155,7 @@ fn refuses_unpinned_mispinned_duplicate_and_foreign_members() {
     )
     .unwrap();
     assert!(matches!(
-        load(dir.path(), None, a.clone(), None),
+        load_own(dir.path(), None, a.clone(), None),
         Err(LoadError::Duplicate(_))
     ));
 }
@@ -162,7 +172,7 @@ fn refuses_member_keys_that_are_not_tcg_srks() {
     };
     let dir = members_dir(&[&own, &imported]);
     assert!(matches!(
-        load(dir.path(), None, own.clone(), None),
+        load_own(dir.path(), None, own.clone(), None),
         Err(LoadError::NotAnSrk {
             attributes: 0x0003_0440,
             ..
@@ -184,7 +194,7 @@ fn refuses_member_files_others_can_write_own_or_link() {
     let (_, a) = key();
     let (_, b) = key();
     let dir = members_dir(&[&a, &b]);
-    let try_load = || load(dir.path(), None, a.clone(), None);
+    let try_load = || load_own(dir.path(), None, a.clone(), None);
     let untrusted = |result: Result<Membership, LoadError>| match result {
         Err(LoadError::Untrusted(why)) => why.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
@@ -224,7 +234,7 @@ fn refuses_member_files_others_can_write_own_or_link() {
     chmod(shared.path(), 0o777);
     let below = shared.path().join("members");
     std::fs::rename(dir.path(), &below).unwrap();
-    let result = load(&below, None, a.clone(), None);
+    let result = load_own(&below, None, a.clone(), None);
     std::fs::rename(&below, dir.path()).unwrap();
     assert!(untrusted(result).contains(&shared.path().display().to_string()));
 }
