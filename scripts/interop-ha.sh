@@ -38,7 +38,15 @@
 #      all three; each sceau is restarted in turn (same key_id), then its
 #      kube-apiserver, and the Secret reads back through all three; a Secret
 #      written through c reads back through a and b;
-#   3. `etcdctl snapshot save` (etcdctl v3.7.0, built from the module), every
+#   3. node b rotates its KEK (docs/ha.md, "Rotating a member's KEK"):
+#      `sceau kek rotate`, its new member file known everywhere through
+#      --former-members (the key_id unchanged), then the member files
+#      rolled node by node, each kube-apiserver restarted after its sceau:
+#      a Secret written through the node just rolled reads back through the
+#      other two (old or new membership), the three agree on a new key_id,
+#      the rewrite (kubectl replace) and `sceau-recover inventory
+#      --require-current` pass;
+#   4. `etcdctl snapshot save` (etcdctl v3.7.0, built from the module), every
 #      process stopped and every swtpm's state deleted; `sceau-recover recover`
 #      with alice's share alone exits 1 before opening anything, saying it has
 #      1 of the 2 shares needed; then `sceau-recover recover --share ALICE
@@ -400,6 +408,81 @@ for i in "${nodes[@]}"; do
     check_readyz "$i" "readyz-kms-providers-final-${node_names[i]}"
     kill -0 "${sceau_pids[i]}" 2>/dev/null || fail "sceau-${node_names[i]}-running" "sceau ${node_names[i]} is no longer running"
 done
+
+# ---------------------------------------------------------------- KEK rotation of a member
+# docs/ha.md, "Rotating a member's KEK", on node b: b's new generation, its
+# new member file made known everywhere, then the member files rolled node
+# by node with each kube-apiserver restarted (so that it writes under its
+# sceau's new membership at once); after each step a Secret written through
+# the node just rolled reads back through the two others, which have not
+# seen its DEK seed, then the rewrite and inventory --require-current.
+echo "== b rotates its KEK"
+build_k8s_tools
+write_kubeconfig
+stop "${sceau_pids[1]}" 10
+sceau_pids[1]=""
+if rotated=$(target/debug/sceau kek rotate --tcti "$(tcti 1)" --state-dir "$(node_file 1 state d)" 2>"$tmp/rotate.err"); then
+    pass "kek-rotate-b ($rotated)"
+else
+    fail kek-rotate-b "$(cat "$tmp/rotate.err")"
+fi
+known="$tmp/former-known" members_new="$tmp/members-new" former_old="$tmp/former-old"
+mkdir "$known" "$members_new" "$former_old"
+target/debug/sceau srk-public --tcti "$(tcti 1)" >"$known/b.pub"
+cp "$members/a.pub" "$members/c.pub" "$known/b.pub" "$members_new/"
+cp "$members/b.pub" "$former_old/b.pub"
+if [ "$(sed -n 's/^name: //p' "$known/b.pub")" != "$(sed -n 's/^name: //p' "$members/b.pub")" ]; then
+    pass "b-new-member-file (name $(sed -n 's/^name: //p' "$known/b.pub" | head -c 20)…, generation 1's key)"
+else
+    fail b-new-member-file "srk-public printed the old key"
+fi
+# Step 2: the new file known everywhere, not yet a recipient.
+sceau_serve_args=(--members "$members" --recovery-key "$tmp/recovery.pub" --former-members "$known")
+start_sceau 1
+restart_sceau 0
+restart_sceau 2
+check_key_ids key-id-unchanged-with-the-new-file-known
+[ "$cluster_key_id" = "$first_key_id" ] ||
+    fail key-id-unchanged-with-the-new-file-known "was $first_key_id, now ${cluster_key_id:-not one}"
+# Step 3, node by node: the new file a member, the old one former.
+sceau_serve_args=(--members "$members_new" --recovery-key "$tmp/recovery.pub" --former-members "$former_old")
+rolled=()
+for n in "${nodes[@]}"; do
+    name=${node_names[n]}
+    restart_sceau "$n"
+    rolled+=("$n")
+    if ! restart_apiserver "$n"; then
+        fail "rotation-apiserver-$name-restart" "kube-apiserver $name did not become ready again"
+        continue
+    fi
+    secret="sceau-ha-rolled-$name"
+    plaintext="sceau-plaintext-rolled-$name-$(openssl rand -hex 8)"
+    value=$(printf %s "$plaintext" | base64 -w0)
+    create_secret "$n" "create-after-rolling-$name" "$secret" "$value"
+    for i in "${nodes[@]}"; do
+        [ "$i" = "$n" ] && continue
+        # Not restarted since before this write: its Decrypt count grows.
+        check_read "$i" "rolled-$name-read-through-${node_names[i]}" "$secret" "$value" 1
+    done
+    check_read "$n" "secret-a-through-rolled-$name" "$secret_a" "$value_a"
+done
+check_key_ids key-id-same-after-the-roll
+new_key_id=$cluster_key_id
+if [ -n "$new_key_id" ] && [ "$new_key_id" != "$first_key_id" ]; then
+    pass "key-id-new-after-the-roll ($first_key_id -> $new_key_id)"
+else
+    fail key-id-new-after-the-roll "before $first_key_id, after ${new_key_id:-not one}"
+fi
+rewrite rewrite-after-rotation
+"$bin/etcdctl" --endpoints "$etcd_url" get --prefix /registry/secrets -w json >"$tmp/after-rotation.json"
+if out=$(target/debug/sceau-recover inventory --etcd-json "$tmp/after-rotation.json" --require-current "$new_key_id" 2>&1); then
+    pass "inventory-require-current-after-rotation ($(tail -n 1 <<<"$out"))"
+else
+    fail inventory-require-current-after-rotation "$(tr '\n' ' ' <<<"$out" | head -c 400)"
+fi
+read_through_all read-a-after-rotation "$secret_a" "$value_a"
+# What the recovery below verifies signatures against: today's members.
+members=$members_new
 
 # ---------------------------------------------------------------- recovery
 echo "== etcdctl snapshot save; etcdctl get --prefix /registry/secrets -w json"

@@ -236,7 +236,11 @@ start_sceau() { # start_sceau I: serves node I's swtpm on its socket; waits unti
     local i=$1 socket log
     socket=$(node_file "$i" kms sock)
     log=$(node_file "$i" sceau log)
-    "$sceau_bin" serve --socket "$socket" --tcti "$(tcti "$i")" --state-dir "$(node_file "$i" state d)" \
+    # Each node's own KEK ledger; a release from before KEK generations
+    # (interop-ha's upgrade) has no --state-dir.
+    local state=()
+    "$sceau_bin" serve --help 2>/dev/null | grep -q -- --state-dir && state=(--state-dir "$(node_file "$i" state d)")
+    "$sceau_bin" serve --socket "$socket" --tcti "$(tcti "$i")" "${state[@]}" \
         "${sceau_serve_args[@]}" >>"$log" 2>&1 &
     sceau_pids[i]=$!
     for _ in $(seq 200); do

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use prost::Message;
-use sceau::kms::SealingTpm;
 use sceau_format::duplicate::BOUND_IMPORTED_OBJECT_ATTRIBUTES;
 use sceau_format::enrollment::{Request, challenge_files, request_file};
 use sceau_format::members::{Member, member_file};
@@ -606,10 +605,11 @@ fn pin(dir: &Path) -> std::io::Result<()> {
         let membership = sceau::cluster::load::load(
             &members_dir,
             Some(&recovery_path),
-            members[0].clone(),
+            &[(0, members[0].clone())],
             None,
         )
-        .expect("the membership loads");
+        .expect("the membership loads")
+        .0;
         let to_sign = membership.seal(PINNED_DEK).expect("seals");
         let signature = pinned::signer(0).sign(to_sign.digest());
         Ok(to_sign.finish(&signature))

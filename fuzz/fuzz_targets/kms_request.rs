@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use sceau::kms::{KmsService, SealingTpm, service_for};
+use sceau::kms::{KmsService, service_for};
 use sceau_format::envelope::{Envelope, EnvelopeError, MAX_CIPHERTEXT_LEN};
 use sceau_format::members::Refusal;
 use sceau_fuzz::{Call, FakeTpm, decode_header};

@@ -91,6 +91,15 @@ async fn stop(mut sceau: Sceau) -> String {
     sceau.stderr_text()
 }
 
+/// The key_id is of the generation form and names `generation`.
+fn assert_generation(key_id: &str, generation: u32) {
+    assert_eq!(
+        generation_and_epoch(key_id).map(|(g, _)| g),
+        Some(generation),
+        "{key_id}"
+    );
+}
+
 async fn served_key_id(sceau: &Sceau) -> String {
     let mut client = sceau.client().await;
     rpc::status(&mut client).await.key_id
@@ -138,11 +147,7 @@ async fn rotate_reload_by_restart_and_retire_for_good() {
     let dek0 = random_bytes(32);
     let sceau = node.serve();
     let key_id0 = served_key_id(&sceau).await;
-    assert_eq!(
-        generation_and_epoch(&key_id0).map(|(g, _)| g),
-        Some(0),
-        "{key_id0}"
-    );
+    assert_generation(&key_id0, 0);
     let mut client = sceau.client().await;
     let envelope0 = rpc::seal(&mut client, &key_id0, &dek0).await;
     drop(client);
@@ -226,11 +231,7 @@ async fn rotate_reload_by_restart_and_retire_for_good() {
     assert!(list.contains("2           current"), "{list}");
     // The restored ledger lacks generation 2's key_id: a new one, never a
     // key_id reported before.
-    assert_eq!(
-        generation_and_epoch(&served).map(|(g, _)| g),
-        Some(2),
-        "{served}"
-    );
+    assert_generation(&served, 2);
     assert!(![&key_id0, &key_id1].contains(&&served));
     let _ = key_id2;
 }
@@ -292,11 +293,7 @@ async fn a_reload_serves_what_the_tpm_holds_without_dropping_calls() {
     node.rotate();
     let sceau = node.serve();
     let first = served_key_id(&sceau).await;
-    assert_eq!(
-        generation_and_epoch(&first).map(|(g, _)| g),
-        Some(1),
-        "{first}"
-    );
+    assert_generation(&first, 1);
     let mut client = sceau.client().await;
     let dek = random_bytes(32);
     let envelope = rpc::seal(&mut client, &first, &dek).await;
@@ -332,11 +329,7 @@ async fn a_reload_serves_what_the_tpm_holds_without_dropping_calls() {
     }
     busy.await
         .expect("every Decrypt during the reload succeeds");
-    assert_eq!(
-        generation_and_epoch(&after).map(|(g, _)| g),
-        Some(1),
-        "{after}"
-    );
+    assert_generation(&after, 1);
     assert!(
         after != first && after != second,
         "{after}: a key_id never reported"

@@ -343,56 +343,19 @@ fn persistent(raw: u32) -> Result<PersistentTpmHandle, TpmError> {
 }
 
 /// Whether a public area is the storage key template sceau's generations
-/// use (the SRK's, of its algorithm): the unique part aside, equal.
+/// use (the SRK's, of its algorithm): equal to it once its unique part (the
+/// key itself) is the template's.
 fn is_generation_key(public: &Public, algorithm: SrkAlgorithm) -> bool {
     let Ok(expected) = template(algorithm) else {
         return false;
     };
-    match (public, &expected) {
-        (
-            Public::Ecc {
-                object_attributes,
-                name_hashing_algorithm,
-                auth_policy,
-                parameters,
-                ..
-            },
-            Public::Ecc {
-                object_attributes: a,
-                name_hashing_algorithm: n,
-                auth_policy: p,
-                parameters: q,
-                ..
-            },
-        ) => {
-            object_attributes == a
-                && name_hashing_algorithm == n
-                && auth_policy == p
-                && parameters == q
-        }
-        (
-            Public::Rsa {
-                object_attributes,
-                name_hashing_algorithm,
-                auth_policy,
-                parameters,
-                ..
-            },
-            Public::Rsa {
-                object_attributes: a,
-                name_hashing_algorithm: n,
-                auth_policy: p,
-                parameters: q,
-                ..
-            },
-        ) => {
-            object_attributes == a
-                && name_hashing_algorithm == n
-                && auth_policy == p
-                && parameters == q
-        }
-        _ => false,
+    let mut candidate = public.clone();
+    match (&mut candidate, &expected) {
+        (Public::Ecc { unique, .. }, Public::Ecc { unique: empty, .. }) => *unique = empty.clone(),
+        (Public::Rsa { unique, .. }, Public::Rsa { unique: empty, .. }) => *unique = empty.clone(),
+        _ => return false,
     }
+    candidate == expected
 }
 
 /// A TPM refusal in words where sceau knows its meaning.
