@@ -300,7 +300,11 @@ fn bench_membership(tmp: &TempDir, config: &TpmConfig) -> Arc<Membership> {
     }
     let recovery = tmp.join("bench-recovery.pub");
     std::fs::write(&recovery, RecoveryIdentity::generate().public_file()).unwrap();
-    Arc::new(sceau::cluster::load::load(&dir, Some(&recovery), own, None).unwrap())
+    Arc::new(
+        sceau::cluster::load::load(&dir, Some(&recovery), &[(0, own)], None)
+            .unwrap()
+            .0,
+    )
 }
 
 /// The service, the TPM worker and the gRPC server, as in the daemon.

@@ -186,9 +186,9 @@ async fn rotate_reload_by_restart_and_retire_for_good() {
     stop(sceau).await;
 
     let list = node.kek_ok(&["kek", "list"]);
-    assert!(list.contains(&format!("0           open     ")), "{list}");
+    assert!(list.contains("0           open     "), "{list}");
     assert!(
-        list.contains(&format!("current  ")) && list.contains(&key_id1),
+        list.contains("current  ") && list.contains(&key_id1),
         "{list}"
     );
 

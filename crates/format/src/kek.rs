@@ -417,20 +417,10 @@ fn number<T: std::str::FromStr>(text: &str) -> Option<T> {
     canonical.then(|| text.parse().ok()).flatten()
 }
 
+/// Lowercase hex as sceau writes it, at most a Name's or a digest's length.
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || text.len() > 256 {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| {
-            let pair = text.get(i..i + 2)?;
-            pair.bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-                .then(|| u8::from_str_radix(pair, 16).ok())
-                .flatten()
-        })
-        .collect()
+    let canonical = text.len() <= 256 && !text.bytes().any(|b| b.is_ascii_uppercase());
+    canonical.then(|| crate::text::decode_hex(text)).flatten()
 }
 
 /// Which generation a key_id presented with a Decrypt opens under, from

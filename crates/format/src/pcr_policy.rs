@@ -50,6 +50,8 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+
+use crate::text::decode_hex;
 use sha2::{Digest as _, Sha256};
 
 use super::json::{self, Json, JsonError};
@@ -557,17 +559,6 @@ pub fn write_signed_policies(policies: &[SignedPolicy]) -> String {
         })
         .collect();
     format!("{{\"{BANK}\":[{}]}}\n", entries.join(","))
-}
-
-fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    // from_str_radix alone would take a sign ("+f").
-    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -52,6 +52,19 @@ pub fn printable(text: &str) -> String {
     shown
 }
 
+/// Bytes from hex digits, two per byte, either case; `None` for an odd
+/// length or any other character (`from_str_radix` alone would take a sign,
+/// "+f").
+pub fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
 /// `seconds` after the epoch in UTC, to the second, as RFC 3339 writes
 /// it: `2026-12-04T18:07:48Z`.
 pub fn utc(seconds: u64) -> String {
