@@ -99,6 +99,10 @@ for dir in /usr/lib/systemd/system /lib/systemd/system; do
 done
 cp "${units[@]}" "$root/etc/systemd/system/"
 ln "$binary" "$root/usr/sbin/sceau" 2>/dev/null || cp "$binary" "$root/usr/sbin/sceau"
+# ExecReload= runs /bin/kill (procps; /bin is /usr/bin on a merged-/usr
+# system), which verify also wants executable in the root.
+mkdir -p "$root/bin"
+cp "$(type -P kill)" "$root/bin/kill"
 
 echo "== systemd-analyze verify ${units[*]} (root: /usr/sbin/sceau = $binary)"
 verify_rc=0
