@@ -1288,7 +1288,7 @@ fn many_members() -> String {
 /// of its lines alone.
 fn kek_ledger_seeds() -> Vec<(&'static str, Vec<u8>)> {
     use sceau_format::kek::{KeyIdRecord, Ledger, key_id, single_node_config};
-    let config = single_node_config(None);
+    let config = single_node_config(None, None);
     let names: [&[u8]; 3] = [&[0x00, 0x0b, 1, 2, 3], &[0x00, 0x0b, 4, 5, 6], &[0x00, 0x0b, 7, 8, 9]];
     let mut ledger = Ledger::default();
     for (generation, name) in (0u32..).zip(names) {

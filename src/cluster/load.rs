@@ -64,6 +64,36 @@ pub enum LoadError {
         path: PathBuf,
         source: EndorsementError,
     },
+    #[error(
+        "{path} is not a membership epoch: it holds one number from 1, the same on every member \
+         (docs/ha.md, \"The membership epoch\")"
+    )]
+    BadEpoch { path: PathBuf },
+}
+
+/// The file in a members directory that holds the membership's epoch.
+pub const EPOCH_FILE: &str = "epoch";
+
+/// The membership epoch in `DIR/epoch`, one number from 1 on one line, read
+/// with the member files' checks; `None` without the file.
+pub fn epoch(dir: &Path) -> Result<Option<u64>, LoadError> {
+    let path = dir.join(EPOCH_FILE);
+    let text = match trusted_files::read_trusted(&path) {
+        Ok(text) => text,
+        Err(TrustError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let number = text.strip_suffix('\n').unwrap_or(&text);
+    let canonical = !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit())
+        && !number.starts_with('0');
+    canonical
+        .then(|| number.parse().ok())
+        .flatten()
+        .map(Some)
+        .ok_or(LoadError::BadEpoch { path })
 }
 
 /// Reads every `*.pub` file of `dir`, and the recovery key if given, and

@@ -100,7 +100,7 @@ fn rotate(
     // this very key_id. Without a ledger, a node without a policy key.
     let config = ledger
         .last_config()
-        .unwrap_or_else(|| single_node_config(None));
+        .unwrap_or_else(|| single_node_config(None, None));
     let mut made = || -> anyhow::Result<KeyIdRecord> {
         let epoch = tpm.next_epoch()?;
         let record = KeyIdRecord {

@@ -119,7 +119,12 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let membership = load_membership(&options, &tpm, auth_policy)?;
     //    The KEK generation and the key_id, with the state directory's
     //    ledger, written while the filesystem is open.
-    let served_keys = served_keys(&options, &mut tpm)?;
+    let digest = membership.as_ref().map(|m| m.digest().0);
+    let served_keys = served_keys(&options, &mut tpm, digest.as_ref())?;
+    let membership = membership
+        .map(|m| membership_at_its_epoch(&options, &mut tpm, m, &served_keys))
+        .transpose()?
+        .map(Arc::new);
     clock.step("KEK generations, key_id");
     //    Stop signals wait from here until their handlers exist.
     let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
@@ -211,7 +216,7 @@ fn load_membership(
     options: &ServeOptions,
     tpm: &Tpm,
     auth_policy: Option<[u8; 32]>,
-) -> anyhow::Result<Option<Arc<Membership>>> {
+) -> anyhow::Result<Option<Membership>> {
     if options.members.is_none() && options.enrollment_key.is_some() {
         anyhow::bail!("--enrollment-key checks member files: give --members DIR too");
     }
@@ -289,12 +294,70 @@ fn load_membership(
     for recipient in membership.describe() {
         log::info!("cluster {recipient}");
     }
-    let bound = match auth_policy {
-        Some(_) => ", every DEK bound to the boot policy key",
-        None => "",
+    if auth_policy.is_some() {
+        log::info!("cluster mode: every DEK bound to the boot policy key");
+    }
+    Ok(Some(membership))
+}
+
+/// The cluster key_id's epoch, so that a membership brought back never
+/// reports a key_id it reported before (docs/ha.md, "The membership
+/// epoch"). With `--members`, the epoch is the members directory's `epoch`
+/// file, the same on every member; this node refuses an epoch lower than
+/// one it served, and the same epoch with another membership (the TPM's
+/// membership mark). With `--recovery-key` alone, the node is the whole
+/// membership and its own key_id's epoch, from the TPM's counter, serves.
+fn membership_at_its_epoch(
+    options: &ServeOptions,
+    tpm: &mut Tpm,
+    membership: Membership,
+    served_keys: &ServedKeys,
+) -> anyhow::Result<Membership> {
+    let Some(dir) = &options.members else {
+        let membership = membership.with_epoch(served_keys.table().current.epoch);
+        log::info!("cluster mode: key_id {}", membership.key_id());
+        return Ok(membership);
     };
-    log::info!("cluster mode: key_id {}{bound}", membership.key_id());
-    Ok(Some(Arc::new(membership)))
+    let file = dir.join(sceau::cluster::load::EPOCH_FILE);
+    let Some(epoch) = sceau::cluster::load::epoch(dir)? else {
+        log::warn!(
+            "no {}: the cluster key_id is the membership's alone, so a membership brought back \
+             (a member out and in again) reports its earlier key_id; write the same number, \
+             from 1, into that file on every member (docs/ha.md, \"The membership epoch\")",
+            file.display()
+        );
+        log::info!("cluster mode: key_id {}", membership.key_id());
+        return Ok(membership);
+    };
+    let digest = membership.digest().0;
+    match tpm
+        .membership_mark()
+        .context("reading the membership mark")?
+    {
+        Some((served, _)) if served > epoch => bail!(
+            "{} says epoch {epoch}, but this node has served epoch {served}: an older membership \
+             would report a key_id it reported before; write a number above {served} into {} \
+             on every member",
+            file.display(),
+            file.display()
+        ),
+        Some((served, mark)) if served == epoch && mark != digest => bail!(
+            "the membership changed, but {} still says epoch {epoch}: write {} into it on every \
+             member, so that the new membership has a key_id never reported before",
+            file.display(),
+            epoch + 1
+        ),
+        Some((served, _)) if served == epoch => {}
+        _ => tpm
+            .set_membership_mark(epoch, &digest)
+            .context("recording the membership epoch in the TPM")?,
+    }
+    let membership = membership.with_epoch(epoch);
+    log::info!(
+        "cluster mode: key_id {} (membership epoch {epoch})",
+        membership.key_id()
+    );
+    Ok(membership)
 }
 
 /// Sandboxes the process, moves the TPM to its thread, builds the runtime,
@@ -389,13 +452,17 @@ fn confine_and_serve(
 /// The served generation and key_id at start: the ledger's last key_id if
 /// nothing changed (`sceau::kek::allocate`), else a new one from the TPM's
 /// epoch counter, recorded in the ledger before serving.
-fn served_keys(options: &ServeOptions, tpm: &mut Tpm) -> anyhow::Result<Arc<ServedKeys>> {
+fn served_keys(
+    options: &ServeOptions,
+    tpm: &mut Tpm,
+    membership: Option<&[u8; 32]>,
+) -> anyhow::Result<Arc<ServedKeys>> {
     let state = StateDir::open(&options.state_dir, true)?;
     let mut ledger = state.read_ledger()?;
     let generations = tpm
         .read_generations()
         .context("reading the KEK generations")?;
-    let config = single_node_config(tpm.policy_key_name());
+    let config = single_node_config(tpm.policy_key_name(), membership);
     let counter = generations.counter;
     let record =
         sceau::kek::allocate(&mut ledger, &generations, &config, || Ok(tpm.next_epoch()?))?;

@@ -1076,7 +1076,13 @@ async fn a_single_node_with_a_recovery_key_has_a_backup() {
     let dek = random_bytes(32);
     let sealed = encrypt(&mut client, &dek).await;
     assert_eq!(sealed.ciphertext[0], 0x03, "a signed cluster envelope");
-    assert_eq!(sealed.key_id.len(), "sceau-".len() + 32, "a cluster key_id");
+    // A cluster key_id at this node's own epoch (the TPM's counter).
+    assert!(sealed.key_id.starts_with("sceau-m"), "{}", sealed.key_id);
+    assert_eq!(
+        sealed.key_id.len(),
+        "sceau-m1-".len() + 32,
+        "a cluster key_id"
+    );
     assert_eq!(rpc::status(&mut client).await.key_id, sealed.key_id);
     assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);
     assert_eq!(recover_envelope(&tmp, &recovery, &sealed.ciphertext), dek);
@@ -1428,4 +1434,90 @@ async fn with_a_recovery_key_a_retired_generation_opens_only_with_the_recovery_k
     let dek2 = random_bytes(32);
     let sealed2 = encrypt(&mut client, &dek2).await;
     assert_eq!(decrypt(&mut client, &sealed2).await.unwrap(), dek2);
+}
+
+fn with_epoch(dir: &Path, epoch: u64) -> &Path {
+    std::fs::write(dir.join("epoch"), format!("{epoch}\n")).unwrap();
+    dir
+}
+
+/// The KMS v2 rule that a key_id is never reported for another thing: a
+/// membership brought back under a higher epoch reports a new key_id and
+/// still opens what it wrote before; a node refuses an epoch lower than one
+/// it served, and the same epoch with another membership (its TPM holds
+/// the mark, so no restored file undoes it); on a single node with a
+/// recovery key, turning the key off and on again gives a new key_id each
+/// time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_membership_brought_back_never_reports_an_earlier_key_id() {
+    let tmp = TempDir::new("membership-epoch");
+    let mut a = Node::new(&tmp, "a");
+    let b = Node::new(&tmp, "b");
+    let recovery = recovery_key(&tmp);
+    let both = members_dir(&tmp, "both", &[&a, &b]);
+    a.serve(&tmp, "a", with_epoch(&both, 1), Some(&recovery.public));
+    let mut client = a.client().await;
+    let first = rpc::status(&mut client).await.key_id;
+    assert!(first.starts_with("sceau-m1-"), "{first}");
+    let dek = random_bytes(32);
+    let sealed = encrypt(&mut client, &dek).await;
+    drop(client);
+
+    let alone = members_dir(&tmp, "alone", &[&a]);
+    let former = members_dir(&tmp, "former-b", &[&b]);
+    let former_arg = former.to_str().unwrap().to_string();
+    a.serve_with(
+        &tmp,
+        "a",
+        with_epoch(&alone, 2),
+        Some(&recovery.public),
+        &["--former-members", &former_arg],
+    );
+    let mut client = a.client().await;
+    let second = rpc::status(&mut client).await.key_id;
+    drop(client);
+
+    let again = members_dir(&tmp, "both-again", &[&a, &b]);
+    a.serve(&tmp, "a", with_epoch(&again, 3), Some(&recovery.public));
+    let mut client = a.client().await;
+    let third = rpc::status(&mut client).await.key_id;
+    assert!(third.starts_with("sceau-m3-"), "{third}");
+    assert!(first != second && second != third && first != third);
+    assert_eq!(decrypt(&mut client, &sealed).await.unwrap(), dek);
+    drop(client);
+    a.sceau.take().expect("serving").terminate();
+
+    let recovery_arg = recovery.public.to_str().unwrap();
+    let older = start_refused(
+        &tmp,
+        &a,
+        with_epoch(&both, 1),
+        &["--recovery-key", recovery_arg],
+    );
+    assert!(older.contains("has served epoch 3"), "{older}");
+    let changed = start_refused(
+        &tmp,
+        &a,
+        with_epoch(&alone, 3),
+        &["--recovery-key", recovery_arg],
+    );
+    assert!(changed.contains("still says epoch 3"), "{changed}");
+
+    // One node, the recovery key off, on, off, on: four key_ids.
+    let single = Node::new(&tmp, "single");
+    let mut seen = Vec::new();
+    for with_recovery in [false, true, false, true] {
+        let extra: Vec<&str> = match with_recovery {
+            true => vec!["--recovery-key", recovery_arg],
+            false => vec![],
+        };
+        let mut sceau =
+            Sceau::start_on_socket(&tmp, &tmp.join("single.sock"), &single.tpm.tcti(), &extra);
+        let mut client = sceau.client().await;
+        seen.push(rpc::status(&mut client).await.key_id);
+        drop(client);
+        sceau.terminate();
+    }
+    let distinct: std::collections::BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(distinct.len(), 4, "{seen:?}");
 }

@@ -41,6 +41,14 @@ pub const EPOCH_COUNTER_INDEX: u32 = 0x013B_0000;
 /// OWNERREAD, NO_DA. Anyone with the owner authorization can push it
 /// further, which only makes the next key_id new sooner.
 pub const EPOCH_COUNTER_ATTRIBUTES: u32 = (1 << 4) | (1 << 1) | (1 << 17) | (1 << 25);
+/// The cluster membership mark: the highest membership epoch this node
+/// served and that membership's digest (8 + 32 bytes), an ordinary NV index
+/// next to the epoch counter. A node refuses a lower epoch, and the same
+/// epoch with another membership.
+pub const MEMBERSHIP_MARK_INDEX: u32 = 0x013B_0001;
+/// TPMA_NV of the mark: TPM_NT_ORDINARY, OWNERWRITE, OWNERREAD, NO_DA.
+pub const MEMBERSHIP_MARK_ATTRIBUTES: u32 = (1 << 1) | (1 << 17) | (1 << 25);
+pub const MEMBERSHIP_MARK_SIZE: u16 = 40;
 /// Where the ledger lives in the state directory.
 pub const LEDGER_FILE: &str = "kek-ledger";
 /// A ledger is a few lines per rotation or configuration change, and keeps
@@ -69,9 +77,14 @@ pub fn generation_of_handle(handle: u32) -> Option<u32> {
     (1..=MAX_GENERATION).contains(&n).then_some(n)
 }
 
-/// What a single node's key_id names besides its generation: the boot
-/// policy key new objects are sealed to, or none.
-pub fn single_node_config(policy_key_name: Option<&[u8]>) -> [u8; 32] {
+/// What a node's key_id names besides its generation: the boot policy key
+/// new objects are sealed to, or none, and in cluster mode (`--members`, or
+/// `--recovery-key` alone) the membership's digest, so that turning a
+/// recovery key on and off again takes a new epoch each time.
+pub fn single_node_config(
+    policy_key_name: Option<&[u8]>,
+    membership: Option<&[u8; 32]>,
+) -> [u8; 32] {
     let mut hash = Sha256::new();
     hash.update(SINGLE_NODE_CONFIG_DOMAIN);
     match policy_key_name {
@@ -81,6 +94,10 @@ pub fn single_node_config(policy_key_name: Option<&[u8]>) -> [u8; 32] {
             hash.update(u16::try_from(name.len()).unwrap_or(u16::MAX).to_be_bytes());
             hash.update(name);
         }
+    }
+    if let Some(digest) = membership {
+        hash.update([3]);
+        hash.update(digest);
     }
     hash.finalize().into()
 }

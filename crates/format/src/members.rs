@@ -31,6 +31,8 @@ pub const RECOVERY_PUBLIC_LABEL: &str = "SCEAU RECOVERY PUBLIC KEY";
 const UNSIGNED_KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v3\0";
 /// v4: every member's SRK and signing key Names, and the recovery Name.
 const KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id v4\0";
+/// A membership's key_id at an epoch (`MembershipDigest::key_id`).
+const EPOCH_KEY_ID_DOMAIN: &[u8] = b"sceau cluster key_id at an epoch\0";
 
 /// Why a member or recovery public file's text is not a pinned key.
 #[derive(Debug, thiserror::Error)]
@@ -121,11 +123,11 @@ impl KnownMembers {
         self.0.iter().find(|m| m.srk.name() == name)
     }
 
-    /// Checks a signed envelope and returns the key_id of its membership:
+    /// Checks a signed envelope and returns the digest of its membership:
     /// every member entry must be a known member (so the key_id can be
     /// computed from both of its keys), and the signature must be the
     /// signer's over every byte before it. Needs no TPM.
-    pub fn verify(&self, envelope: &ClusterEnvelope) -> Result<KeyId, Refusal> {
+    pub fn verify(&self, envelope: &ClusterEnvelope) -> Result<MembershipDigest, Refusal> {
         let signed = envelope.signature.as_ref().ok_or(Refusal::Unsigned)?;
         let mut members = Vec::new();
         let mut recovery = None;
@@ -153,7 +155,7 @@ impl KnownMembers {
         let auth_policy = check_sealed_public(&envelope.object_public)
             .ok()
             .and_then(|area| area.auth_policy);
-        Ok(cluster_key_id(
+        Ok(cluster_digest(
             members.into_iter(),
             recovery,
             auth_policy.as_ref(),
@@ -192,6 +194,9 @@ pub struct Membership {
     auth_policy: Option<[u8; 32]>,
     /// Today's members and the former ones still accepted.
     known: KnownMembers,
+    digest: MembershipDigest,
+    /// The membership's epoch (0: none; `Membership::with_epoch`).
+    epoch: u64,
     key_id: KeyId,
 }
 
@@ -225,7 +230,7 @@ impl Membership {
         {
             return Err(MembershipError::Duplicate(hex(recovery.name())));
         }
-        let key_id = cluster_key_id(
+        let digest = cluster_digest(
             members.iter(),
             recovery.as_ref().map(StorageKey::name),
             None,
@@ -236,7 +241,9 @@ impl Membership {
             members,
             recovery,
             auth_policy: None,
-            key_id,
+            digest,
+            epoch: 0,
+            key_id: digest.key_id(0),
         })
     }
 
@@ -246,13 +253,30 @@ impl Membership {
     /// envelopes as stale. Those still open: their key_id is computed from
     /// their own object.
     pub fn with_boot_policy(mut self, auth_policy: [u8; 32]) -> Self {
-        self.key_id = cluster_key_id(
+        self.digest = cluster_digest(
             self.members.iter(),
             self.recovery.as_ref().map(StorageKey::name),
             Some(&auth_policy),
         );
+        self.key_id = self.digest.key_id(self.epoch);
         self.auth_policy = Some(auth_policy);
         self
+    }
+
+    /// Reports the key_id of this membership at `epoch`
+    /// ([`MembershipDigest::key_id`]).
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self.key_id = self.digest.key_id(epoch);
+        self
+    }
+
+    pub fn digest(&self) -> &MembershipDigest {
+        &self.digest
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// Also accepts envelopes whose membership includes `former` members,
@@ -343,28 +367,30 @@ impl Membership {
     /// names. An unsigned one is refused as [`Refusal::Unsigned`]; the
     /// caller decides whether the operator still allows those.
     pub fn verify(&self, envelope: &ClusterEnvelope, key_id: &str) -> Result<(), Refusal> {
-        let envelope_key_id = self.known.verify(envelope)?;
-        if envelope_key_id.as_str() != key_id {
+        let digest = self.known.verify(envelope)?;
+        if !digest.names(key_id) {
             return Err(Refusal::KeyId {
                 request: printable(key_id),
-                envelope: envelope_key_id.to_string(),
+                envelope: digest
+                    .key_id(membership_epoch(key_id).unwrap_or(0))
+                    .to_string(),
             });
         }
         Ok(())
     }
 }
 
-/// `sceau-` and 16 bytes of SHA-256 over every member's SRK and signing key
-/// Names, sorted by SRK Name, the recovery Name, and the authPolicy of a
-/// membership bound to a boot policy key (nothing is hashed for an unbound
-/// one, so its key_id is the one sceau computed before binding existed):
-/// every member computes the same value, and any change of membership, of a
-/// member's keys, of the recovery key or of the policy key changes it.
-pub fn cluster_key_id<'a>(
+/// SHA-256 over every member's SRK and signing key Names, sorted by SRK
+/// Name, the recovery Name, and the authPolicy of a membership bound to a
+/// boot policy key (nothing is hashed for an unbound one, so its key_id is
+/// the one sceau computed before binding existed): every member computes
+/// the same value, and any change of membership, of a member's keys (a KEK
+/// generation included), of the recovery key or of the policy key changes it.
+pub fn cluster_digest<'a>(
     members: impl Iterator<Item = &'a Member>,
     recovery: Option<&[u8; NAME_LEN]>,
     auth_policy: Option<&[u8; 32]>,
-) -> KeyId {
+) -> MembershipDigest {
     let mut members: Vec<&Member> = members.collect();
     members.sort_by_key(|m| *m.srk.name());
     let mut hash = Sha256::new();
@@ -385,7 +411,57 @@ pub fn cluster_key_id<'a>(
         hash.update([2]);
         hash.update(policy);
     }
-    KeyId::from_cluster_digest(&hash.finalize())
+    MembershipDigest(hash.finalize().into())
+}
+
+/// The key_id of a membership before epochs (`MembershipDigest::key_id(0)`).
+pub fn cluster_key_id<'a>(
+    members: impl Iterator<Item = &'a Member>,
+    recovery: Option<&[u8; NAME_LEN]>,
+    auth_policy: Option<&[u8; 32]>,
+) -> KeyId {
+    cluster_digest(members, recovery, auth_policy).key_id(0)
+}
+
+/// What a membership's key_ids are made from ([`cluster_digest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MembershipDigest(pub [u8; 32]);
+
+impl MembershipDigest {
+    /// The key_id of this membership at `epoch`: for 0, `sceau-` and 16
+    /// bytes of the digest (as before epochs); else `sceau-mN-` and 16
+    /// bytes of SHA-256 over the epoch and the digest. Every member reads
+    /// the epoch from the same file, so every member reports the same
+    /// key_id, and a membership brought back under a higher epoch reports a
+    /// new one.
+    pub fn key_id(&self, epoch: u64) -> KeyId {
+        if epoch == 0 {
+            return KeyId::from_cluster_digest(&self.0);
+        }
+        let digest = Sha256::new()
+            .chain_update(EPOCH_KEY_ID_DOMAIN)
+            .chain_update(epoch.to_be_bytes())
+            .chain_update(self.0)
+            .finalize();
+        KeyId::from_text(format!("sceau-m{epoch}-{}", hex(&digest[..16])))
+    }
+
+    /// Whether `key_id` names this membership, at the epoch it carries: an
+    /// envelope opens under its own key_id, whatever the epoch served now.
+    pub fn names(&self, key_id: &str) -> bool {
+        self.key_id(membership_epoch(key_id).unwrap_or(0)).as_str() == key_id
+    }
+}
+
+/// The epoch a key_id of the `sceau-mN-` form carries.
+pub fn membership_epoch(key_id: &str) -> Option<u64> {
+    let rest = key_id.strip_prefix("sceau-m")?;
+    let (epoch, digest) = rest.split_once('-')?;
+    let canonical = !epoch.is_empty()
+        && epoch.bytes().all(|b| b.is_ascii_digit())
+        && !epoch.starts_with('0')
+        && digest.len() == 32;
+    canonical.then(|| epoch.parse().ok()).flatten()
 }
 
 /// The key_id of an unsigned (version 2) envelope: SHA-256 over every

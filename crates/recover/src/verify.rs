@@ -99,12 +99,13 @@ pub fn check(
         return Ok(Checked::Unverified);
     };
     let envelope = ClusterEnvelope::parse(ciphertext, annotations)?;
-    let key_id = known.verify(&envelope)?;
+    let digest = known.verify(&envelope)?;
     if let Some(stored) = stored_key_id
-        && stored != key_id.as_str()
+        && !digest.names(stored)
     {
+        let epoch = sceau_format::members::membership_epoch(stored).unwrap_or(0);
         return Err(Unverified::KeyId {
-            envelope: key_id.to_string(),
+            envelope: digest.key_id(epoch).to_string(),
             stored: sceau_format::text::printable(stored),
         });
     }

@@ -57,14 +57,21 @@ pub fn generation_and_epoch(key_id: &str) -> Option<(u32, u64)> {
     Some((generation.parse().ok()?, epoch.parse().ok()?))
 }
 
-/// A key_id sceau may report: the generation form, or a cluster's
-/// "sceau-" and 32 hex digits, or the form of before generations.
+/// A key_id sceau may report: the generation form, a cluster's "sceau-"
+/// and 32 hex digits (at a membership epoch: "sceau-mN-" and 32), or the
+/// form of before generations.
 pub fn is_well_formed_key_id(s: &str) -> bool {
     let lower_hex = |t: &str| t.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     let Some(rest) = s.strip_prefix(KEY_ID_PREFIX) else {
         return false;
     };
     match rest.split_once('-') {
+        // A cluster's at a membership epoch: "sceau-mN-" and 32 hex digits.
+        Some((epoch, digest)) if epoch.starts_with('m') => {
+            epoch[1..].parse::<u64>().is_ok_and(|e| e > 0)
+                && digest.len() == 32
+                && lower_hex(digest)
+        }
         Some((_, digest)) => {
             generation_and_epoch(s).is_some() && digest.len() == 16 && lower_hex(digest)
         }

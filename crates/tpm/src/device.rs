@@ -118,9 +118,6 @@ pub struct Tpm {
     srk: Srk,
     /// The KEK generations 1 and up the TPM holds (generation 0 is `srk`).
     generations: BTreeMap<u32, OpenGeneration>,
-    /// Whether a resource manager swaps objects in and out (/dev/tpmrm0):
-    /// else the TPM's few object slots are sceau's to manage.
-    resource_manager: bool,
     signing_key: Option<EnvelopeSigningKey>,
     boot: Option<BootPolicies>,
     session: Option<AuthSession>,
@@ -172,7 +169,6 @@ impl Tpm {
             ctx,
             srk,
             generations,
-            resource_manager: config.tcti.has_resource_manager(),
             signing_key,
             boot,
             session: None,
@@ -230,12 +226,14 @@ impl Tpm {
 
     /// The storage key of KEK `generation`: the SRK for 0.
     /// The parent for work under `generation`. A generation's persistent key
-    /// takes an object slot while in use; on a TPM without a resource
-    /// manager the envelope signing key gives its slot back first
-    /// (`EnvelopeSigningKey::set_aside`).
+    /// takes an object slot while in use, and the envelope signing key gives
+    /// its slot back first (`EnvelopeSigningKey::set_aside`): without a
+    /// resource manager the slots are sceau's to share, and Linux's
+    /// /dev/tpmrm0 loads every object a process holds before each of its
+    /// commands, so the SRK, the signing key, the parent and the object
+    /// being loaded are four where a TPM may hold three (seen in the VM).
     fn generation_key(&mut self, generation: u32) -> Result<KeyHandle, TpmError> {
         if generation > 0
-            && !self.resource_manager
             && let Some(key) = self.signing_key.as_mut()
         {
             key.set_aside(&mut self.ctx)?;
@@ -278,6 +276,16 @@ impl Tpm {
     /// Takes a new epoch from the TPM's counter.
     pub fn next_epoch(&mut self) -> Result<u64, KekError> {
         kek::next_epoch(&mut self.ctx)
+    }
+
+    /// The highest cluster membership epoch this node served, and its
+    /// membership's digest.
+    pub fn membership_mark(&mut self) -> Result<Option<(u64, [u8; 32])>, KekError> {
+        kek::membership_mark(&mut self.ctx)
+    }
+
+    pub fn set_membership_mark(&mut self, epoch: u64, digest: &[u8; 32]) -> Result<(), KekError> {
+        kek::set_membership_mark(&mut self.ctx, epoch, digest)
     }
 
     /// `sceau kek rotate`: makes generation `number` and returns its Name.

@@ -26,14 +26,15 @@ use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::dynamic_handles::Persistent;
 use tss_esapi::interface_types::resource_handles::{NvAuth, Provision};
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{CapabilityData, NvPublicBuilder, Public, PublicBuffer};
+use tss_esapi::structures::{CapabilityData, MaxNvBuffer, NvPublicBuilder, Public, PublicBuffer};
 use tss_esapi::traits::Marshall as _;
 
 use super::fault::{Fault, TpmError};
 use super::srk::{Srk, SrkAlgorithm, template};
 use sceau_format::kek::{
     EPOCH_COUNTER_INDEX, GENERATION_HANDLE_BASE, MAX_GENERATION, MAX_OPEN_GENERATIONS,
-    generation_handle, generation_of_handle,
+    MEMBERSHIP_MARK_ATTRIBUTES, MEMBERSHIP_MARK_INDEX, MEMBERSHIP_MARK_SIZE, generation_handle,
+    generation_of_handle,
 };
 use sceau_format::key_id::hex;
 
@@ -94,6 +95,11 @@ pub enum KekError {
          index); undefine it with tpm2_nvundefine if nothing else uses it"
     )]
     ForeignCounter,
+    #[error(
+        "NV index {MEMBERSHIP_MARK_INDEX:#010x} is not sceau's membership mark (another kind of \
+         index); undefine it with tpm2_nvundefine if nothing else uses it"
+    )]
+    ForeignMark,
     #[error(transparent)]
     Tpm(#[from] TpmError),
 }
@@ -336,6 +342,113 @@ fn read_counter(ctx: &mut Context, index: NvIndexHandle) -> Result<u64, KekError
         .try_into()
         .map_err(|_| KekError::ForeignCounter)?;
     Ok(u64::from_be_bytes(bytes))
+}
+
+/// The membership mark (`sceau_format::kek::MEMBERSHIP_MARK_INDEX`): the
+/// highest membership epoch this node served and its digest; `None` before
+/// any.
+pub fn membership_mark(ctx: &mut Context) -> Result<Option<(u64, [u8; 32])>, KekError> {
+    let Some((index, written)) = mark_index(ctx)? else {
+        return Ok(None);
+    };
+    if !written {
+        return Ok(None);
+    }
+    let data = ctx
+        .execute_with_session(Some(AuthSession::Password), |c| {
+            c.nv_read(NvAuth::Owner, index, MEMBERSHIP_MARK_SIZE, 0)
+        })
+        .map_err(|e| {
+            classify(
+                TpmError::new("NV_Read (membership mark)", e),
+                "reading the membership mark",
+            )
+        })?;
+    let bytes = data.value();
+    let epoch = u64::from_be_bytes(bytes[..8].try_into().map_err(|_| KekError::ForeignMark)?);
+    let digest = bytes[8..].try_into().map_err(|_| KekError::ForeignMark)?;
+    Ok(Some((epoch, digest)))
+}
+
+/// Records that this node serves membership `digest` at `epoch`.
+pub fn set_membership_mark(
+    ctx: &mut Context,
+    epoch: u64,
+    digest: &[u8; 32],
+) -> Result<(), KekError> {
+    let index = match mark_index(ctx)? {
+        Some((index, _)) => index,
+        None => define_mark(ctx)?,
+    };
+    let mut bytes = epoch.to_be_bytes().to_vec();
+    bytes.extend_from_slice(digest);
+    let data =
+        MaxNvBuffer::try_from(bytes).map_err(|e| TpmError::new("membership mark data", e))?;
+    ctx.execute_with_session(Some(AuthSession::Password), |c| {
+        c.nv_write(NvAuth::Owner, index, data, 0)
+    })
+    .map_err(|e| {
+        classify(
+            TpmError::new("NV_Write (membership mark)", e),
+            "the membership mark",
+        )
+    })?;
+    Ok(())
+}
+
+fn mark_index(ctx: &mut Context) -> Result<Option<(NvIndexHandle, bool)>, KekError> {
+    let tpm_handle = NvIndexTpmHandle::new(MEMBERSHIP_MARK_INDEX)
+        .map_err(|e| TpmError::new("membership mark handle", e))?;
+    let object = match ctx
+        .execute_without_session(|c| c.tr_from_tpm_public(TpmHandle::NvIndex(tpm_handle)))
+    {
+        Ok(object) => NvIndexHandle::from(object),
+        Err(e) => {
+            let error = TpmError::new("NV_ReadPublic (membership mark)", e);
+            return match error.response_code() {
+                Some(RC_NO_SUCH_HANDLE) => Ok(None),
+                _ => Err(error.into()),
+            };
+        }
+    };
+    let (public, _) = ctx
+        .execute_without_session(|c| c.nv_read_public(object))
+        .map_err(|e| TpmError::new("NV_ReadPublic (membership mark)", e))?;
+    let attributes = tss_esapi::tss2_esys::TPMA_NV::try_from(public.attributes())
+        .map_err(|_| KekError::ForeignMark)?;
+    if attributes & !NV_WRITTEN != MEMBERSHIP_MARK_ATTRIBUTES
+        || public.data_size() != usize::from(MEMBERSHIP_MARK_SIZE)
+    {
+        return Err(KekError::ForeignMark);
+    }
+    Ok(Some((object, attributes & NV_WRITTEN != 0)))
+}
+
+fn define_mark(ctx: &mut Context) -> Result<NvIndexHandle, KekError> {
+    let public = (|| {
+        let attributes = NvIndexAttributesBuilder::new()
+            .with_nv_index_type(NvIndexType::Ordinary)
+            .with_owner_write(true)
+            .with_owner_read(true)
+            .with_no_da(true)
+            .build()?;
+        NvPublicBuilder::new()
+            .with_nv_index(NvIndexTpmHandle::new(MEMBERSHIP_MARK_INDEX)?)
+            .with_index_name_algorithm(HashingAlgorithm::Sha256)
+            .with_index_attributes(attributes)
+            .with_data_area_size(usize::from(MEMBERSHIP_MARK_SIZE))
+            .build()
+    })()
+    .map_err(|e| TpmError::new("membership mark template", e))?;
+    ctx.execute_with_session(Some(AuthSession::Password), |c| {
+        c.nv_define_space(Provision::Owner, None, public)
+    })
+    .map_err(|e| {
+        classify(
+            TpmError::new("NV_DefineSpace (membership mark)", e),
+            "the membership mark",
+        )
+    })
 }
 
 fn persistent(raw: u32) -> Result<PersistentTpmHandle, TpmError> {

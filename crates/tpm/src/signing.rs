@@ -75,11 +75,11 @@ impl EnvelopeSigningKey {
     /// TPM2_Sign of a SHA-256 digest sceau computed: with a null ticket,
     /// which an unrestricted key accepts. Returns `r ‖ s`, low s.
     /// Gives the key's object slot back to the TPM (ContextSave, then
-    /// FlushContext) until the next Sign loads it again: on a TPM without a
-    /// resource manager, which holds as few as three objects, cluster mode
-    /// keeps the SRK and this key loaded, and an Import and Load under a KEK
-    /// generation (a persistent key, which takes a slot while in use) needs
-    /// one more. Under /dev/tpmrm0 the kernel does this itself.
+    /// FlushContext) until the next Sign loads it again: a TPM may hold as
+    /// few as three objects, cluster mode keeps the SRK and this key, and a
+    /// Load under a KEK generation (a persistent key, which takes a slot
+    /// while in use) needs two more. Linux's /dev/tpmrm0 does not help: it
+    /// loads every object the process holds before each of its commands.
     pub fn set_aside(&mut self, ctx: &mut Context) -> Result<(), TpmError> {
         if self.saved.is_some() {
             return Ok(());

@@ -19,7 +19,7 @@ fn record(generation: u32, epoch: u64, name: &[u8], config: [u8; 32]) -> KeyIdRe
 
 #[test]
 fn key_ids_carry_generation_and_epoch_and_differ_in_each_input() {
-    let config = single_node_config(None);
+    let config = single_node_config(None, None);
     let id = key_id(2, 17, NAME_2, &config);
     assert!(id.as_str().starts_with("sceau-2.17-"), "{id}");
     assert_eq!(parse_key_id(id.as_str()), Some((2, 17)));
@@ -27,7 +27,7 @@ fn key_ids_carry_generation_and_epoch_and_differ_in_each_input() {
         key_id(2, 18, NAME_2, &config),
         key_id(1, 17, NAME_2, &config),
         key_id(2, 17, NAME_1, &config),
-        key_id(2, 17, NAME_2, &single_node_config(Some(NAME_1))),
+        key_id(2, 17, NAME_2, &single_node_config(Some(NAME_1), None)),
     ];
     for other in others {
         assert_ne!(other, id);
@@ -54,7 +54,7 @@ fn only_the_canonical_form_parses() {
 
 #[test]
 fn the_ledger_round_trips_and_checks_every_key_id() {
-    let config = single_node_config(None);
+    let config = single_node_config(None, None);
     let mut ledger = Ledger::default();
     ledger.note_generation(0, NAME_1, 10);
     ledger.note_key_id(record(0, 1, NAME_1, config));
@@ -100,8 +100,8 @@ fn the_ledger_round_trips_and_checks_every_key_id() {
 /// with its old record.
 #[test]
 fn only_the_last_unchanged_key_id_is_reused() {
-    let plain = single_node_config(None);
-    let bound = single_node_config(Some(NAME_2));
+    let plain = single_node_config(None, None);
+    let bound = single_node_config(Some(NAME_2), None);
     let mut ledger = Ledger::default();
     ledger.note_generation(0, NAME_1, 1);
     ledger.note_key_id(record(0, 1, NAME_1, plain));
@@ -134,7 +134,7 @@ fn the_next_generation_is_above_every_one_seen() {
 
 #[test]
 fn a_key_id_opens_only_under_its_own_open_generation() {
-    let config = single_node_config(None);
+    let config = single_node_config(None, None);
     let mut ledger = Ledger::default();
     ledger.note_generation(0, NAME_1, 1);
     ledger.note_generation(1, NAME_2, 2);
@@ -188,7 +188,7 @@ fn a_key_id_opens_only_under_its_own_open_generation() {
 /// reads: the ledger keeps the newest records and still parses.
 #[test]
 fn a_long_history_renders_within_the_bound() {
-    let config = single_node_config(None);
+    let config = single_node_config(None, None);
     let mut ledger = Ledger::default();
     for generation in 0..=MAX_GENERATION {
         let name = [0x00, 0x0b, (generation >> 8) as u8, generation as u8];

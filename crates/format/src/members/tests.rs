@@ -395,3 +395,63 @@ fn a_bound_membership_seals_its_policy_into_the_object_and_the_key_id() {
         Ok(vec![7; 32])
     );
 }
+
+/// A membership's key_id at an epoch: the same membership at another epoch
+/// is another key_id, an envelope opens under the key_id (and so the epoch)
+/// it was written with whatever epoch is served now, and under no other;
+/// epoch 0 is the form of before epochs. Shown failing: with `names`
+/// comparing against the key_id at the served epoch, the envelope written
+/// at epoch 1 was refused at epoch 3 (`KeyId` refusal).
+#[test]
+fn a_membership_at_an_epoch_opens_what_it_wrote_at_any_epoch() {
+    let all = nodes(2);
+    let at = |epoch| membership(&all[0], &all, None).with_epoch(epoch);
+    let first = at(1);
+    let encoded = encrypt(&all[0], &all, None, b"a DEK seed")
+        .ciphertext
+        .clone();
+    let written = Encoded {
+        ciphertext: encoded,
+        annotations: Default::default(),
+    };
+    let key_id_1 = first.key_id().clone();
+    assert!(key_id_1.as_str().starts_with("sceau-m1-"), "{key_id_1}");
+    assert_eq!(membership_epoch(key_id_1.as_str()), Some(1));
+    let third = at(3);
+    assert_ne!(third.key_id(), &key_id_1);
+    assert_eq!(
+        at(0).key_id(),
+        &membership(&all[0], &all, None).digest().key_id(0)
+    );
+    assert!(!at(0).key_id().as_str().starts_with("sceau-m"));
+    let envelope = match Envelope::parse(&written.ciphertext, &written.annotations) {
+        Ok(Envelope::Wrapped(envelope)) => envelope,
+        other => panic!("{other:?}"),
+    };
+    // Written under epoch 0 by `encrypt`; each key_id of this membership
+    // names it, at whatever epoch the reader serves.
+    for (reader, key_id) in [
+        (&third, at(1).key_id().clone()),
+        (&first, at(3).key_id().clone()),
+        (&third, at(0).key_id().clone()),
+    ] {
+        assert_eq!(
+            reader.verify(&envelope, key_id.as_str()),
+            Ok(()),
+            "{key_id}"
+        );
+    }
+    let other = nodes(1);
+    let foreign = membership(&other[0], &other, None).with_epoch(1);
+    assert!(matches!(
+        third.verify(&envelope, foreign.key_id().as_str()),
+        Err(Refusal::KeyId { .. })
+    ));
+    for text in [
+        "sceau-m0-0011",
+        "sceau-m01-00112233445566778899aabbccddeeff",
+        "sceau-m1-00",
+    ] {
+        assert_eq!(membership_epoch(text), None, "{text}");
+    }
+}
