@@ -271,61 +271,6 @@ pub fn next_epoch(ctx: &mut Context) -> Result<u64, KekError> {
     read_counter(ctx, index)
 }
 
-/// The counter's handle and whether it was ever incremented, or `None`.
-fn counter(ctx: &mut Context) -> Result<Option<(NvIndexHandle, bool)>, KekError> {
-    let tpm_handle = NvIndexTpmHandle::new(EPOCH_COUNTER_INDEX)
-        .map_err(|e| TpmError::new("epoch counter handle", e))?;
-    let object = match ctx
-        .execute_without_session(|c| c.tr_from_tpm_public(TpmHandle::NvIndex(tpm_handle)))
-    {
-        Ok(object) => NvIndexHandle::from(object),
-        Err(e) => {
-            let error = TpmError::new("NV_ReadPublic (epoch)", e);
-            return match error.response_code() {
-                Some(RC_NO_SUCH_HANDLE) => Ok(None),
-                _ => Err(error.into()),
-            };
-        }
-    };
-    let (public, _) = ctx
-        .execute_without_session(|c| c.nv_read_public(object))
-        .map_err(|e| TpmError::new("NV_ReadPublic (epoch)", e))?;
-    let attributes = tss_esapi::tss2_esys::TPMA_NV::try_from(public.attributes())
-        .map_err(|_| KekError::ForeignCounter)?;
-    let expected = sceau_format::kek::EPOCH_COUNTER_ATTRIBUTES;
-    if attributes & !NV_WRITTEN != expected || public.data_size() != 8 {
-        return Err(KekError::ForeignCounter);
-    }
-    Ok(Some((object, attributes & NV_WRITTEN != 0)))
-}
-
-fn define_counter(ctx: &mut Context) -> Result<NvIndexHandle, KekError> {
-    let public = (|| {
-        let attributes = NvIndexAttributesBuilder::new()
-            .with_nv_index_type(NvIndexType::Counter)
-            .with_owner_write(true)
-            .with_owner_read(true)
-            .with_no_da(true)
-            .build()?;
-        NvPublicBuilder::new()
-            .with_nv_index(NvIndexTpmHandle::new(EPOCH_COUNTER_INDEX)?)
-            .with_index_name_algorithm(HashingAlgorithm::Sha256)
-            .with_index_attributes(attributes)
-            .with_data_area_size(8)
-            .build()
-    })()
-    .map_err(|e| TpmError::new("epoch counter template", e))?;
-    ctx.execute_with_session(Some(AuthSession::Password), |c| {
-        c.nv_define_space(Provision::Owner, None, public)
-    })
-    .map_err(|e| {
-        classify(
-            TpmError::new("NV_DefineSpace (epoch)", e),
-            "the epoch counter",
-        )
-    })
-}
-
 fn read_counter(ctx: &mut Context, index: NvIndexHandle) -> Result<u64, KekError> {
     let data = ctx
         .execute_with_session(Some(AuthSession::Password), |c| {
@@ -396,15 +341,63 @@ pub fn set_membership_mark(
     Ok(())
 }
 
+/// One of sceau's two NV indices: the epoch counter and the membership mark.
+struct Index {
+    handle: u32,
+    kind: NvIndexType,
+    attributes: u32,
+    size: u16,
+    what: &'static str,
+    foreign: fn() -> KekError,
+}
+
+const COUNTER: Index = Index {
+    handle: EPOCH_COUNTER_INDEX,
+    kind: NvIndexType::Counter,
+    attributes: sceau_format::kek::EPOCH_COUNTER_ATTRIBUTES,
+    size: 8,
+    what: "the epoch counter",
+    foreign: || KekError::ForeignCounter,
+};
+
+const MARK: Index = Index {
+    handle: MEMBERSHIP_MARK_INDEX,
+    kind: NvIndexType::Ordinary,
+    attributes: MEMBERSHIP_MARK_ATTRIBUTES,
+    size: MEMBERSHIP_MARK_SIZE,
+    what: "the membership mark",
+    foreign: || KekError::ForeignMark,
+};
+
+/// The counter's handle and whether it was ever incremented, or `None`.
+fn counter(ctx: &mut Context) -> Result<Option<(NvIndexHandle, bool)>, KekError> {
+    find(ctx, &COUNTER)
+}
+
+fn define_counter(ctx: &mut Context) -> Result<NvIndexHandle, KekError> {
+    define(ctx, &COUNTER)
+}
+
 fn mark_index(ctx: &mut Context) -> Result<Option<(NvIndexHandle, bool)>, KekError> {
-    let tpm_handle = NvIndexTpmHandle::new(MEMBERSHIP_MARK_INDEX)
-        .map_err(|e| TpmError::new("membership mark handle", e))?;
+    find(ctx, &MARK)
+}
+
+fn define_mark(ctx: &mut Context) -> Result<NvIndexHandle, KekError> {
+    define(ctx, &MARK)
+}
+
+/// The index's handle and whether it was ever written, or `None` while it
+/// is undefined; an index of other attributes or size at its handle is
+/// refused.
+fn find(ctx: &mut Context, index: &Index) -> Result<Option<(NvIndexHandle, bool)>, KekError> {
+    let tpm_handle =
+        NvIndexTpmHandle::new(index.handle).map_err(|e| TpmError::new("NV index handle", e))?;
     let object = match ctx
         .execute_without_session(|c| c.tr_from_tpm_public(TpmHandle::NvIndex(tpm_handle)))
     {
         Ok(object) => NvIndexHandle::from(object),
         Err(e) => {
-            let error = TpmError::new("NV_ReadPublic (membership mark)", e);
+            let error = TpmError::new("NV_ReadPublic (sceau's NV index)", e);
             return match error.response_code() {
                 Some(RC_NO_SUCH_HANDLE) => Ok(None),
                 _ => Err(error.into()),
@@ -413,42 +406,37 @@ fn mark_index(ctx: &mut Context) -> Result<Option<(NvIndexHandle, bool)>, KekErr
     };
     let (public, _) = ctx
         .execute_without_session(|c| c.nv_read_public(object))
-        .map_err(|e| TpmError::new("NV_ReadPublic (membership mark)", e))?;
+        .map_err(|e| TpmError::new("NV_ReadPublic (sceau's NV index)", e))?;
     let attributes = tss_esapi::tss2_esys::TPMA_NV::try_from(public.attributes())
-        .map_err(|_| KekError::ForeignMark)?;
-    if attributes & !NV_WRITTEN != MEMBERSHIP_MARK_ATTRIBUTES
-        || public.data_size() != usize::from(MEMBERSHIP_MARK_SIZE)
+        .map_err(|_| (index.foreign)())?;
+    if attributes & !NV_WRITTEN != index.attributes || public.data_size() != usize::from(index.size)
     {
-        return Err(KekError::ForeignMark);
+        return Err((index.foreign)());
     }
     Ok(Some((object, attributes & NV_WRITTEN != 0)))
 }
 
-fn define_mark(ctx: &mut Context) -> Result<NvIndexHandle, KekError> {
+/// Defines the index, owner-written and owner-read, with no DA.
+fn define(ctx: &mut Context, index: &Index) -> Result<NvIndexHandle, KekError> {
     let public = (|| {
         let attributes = NvIndexAttributesBuilder::new()
-            .with_nv_index_type(NvIndexType::Ordinary)
+            .with_nv_index_type(index.kind)
             .with_owner_write(true)
             .with_owner_read(true)
             .with_no_da(true)
             .build()?;
         NvPublicBuilder::new()
-            .with_nv_index(NvIndexTpmHandle::new(MEMBERSHIP_MARK_INDEX)?)
+            .with_nv_index(NvIndexTpmHandle::new(index.handle)?)
             .with_index_name_algorithm(HashingAlgorithm::Sha256)
             .with_index_attributes(attributes)
-            .with_data_area_size(usize::from(MEMBERSHIP_MARK_SIZE))
+            .with_data_area_size(usize::from(index.size))
             .build()
     })()
-    .map_err(|e| TpmError::new("membership mark template", e))?;
+    .map_err(|e| TpmError::new("NV index template", e))?;
     ctx.execute_with_session(Some(AuthSession::Password), |c| {
         c.nv_define_space(Provision::Owner, None, public)
     })
-    .map_err(|e| {
-        classify(
-            TpmError::new("NV_DefineSpace (membership mark)", e),
-            "the membership mark",
-        )
-    })
+    .map_err(|e| classify(TpmError::new("NV_DefineSpace", e), index.what))
 }
 
 fn persistent(raw: u32) -> Result<PersistentTpmHandle, TpmError> {
