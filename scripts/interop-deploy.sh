@@ -132,6 +132,9 @@ for dir in /lib/systemd/system /usr/lib/systemd/system; do
 done
 cp systemd/sceau.socket systemd/sceau.service "$units_root/etc/systemd/system/"
 cp target/debug/sceau "$units_root/usr/sbin/sceau"
+# ExecReload= runs /bin/kill, which verify wants executable in the root too.
+mkdir -p "$units_root/bin"
+cp "$(type -P kill)" "$units_root/bin/kill"
 # A stand-in for the distribution's service (kubelet, k0scontroller, rke2-server, k3s).
 printf '[Service]\nExecStart=/usr/sbin/sceau --version\n' >"$units_root/etc/systemd/system/kubernetes.service"
 # verify_dropins NAME UNIT:FILE...: each FILE installed as a drop-in of UNIT
