@@ -44,8 +44,9 @@
 #      rolled node by node, each kube-apiserver restarted after its sceau:
 #      a Secret written through the node just rolled reads back through the
 #      other two (old or new membership), the three agree on a new key_id,
-#      the rewrite (kubectl replace) and `sceau-recover inventory
-#      --require-current` pass;
+#      `inventory --current-members` counts the values still naming b's
+#      old key, the rewrite (kubectl replace) leaves none, and
+#      `sceau-recover inventory --require-current` passes;
 #   4. `etcdctl snapshot save` (etcdctl v3.7.0, built from the module), every
 #      process stopped and every swtpm's state deleted; `sceau-recover recover`
 #      with alice's share alone exits 1 before opening anything, saying it has
@@ -473,8 +474,27 @@ if [ -n "$new_key_id" ] && [ "$new_key_id" != "$first_key_id" ]; then
 else
     fail key-id-new-after-the-roll "before $first_key_id, after ${new_key_id:-not one}"
 fi
+# Before the rewrite, the values written before the roll name b's
+# generation-0 key, which no current member file lists.
+"$bin/etcdctl" --endpoints "$etcd_url" get --prefix /registry/secrets -w json >"$tmp/before-rewrite.json"
+old_b_name=$(sed -n 's/^name: //p' "$former_old/b.pub")
+out=$(target/debug/sceau-recover inventory --etcd-json "$tmp/before-rewrite.json" \
+    --current-members "$members_new" --current-recovery-key "$tmp/recovery.pub" 2>&1) || true
+if grep -qE "^ +[1-9][0-9]*  values name member key $old_b_name, in no current member file$" <<<"$out" &&
+    ! grep -qF 'earlier recovery key' <<<"$out"; then
+    pass "inventory-names-b-old-key-before-rewrite ($(grep -F 'member key' <<<"$out" | tr -s ' ' | head -c 120)…)"
+else
+    fail inventory-names-b-old-key-before-rewrite "$(tr '\n' ' ' <<<"$out" | head -c 600)"
+fi
 rewrite rewrite-after-rotation
 "$bin/etcdctl" --endpoints "$etcd_url" get --prefix /registry/secrets -w json >"$tmp/after-rotation.json"
+out=$(target/debug/sceau-recover inventory --etcd-json "$tmp/after-rotation.json" \
+    --current-members "$members_new" --current-recovery-key "$tmp/recovery.pub" 2>&1) || true
+if grep -qF 'values name' <<<"$out"; then
+    fail inventory-no-stale-after-rewrite "$(grep -F 'values name' <<<"$out" | tr '\n' ' ' | head -c 400)"
+else
+    pass "inventory-no-stale-after-rewrite ($(tail -n 1 <<<"$out" | tr -s ' '))"
+fi
 if out=$(target/debug/sceau-recover inventory --etcd-json "$tmp/after-rotation.json" --require-current "$new_key_id" 2>&1); then
     pass "inventory-require-current-after-rotation ($(tail -n 1 <<<"$out"))"
 else

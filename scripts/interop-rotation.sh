@@ -13,7 +13,8 @@
 #   rotation and rewrite; `sceau kek retire --generation 1`; kube-apiserver
 #   restarted (empty DEK cache) and every Secret read back through sceau; a
 #   copy of a value stored under generation 1, put back into etcd, no longer
-#   opens.
+#   opens, and `inventory --kek-ledger` counts it as under a retired
+#   generation.
 #
 # Prints PASS name / FAIL name: why per check and "N passed, M failed" last;
 # exits 1 if a check failed. Needs root (sceau serves uid 0 only by default).
@@ -147,5 +148,12 @@ if [ "$(tail -n 1 <<<"$out")" = 200 ]; then
     fail retired-value-does-not-open "the apiserver read it: $(sed '$d' <<<"$out" | head -c 200)"
 else
     pass "retired-value-does-not-open (HTTP $(tail -n 1 <<<"$out"); sceau: $(grep -aF "KEK generation 1" "$(node_file 0 sceau log)" | tail -n 1 | head -c 200))"
+fi
+# The node's ledger lets the inventory name that value, with no key read.
+out=$(inventory "$tmp/after-retire.json" --kek-ledger "$state/kek-ledger" 2>&1) || true
+if grep -qE '^ +1  values name retired generation 1$' <<<"$out"; then
+    pass "inventory-names-the-retired-generation ($(grep -F 'retired generation' <<<"$out" | tr -s ' '))"
+else
+    fail inventory-names-the-retired-generation "$(tr '\n' ' ' <<<"$out" | head -c 600)"
 fi
 finish interop-rotation

@@ -1243,3 +1243,57 @@ async fn rotate_the_policy_key(label: &str, cluster: bool) {
         .expect_err("a DEK sealed to the new key, with only the old key configured");
     stop(sceau, client);
 }
+
+/// The KMS v2 rule that a key_id is never reported again for something
+/// else, for the policy key: off, on, off, on gives four key_ids, none
+/// reported before, and each earlier envelope opens under its own key_id
+/// whenever its key is configured (the unbound one always, the bound one
+/// with the policy key on). The epoch from the TPM's NV counter is what
+/// makes the second "off" new: with the key_id made from the configuration
+/// alone, as sceau made it before KEK generations, the third start
+/// reported the first start's key_id again (the flip-flop the issue found).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_key_off_on_off_on_reports_a_new_key_id_each_time() {
+    let (rig, _) = Rig::in_signed_state("boot-binding-policy-aba", "now");
+    let plain_dek = random_bytes(32);
+    let bound_dek = random_bytes(32);
+
+    let (sceau, mut client) = rig.serving(&[]).await;
+    let off = rpc::status(&mut client).await.key_id;
+    let plain = rpc::seal(&mut client, &off, &plain_dek).await;
+    stop(sceau, client);
+
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
+    let on = rpc::status(&mut client).await.key_id;
+    let bound = rpc::seal(&mut client, &on, &bound_dek).await;
+    rpc::open(&mut client, &off, &plain, &plain_dek).await;
+    stop(sceau, client);
+
+    let (sceau, mut client) = rig.serving(&[]).await;
+    let off_again = rpc::status(&mut client).await.key_id;
+    rpc::open(&mut client, &off, &plain, &plain_dek).await;
+    stop(sceau, client);
+
+    let (sceau, mut client) = rig.serving(&rig.bound_args()).await;
+    let on_again = rpc::status(&mut client).await.key_id;
+    rpc::open(&mut client, &on, &bound, &bound_dek).await;
+    rpc::open(&mut client, &off, &plain, &plain_dek).await;
+    // Presented under a key_id of its epoch that this node never
+    // reported, the bound envelope is refused.
+    let mut forged = on.clone();
+    let last = forged.pop().unwrap();
+    forged.push(if last == '0' { '1' } else { '0' });
+    let refused = rpc::decrypt(&mut client, &bound, &forged).await;
+    assert!(
+        refused.is_err(),
+        "opened under {forged}, which names no configuration"
+    );
+    stop(sceau, client);
+
+    let all = [&off, &on, &off_again, &on_again];
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            assert_ne!(a, b, "a key_id was reported twice: {all:?}");
+        }
+    }
+}

@@ -119,6 +119,11 @@ impl KnownMembers {
         Self(members)
     }
 
+    /// The Names of every listed member's SRK (or KEK generation).
+    pub fn srk_names(&self) -> impl Iterator<Item = &[u8; NAME_LEN]> {
+        self.0.iter().map(|m| m.srk.name())
+    }
+
     fn by_srk(&self, name: &[u8; NAME_LEN]) -> Option<&Member> {
         self.0.iter().find(|m| m.srk.name() == name)
     }

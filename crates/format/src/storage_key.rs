@@ -180,6 +180,14 @@ pub fn imported_lookalike(point: &PublicKey) -> StorageKey {
         .expect("a well-formed storage key")
 }
 
+/// The storage key whose private scalar is `bytes`, described with the SRK
+/// template: for tests that make cluster envelopes without a TPM.
+#[cfg(any(test, feature = "test-support"))]
+pub fn software_storage_key(bytes: &[u8; 32]) -> StorageKey {
+    let secret = p256::SecretKey::from_slice(bytes).expect("a valid P-256 scalar");
+    StorageKey::from_point(&secret.public_key())
+}
+
 /// TPMT_PUBLIC of an ECC P-256 storage key in the TCG SRK template's shape
 /// (SHA-256, empty policy, AES-128-CFB, no scheme, no KDF), with `attributes`.
 fn ecc_storage_public(attributes: u32, point: &PublicKey) -> Vec<u8> {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use sceau_recover::etcd::values_from_etcdctl_json;
-use sceau_recover::inventory::Inventory;
+use sceau_recover::inventory::{Current, Inventory};
 
 /// One KMS v2 value: the prefix and an EncryptedObject (encryptedData,
 /// keyID, encryptedDEKSource) with two-byte varint lengths.
@@ -75,7 +75,7 @@ fn main() {
             let values = values_from_etcdctl_json(&text).expect("generated JSON reads");
             read = read.min(t.elapsed());
             let t = Instant::now();
-            let inventory = Inventory::take(&values);
+            let inventory = Inventory::take(&values, &Current::default());
             count = count.min(t.elapsed());
             assert_eq!(inventory.total(), secrets);
             let current = (0..secrets).filter(|i| i % 100 != 99 && i % 3 == 0).count();

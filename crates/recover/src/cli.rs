@@ -248,6 +248,29 @@ pub const AGE_IDENTITY: Flag = Flag::value(
 
 const INPUTS: [&Flag; 3] = [&ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON];
 pub const JSON: Flag = Flag::switch("--json", "inventory: one JSON object instead of the table");
+pub const KEK_LEDGER: Flag = Flag::value(
+    "--kek-ledger",
+    "FILE",
+    "inventory: a node's kek-ledger (its state directory): count values under its retired generations",
+);
+pub const CURRENT_MEMBERS: Flag = Flag::value(
+    "--current-members",
+    "DIR",
+    "inventory: count envelopes naming a member key that no DIR/*.pub lists",
+)
+.long_help(
+    "(a removed member, or a member's earlier generation: the keys a\n\
+     `sceau kek retire` on that member would leave them waiting for)",
+);
+pub const CURRENT_RECOVERY_KEY: Flag = Flag::value(
+    "--current-recovery-key",
+    "FILE",
+    "inventory: count envelopes naming a recovery key other than this public file's",
+)
+.long_help(
+    "(whoever holds that earlier recovery key can still open them: rewrite\n\
+     them before its shares are destroyed)",
+);
 pub const REQUIRE_CURRENT: Flag = Flag::value(
     "--require-current",
     "KEY_ID",
@@ -325,9 +348,17 @@ pub const INVENTORY: CommandSpec = CommandSpec {
     name: "inventory",
     summary: "Count etcd's values by resource, provider and key_id (no key needed)",
     about: "Count the values of an etcd snapshot or etcdctl JSON by resource and by how each is stored, reading no key",
-    usage: "inventory (--etcd-snapshot FILE | --etcd-json FILE) [--json] [--require-current KEY_ID]",
+    usage: "inventory (--etcd-snapshot FILE | --etcd-json FILE) [--json] [--require-current KEY_ID] [--kek-ledger FILE] [--current-members DIR] [--current-recovery-key FILE]",
     steps: &[],
-    flags: &[&ETCD_SNAPSHOT, &ETCD_JSON, &JSON, &REQUIRE_CURRENT],
+    flags: &[
+        &ETCD_SNAPSHOT,
+        &ETCD_JSON,
+        &JSON,
+        &REQUIRE_CURRENT,
+        &KEK_LEDGER,
+        &CURRENT_MEMBERS,
+        &CURRENT_RECOVERY_KEY,
+    ],
     notes: "",
 };
 pub const ENROLL: CommandSpec = CommandSpec {
@@ -585,6 +616,9 @@ pub struct InventoryOptions {
     pub input: RecoverInput,
     pub json: bool,
     pub require_current: Option<String>,
+    pub kek_ledger: Option<PathBuf>,
+    pub current_members: Option<PathBuf>,
+    pub current_recovery_key: Option<PathBuf>,
 }
 
 /// Parses the arguments after the program name.
@@ -808,6 +842,9 @@ fn inventory(m: &Matches) -> Result<InventoryOptions, UsageError> {
         input,
         json: m.present(&JSON),
         require_current: m.last(&REQUIRE_CURRENT, |v| Ok(v.to_string()))?,
+        kek_ledger: m.last(&KEK_LEDGER, path)?,
+        current_members: m.last(&CURRENT_MEMBERS, path)?,
+        current_recovery_key: m.last(&CURRENT_RECOVERY_KEY, path)?,
     })
 }
 
@@ -1018,6 +1055,12 @@ impl Command {
                     .flag(flag, path_arg(file))
                     .switch(&JSON, o.json)
                     .optional(&REQUIRE_CURRENT, o.require_current.clone())
+                    .optional(&KEK_LEDGER, o.kek_ledger.as_deref().map(path_arg))
+                    .optional(&CURRENT_MEMBERS, o.current_members.as_deref().map(path_arg))
+                    .optional(
+                        &CURRENT_RECOVERY_KEY,
+                        o.current_recovery_key.as_deref().map(path_arg),
+                    )
             }
             Self::Enroll(EnrollStep::Challenge {
                 request,
@@ -1201,6 +1244,7 @@ mod tests {
             "recover --identity i --etcd-json=j",
             "inventory --etcd-snapshot s",
             "inventory --etcd-json j --json --require-current sceau-0123456789abcdef",
+            "inventory --etcd-json j --kek-ledger l --current-members m --current-recovery-key r",
             "enroll challenge --request q --challenge-out c --expected-out e",
             "enroll verify --request q --expected e --response r --member-out m",
             "enroll verify --request q --expected e --response r --member-out m --enrollment-identity k",

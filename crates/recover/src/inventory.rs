@@ -15,12 +15,25 @@
 //! names an API group (`/registry/apiregistration.k8s.io/apiservices/…`:
 //! it holds a dot). Nothing here decrypts: the report is the same whoever
 //! runs it.
+//!
+//! Given what the configuration holds now ([`Current`]: the node's KEK
+//! ledger, the current member files, the current recovery key), it also
+//! counts the values whose envelopes still name a key that is going or
+//! gone: a retired generation, a member key no current member file lists
+//! (a removed member, or a member's earlier generation), an earlier
+//! recovery key. Those are the values a retire or a recovery-key rotation
+//! leaves unreadable, or readable by a key that should no longer read them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::etcd::StoredValue;
-use super::kubernetes::parse_stored_value;
+use super::kubernetes::{KmsV2Object, parse_stored_value};
+use sceau_format::envelope::Envelope;
+use sceau_format::kek::{Ledger, parse_key_id};
+use sceau_format::key_id::hex;
 use sceau_format::text::{printable, push_json_string};
+use sceau_format::wire::NAME_LEN;
+use sceau_format::wrapped::Role;
 
 /// Where every apiserver key begins.
 const REGISTRY_PREFIX: &[u8] = b"/registry/";
@@ -46,7 +59,15 @@ impl Storage {
     /// How a value is stored, from its first bytes (and, for KMS v2, its
     /// `EncryptedObject`).
     pub fn of(value: &[u8]) -> Self {
-        match parse_stored_value(value) {
+        Self::from_parsed(parse_stored_value(value), value)
+    }
+
+    /// The same, from `value` and what `parse_stored_value` made of it.
+    fn from_parsed(
+        parsed: Result<Option<KmsV2Object>, super::kubernetes::KubernetesError>,
+        value: &[u8],
+    ) -> Self {
+        match parsed {
             Ok(Some(object)) => Self::KmsV2 {
                 provider: object.provider,
                 key_id: object.key_id,
@@ -90,22 +111,154 @@ pub fn resource_of(key: &[u8]) -> String {
     }
 }
 
-/// The count of values by resource and storage.
+/// Why a value's envelope still depends on a key the configuration no
+/// longer holds.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stale {
+    /// A single-node key_id of a generation the ledger says was retired, or
+    /// a cluster entry for that generation's key: it opens nowhere now
+    /// (except with the recovery key it may also name).
+    RetiredGeneration(u32),
+    /// A member entry for a key (hex Name) that no current member file
+    /// lists: a removed member, or a member's earlier generation.
+    OutsideMembership(String),
+    /// A recovery entry for a recovery key (hex Name) other than the
+    /// current one: whoever holds that key can still open it.
+    OldRecoveryKey(String),
+}
+
+impl Stale {
+    fn describe(&self) -> String {
+        match self {
+            Self::RetiredGeneration(n) => format!("name retired generation {n}"),
+            Self::OutsideMembership(name) => {
+                format!("name member key {name}, in no current member file")
+            }
+            Self::OldRecoveryKey(name) => format!("name earlier recovery key {name}"),
+        }
+    }
+}
+
+/// What the configuration holds now, against which envelopes are judged;
+/// each part left empty is not judged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Current {
+    /// Retired generations, with their keys' Names (the node's ledger).
+    pub retired: BTreeMap<u32, Vec<u8>>,
+    /// The SRK Names of the current member files.
+    pub members: Option<BTreeSet<[u8; NAME_LEN]>>,
+    /// The current recovery key's Name.
+    pub recovery: Option<[u8; NAME_LEN]>,
+}
+
+impl Current {
+    /// The retired generations a node's ledger remembers.
+    pub fn with_ledger(mut self, ledger: &Ledger) -> Self {
+        self.retired = ledger
+            .generations()
+            .iter()
+            .filter(|(_, record)| record.retired.is_some())
+            .map(|(&n, record)| (n, record.name.clone()))
+            .collect();
+        self
+    }
+
+    fn judges_envelopes(&self) -> bool {
+        !self.retired.is_empty() || self.members.is_some() || self.recovery.is_some()
+    }
+
+    /// Why `object` is stale, if it is; reads its envelope's recipients,
+    /// never a key.
+    pub fn judge(&self, object: &KmsV2Object) -> BTreeSet<Stale> {
+        let mut found = BTreeSet::new();
+        if let Some((generation, _)) = parse_key_id(&object.key_id)
+            && self.retired.contains_key(&generation)
+        {
+            found.insert(Stale::RetiredGeneration(generation));
+        }
+        if !self.judges_envelopes() {
+            return found;
+        }
+        let annotations: HashMap<String, Vec<u8>> = object
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let Ok(Envelope::Wrapped(envelope)) =
+            Envelope::parse(&object.encrypted_dek_source, &annotations)
+        else {
+            return found;
+        };
+        for recipient in &envelope.recipients {
+            let name = &recipient.name;
+            match recipient.role {
+                Role::Member => {
+                    let retired = self
+                        .retired
+                        .iter()
+                        .find(|(_, retired)| retired.as_slice() == name.as_slice());
+                    if let Some((&generation, _)) = retired {
+                        found.insert(Stale::RetiredGeneration(generation));
+                    } else if let Some(members) = &self.members
+                        && !members.contains(name)
+                    {
+                        found.insert(Stale::OutsideMembership(hex(name)));
+                    }
+                }
+                Role::Recovery => {
+                    if let Some(current) = &self.recovery
+                        && current != name
+                    {
+                        found.insert(Stale::OldRecoveryKey(hex(name)));
+                    }
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The count of values by resource and storage, and of stale values by
+/// reason.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Inventory {
     counts: BTreeMap<(String, Storage), usize>,
+    stale: BTreeMap<Stale, usize>,
 }
 
 impl Inventory {
-    /// Every value of `values`, counted.
-    pub fn take(values: &[StoredValue]) -> Self {
+    /// Every value of `values`, counted, and judged against `current`.
+    pub fn take(values: &[StoredValue], current: &Current) -> Self {
         let mut counts = BTreeMap::new();
+        let mut stale = BTreeMap::new();
+        // A DEK seed's envelope is shared by every value written under it:
+        // judge each distinct one once.
+        let mut judged: HashMap<String, HashMap<Vec<u8>, BTreeSet<Stale>>> = HashMap::new();
         for stored in values {
+            let parsed = parse_stored_value(&stored.value);
+            if let Ok(Some(object)) = &parsed {
+                let by_source = judged.entry(object.key_id.clone()).or_default();
+                let source = object.encrypted_dek_source.as_slice();
+                if !by_source.contains_key(source) {
+                    by_source.insert(source.to_vec(), current.judge(object));
+                }
+                for reason in &by_source[source] {
+                    *stale.entry(reason.clone()).or_insert(0) += 1;
+                }
+            }
             *counts
-                .entry((resource_of(&stored.key), Storage::of(&stored.value)))
+                .entry((
+                    resource_of(&stored.key),
+                    Storage::from_parsed(parsed, &stored.value),
+                ))
                 .or_insert(0) += 1;
         }
-        Self { counts }
+        Self { counts, stale }
+    }
+
+    /// Values by the reason they are stale (one value may have several).
+    pub fn stale(&self) -> &BTreeMap<Stale, usize> {
+        &self.stale
     }
 
     pub fn total(&self) -> usize {
@@ -163,12 +316,17 @@ impl Inventory {
             key_ids.len(),
             self.total() - kms
         ));
+        for (reason, count) in &self.stale {
+            out.push_str(&format!("{count:>9}  values {}\n", reason.describe()));
+        }
         out
     }
 
     /// The same as one JSON object: `{"values":N,"rows":[{"resource":…,
     /// "storage":"kms-v2"|"other-provider"|"malformed"|"unencrypted",
-    /// "provider":…,"key_id":…,"values":N},…]}`.
+    /// "provider":…,"key_id":…,"values":N},…],"stale":[{"reason":
+    /// "retired-generation"|"outside-membership"|"old-recovery-key",
+    /// "generation":N|"name":HEX,"values":N},…]}`.
     pub fn to_json(&self) -> String {
         let mut out = format!("{{\"values\":{},\"rows\":[", self.total());
         for (i, ((resource, storage), count)) in self.counts.iter().enumerate() {
@@ -191,6 +349,24 @@ impl Inventory {
                 }
                 Storage::Malformed => out.push_str("\"malformed\""),
                 Storage::Unencrypted => out.push_str("\"unencrypted\""),
+            }
+            out.push_str(&format!(",\"values\":{count}}}"));
+        }
+        out.push_str("],\"stale\":[");
+        for (i, (reason, count)) in self.stale.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            match reason {
+                Stale::RetiredGeneration(n) => out.push_str(&format!(
+                    "{{\"reason\":\"retired-generation\",\"generation\":{n}"
+                )),
+                Stale::OutsideMembership(name) => out.push_str(&format!(
+                    "{{\"reason\":\"outside-membership\",\"name\":\"{name}\""
+                )),
+                Stale::OldRecoveryKey(name) => out.push_str(&format!(
+                    "{{\"reason\":\"old-recovery-key\",\"name\":\"{name}\""
+                )),
             }
             out.push_str(&format!(",\"values\":{count}}}"));
         }

@@ -1,6 +1,8 @@
 //! The inventory's counts, resources and verdicts, over values made in the
 //! test (the snapshot read itself is `etcd`'s and tested there).
 
+use std::collections::HashMap;
+
 use super::*;
 
 /// A KMS v2 value as the apiserver writes it: provider `sceau`, this
@@ -70,14 +72,14 @@ fn a_rewrite_is_finished_only_when_no_encrypted_resource_holds_anything_else() {
         stored("/registry/secrets/a/two", &kms("sceau-new")),
         stored("/registry/configmaps/a/c", b"k8s\x00plain"),
     ];
-    let done = Inventory::take(&values);
+    let done = Inventory::take(&values, &Current::default());
     assert_eq!(done.total(), 3);
     assert_eq!(done.not_under("sceau-new"), 0);
     assert_eq!(done.not_under("sceau-other"), 2);
 
     values.push(stored("/registry/secrets/a/old", &kms("sceau-old")));
     values.push(stored("/registry/secrets/a/clear", b"k8s\x00plain"));
-    let pending = Inventory::take(&values);
+    let pending = Inventory::take(&values, &Current::default());
     assert_eq!(pending.not_under("sceau-new"), 2);
     assert_eq!(
         pending.key_ids().into_iter().collect::<Vec<_>>(),
@@ -108,9 +110,162 @@ fn a_rewrite_is_finished_only_when_no_encrypted_resource_holds_anything_else() {
 #[test]
 fn hostile_names_are_escaped() {
     let values = [stored("/registry/se\x1b[2Jcrets/a/b", b"x")];
-    let inventory = Inventory::take(&values);
+    let inventory = Inventory::take(&values, &Current::default());
     assert!(!inventory.to_text().contains('\x1b'));
     let json = inventory.to_json();
     assert!(json.contains("se\\u001b[2Jcrets"), "{json}");
     crate::json::parse(&json).expect("still JSON");
+}
+
+/// A KMS v2 value whose DEK source is `ciphertext` with `annotations`, as
+/// the apiserver stores what the plugin returned.
+fn kms_with(key_id: &str, ciphertext: &[u8], annotations: &HashMap<String, Vec<u8>>) -> Vec<u8> {
+    fn field(out: &mut Vec<u8>, tag: u8, value: &[u8]) {
+        out.push(tag);
+        let mut len = value.len();
+        while len >= 0x80 {
+            out.push(u8::try_from(len & 0x7f).unwrap() | 0x80);
+            len >>= 7;
+        }
+        out.push(u8::try_from(len).unwrap());
+        out.extend_from_slice(value);
+    }
+    let mut out = b"k8s:enc:kms:v2:sceau:".to_vec();
+    field(&mut out, 0x0a, b"data");
+    field(&mut out, 0x12, key_id.as_bytes());
+    field(&mut out, 0x1a, ciphertext);
+    for (key, value) in annotations {
+        let mut entry = Vec::new();
+        field(&mut entry, 0x0a, key.as_bytes());
+        field(&mut entry, 0x12, value);
+        field(&mut out, 0x22, &entry);
+    }
+    out
+}
+
+/// A real cluster envelope for members `a` and `b` and recovery key 1, and
+/// the judgement of it against each way the configuration moves on.
+#[test]
+fn envelopes_naming_keys_the_configuration_no_longer_holds_are_counted() {
+    use sceau_format::members::{Member, Membership};
+    use sceau_format::signing_key::SoftwareSigner;
+    use sceau_format::storage_key::software_storage_key;
+
+    let member = |n: u8| Member {
+        srk: software_storage_key(&[n; 32]),
+        signing: SoftwareSigner::from_bytes(&[n + 0x40; 32]).public(),
+    };
+    let (a, b, c) = (member(1), member(2), member(3));
+    let (recovery_1, recovery_2) = (
+        software_storage_key(&[9; 32]),
+        software_storage_key(&[10; 32]),
+    );
+    let membership = Membership::from_keys(
+        a.clone(),
+        vec![a.clone(), b.clone()],
+        Some(recovery_1.clone()),
+    )
+    .unwrap();
+    let to_sign = membership
+        .seal(b"a DEK seed of thirty-two bytes!!")
+        .unwrap();
+    let signature = SoftwareSigner::from_bytes(&[0x41; 32]).sign(to_sign.digest());
+    let encoded = to_sign.finish(&signature);
+    let key_id = membership.key_id().to_string();
+    let values: Vec<StoredValue> = (0..3)
+        .map(|i| {
+            stored(
+                &format!("/registry/secrets/a/s{i}"),
+                &kms_with(&key_id, &encoded.ciphertext, &encoded.annotations),
+            )
+        })
+        .collect();
+    let names = |members: &[&Member]| Some(members.iter().map(|m| *m.srk.name()).collect());
+
+    let today = Current {
+        members: names(&[&a, &b]),
+        recovery: Some(*recovery_1.name()),
+        ..Current::default()
+    };
+    assert!(Inventory::take(&values, &today).stale().is_empty());
+
+    let b_removed = Current {
+        members: names(&[&a, &c]),
+        ..today.clone()
+    };
+    let inventory = Inventory::take(&values, &b_removed);
+    let b_name = sceau_format::key_id::hex(b.srk.name());
+    assert_eq!(
+        inventory.stale().iter().collect::<Vec<_>>(),
+        [(&Stale::OutsideMembership(b_name.clone()), &3)]
+    );
+    let text = inventory.to_text();
+    assert!(
+        text.contains(&format!(
+            "        3  values name member key {b_name}, in no current member file"
+        )),
+        "{text}"
+    );
+    crate::json::parse(&inventory.to_json()).expect("the JSON report parses");
+
+    // b's key was its generation 1 and was retired: named as such.
+    let b_retired = Current {
+        retired: [(1, b.srk.name().to_vec())].into(),
+        ..b_removed.clone()
+    };
+    assert_eq!(
+        Inventory::take(&values, &b_retired)
+            .stale()
+            .keys()
+            .collect::<Vec<_>>(),
+        [&Stale::RetiredGeneration(1)]
+    );
+
+    let recovery_rotated = Current {
+        recovery: Some(*recovery_2.name()),
+        ..today
+    };
+    let recovery_1_name = sceau_format::key_id::hex(recovery_1.name());
+    assert_eq!(
+        Inventory::take(&values, &recovery_rotated)
+            .stale()
+            .keys()
+            .collect::<Vec<_>>(),
+        [&Stale::OldRecoveryKey(recovery_1_name)]
+    );
+}
+
+/// A single node's key_id names its generation: with the ledger, values
+/// under a retired one are counted, and the others are not.
+#[test]
+fn single_node_values_under_a_retired_generation_are_counted() {
+    let values = [
+        stored(
+            "/registry/secrets/a/old",
+            &kms("sceau-1.4-0123456789abcdef"),
+        ),
+        stored(
+            "/registry/secrets/a/new",
+            &kms("sceau-2.5-0123456789abcdef"),
+        ),
+    ];
+    let current = Current {
+        retired: [(1, vec![0; 34])].into(),
+        ..Current::default()
+    };
+    let inventory = Inventory::take(&values, &current);
+    assert_eq!(
+        inventory.stale().iter().collect::<Vec<_>>(),
+        [(&Stale::RetiredGeneration(1), &1)]
+    );
+    assert!(
+        inventory
+            .to_text()
+            .contains("        1  values name retired generation 1\n")
+    );
+    assert!(
+        inventory.to_json().contains(
+            "\"stale\":[{\"reason\":\"retired-generation\",\"generation\":1,\"values\":1}]"
+        )
+    );
 }
