@@ -9,7 +9,11 @@
 #     swtpm, and `sceau check` makes a Status and Encrypt/Decrypt round trip;
 #     `sceau kek rotate` and a second round trip under generation 1 follow;
 #   - the installed sceau-recover answers --version;
-#   - that suite's lintian passes both packages (no error, no warning).
+#   - that suite's lintian passes both packages (no error, no warning);
+#   - every TPM and TSS structure layout the binary assumes (tss-esapi-sys's
+#     bindings, compiled in) is that suite's tpm2-tss's: size and every
+#     field offset, printed by a program scripts/tss-layouts.py writes and
+#     the suite's gcc compiles against its libtss2-dev.
 #
 # The roots are made with mmdebstrap (a Debian package) from the package
 # archive alone, and kept as tarballs in ~/.cache/sceau-interop/roots, keyed
@@ -47,6 +51,15 @@ if [ ${#debs[@]} -ne 2 ]; then
     exit 1
 fi
 
+# The layouts the binary assumes: the bindings of the tss-esapi-sys in
+# Cargo.lock, as cargo unpacked them.
+tss_sys=$(awk '/^name = "tss-esapi-sys"$/ { getline; sub(/^version = /, ""); gsub(/"/, ""); print; exit }' Cargo.lock)
+bindings=$(ls "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"tss-esapi-sys-$tss_sys/src/bindings/x86_64-unknown-linux-gnu.rs" 2>/dev/null | head -n 1)
+if [ -z "$bindings" ]; then
+    echo "check-deb-suites: tss-esapi-sys $tss_sys's sources are not in cargo's registry (run cargo fetch --locked)" >&2
+    exit 1
+fi
+
 work=$(mktemp -d)
 mounted=()
 cleanup() {
@@ -64,12 +77,26 @@ in_root() { # in_root ROOT CMD...: CMD in ROOT with /proc, /dev and /sys
     chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"
 }
 
+# The TSS functions the packaged binaries import: the layout differences
+# packaging/debian/tss-layouts.allowed accepts were judged for these calls.
+mkdir -p "$work/unpacked"
+for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$work/unpacked"; done
+imported=$(find "$work/unpacked" -type f -perm -0100 -exec nm -D --undefined-only {} \; |
+    grep -oE '\b(Tss2_[A-Za-z0-9_]+|Esys_[A-Za-z0-9_]+)' | sort -u | tr '\n' ' ')
+judged=$(sed -n 's/^functions: //p' packaging/debian/tss-layouts.allowed | tr ' ' '\n' | grep . | sort -u | tr '\n' ' ')
+new_calls=$(comm -23 <(tr ' ' '\n' <<<"$imported" | grep .) <(tr ' ' '\n' <<<"$judged" | grep .) | tr '\n' ' ')
+if [ -z "$new_calls" ]; then
+    pass "the packaged binaries import $(wc -w <<<"$imported") TSS functions, each among those packaging/debian/tss-layouts.allowed was judged for"
+else
+    fail "TSS imports" "$new_calls: not among the functions packaging/debian/tss-layouts.allowed was judged for; check the layout differences for them and add them"
+fi
+
 for suite in "${suites[@]}"; do
     key=$(printf '%s' "$suite $root_packages" | sha256sum | cut -c1-12)
     tarball=$cache/$suite-$key.tar
     if [ ! -s "$tarball" ]; then
         echo "== mmdebstrap $suite (cached afterwards as $(basename "$tarball"))"
-        if ! mmdebstrap --quiet --variant=apt --include="$root_packages" \
+        if ! mmdebstrap --quiet --variant=apt --format=tar --include="$root_packages" \
             "$suite" "$tarball.partial" http://deb.debian.org/debian >"$work/mmdebstrap-$suite.log" 2>&1; then
             fail "$suite root" "mmdebstrap failed: $(tail -n 3 "$work/mmdebstrap-$suite.log" | tr '\n' ' ')"
             continue
@@ -95,7 +122,7 @@ for suite in "${suites[@]}"; do
     chmod 0755 "$root/usr/sbin/policy-rc.d"
     if in_root "$root" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/sceau_*.deb /tmp/sceau-spire_*.deb' \
         >"$work/apt-$suite.log" 2>&1; then
-        tss=$(in_root "$root" dpkg-query -W -f '${Package} ${Version}\n' 'libtss2-esys*' | head -n 1)
+        tss=$(in_root "$root" dpkg-query -W -f '${db:Status-Abbrev}${Package} ${Version}\n' 'libtss2-esys*' | sed -n 's/^ii  *//p' | head -n 1)
         pass "$suite: apt-get install ./sceau_*.deb ./sceau-spire_*.deb in a clean $version root ($tss)"
     else
         fail "$suite: apt-get install" "$(grep -E '^(E:| sceau|  Depends)' "$work/apt-$suite.log" | head -n 5 | tr '\n' ' ')"
@@ -137,8 +164,8 @@ sceau-recover --version
 kill "$(cat /tmp/swtpm.pid)"
 EOF
     if out=$(in_root "$root" sh /tmp/round-trip.sh 2>&1); then
-        first=$(grep -m1 -F 'key_id' <<<"$out" | tr -s ' ' | head -c 160)
-        pass "$suite: the installed sceau serves on swtpm, round trip, kek rotate, round trip under generation 1 ($first; $(grep -F 'sceau-recover' <<<"$out" | head -n 1))"
+        first=$(grep -oE 'key_id=[^ ;]+' <<<"$out" | head -n 2 | tr '\n' ' ')
+        pass "$suite: the installed sceau serves on swtpm, round trip, kek rotate, round trip under generation 1 (${first% }; $(grep '^sceau-recover ' <<<"$out" | head -n 1))"
     else
         fail "$suite: round trip" "$(tail -n 8 <<<"$out" | tr '\n' ' ' | head -c 800) $(tail -n 5 "$root/tmp/sceau.log" 2>/dev/null | tr '\n' ' ' | head -c 600)"
     fi
@@ -156,6 +183,64 @@ EOF
             fail "$suite: lintian $name" "$(grep -c '^E: ' <<<"$bad") error(s), $(grep -c '^W: ' <<<"$bad") warning(s) (listed above)"
         fi
     done
+    # The structure layouts: the suite's headers against the bindings.
+    python3 scripts/tss-layouts.py "$bindings" >"$root/tmp/layouts.c"
+    python3 scripts/tss-layouts.py --expected "$bindings" >"$work/expected-layouts"
+    # A field the suite's headers no longer have is a compile error: its
+    # line is dropped and the field reported as "absent".
+    cat >"$root/tmp/layouts.sh" <<'EOF'
+set -eu
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev libtss2-dev >/dev/null
+: >/tmp/absent
+for _ in $(seq 20); do
+    if LC_ALL=C gcc -w -o /tmp/layouts /tmp/layouts.c 2>/tmp/gcc.err; then
+        /tmp/layouts
+        sed 's/$/ absent/' /tmp/absent
+        exit 0
+    fi
+    # A field: "'T' has no member named 'F'"; a whole type: "before 'T'"
+    # or "'T' undeclared".
+    fields=$(sed -nE "s/.*'([A-Za-z0-9_]+)' has no member named '([A-Za-z0-9_]+)'.*/\1.\2/p" /tmp/gcc.err | sort -u)
+    types=$(sed -nE -e "s/.*expected [a-z -]+ before '((TPM|TSS2|ESYS)[A-Za-z0-9_]*)'.*/\1/p" \
+        -e "s/.*'((TPM|TSS2|ESYS)[A-Za-z0-9_]*)' undeclared.*/\1/p" /tmp/gcc.err | sort -u)
+    [ -n "$fields$types" ] || { tail -n 5 /tmp/gcc.err >&2; exit 1; }
+    for m in $fields; do
+        echo "$m" >>/tmp/absent
+        grep -vF "\"${m%%.*}\", \"${m#*.}\"" /tmp/layouts.c >/tmp/layouts.next
+        mv /tmp/layouts.next /tmp/layouts.c
+    done
+    for t in $types; do
+        echo "$t" >>/tmp/absent
+        grep -vE "\"$t\"[,.]" /tmp/layouts.c >/tmp/layouts.next
+        mv /tmp/layouts.next /tmp/layouts.c
+    done
+done
+exit 1
+EOF
+    if in_root "$root" sh /tmp/layouts.sh 2>"$work/layouts-$suite.err" | sort >"$work/layouts-$suite"; then
+        dev=$(in_root "$root" dpkg-query -W -f '${Version}' libtss2-dev)
+        # Each difference: "bindings: LINE" (what the binary assumes) or
+        # "suite: LINE" (what the headers say); every one must be explained
+        # in packaging/debian/tss-layouts.allowed, by its structure or field.
+        differ=$( (comm -3 "$work/expected-layouts" <(grep -v ' absent$' "$work/layouts-$suite") |
+            sed -E 's/^\t/suite: /; t; s/^/bindings: /'
+            grep ' absent$' "$work/layouts-$suite" | sed 's/^/suite: /') | grep . || true)
+        unexplained=$(while read -r side name _; do
+            [ -n "$name" ] || continue
+            # A field of a structure that is explained whole is explained.
+            grep -qxE "${name//./\\.}|${name%%.*}" <(sed -n 's/^\([A-Za-z0-9_.]*\):.*/\1/p' packaging/debian/tss-layouts.allowed) ||
+                echo "$side $name"
+        done <<<"$differ")
+        count=$(grep -c . <<<"$differ" || true)
+        [ -n "$differ" ] && sed "s/^/  layouts ($suite): /" <<<"$differ"
+        if [ -s "$work/layouts-$suite" ] && [ -z "$unexplained" ]; then
+            pass "$suite: the $(wc -l <"$work/expected-layouts") sizes and offsets of tss-esapi-sys $tss_sys's bindings match libtss2-dev $dev, but for $count line(s) packaging/debian/tss-layouts.allowed explains"
+        else
+            fail "$suite: layouts" "tss-esapi-sys $tss_sys's bindings and libtss2-dev $dev differ where packaging/debian/tss-layouts.allowed explains nothing: $(head -n 8 <<<"$unexplained" | tr '\n' ';')"
+        fi
+    else
+        fail "$suite: layouts" "could not build the layout program: $(tail -n 3 "$work/layouts-$suite.err" | tr '\n' ' ')"
+    fi
     for m in "$root/dev" "$root/sys" "$root/proc"; do umount -l "$m" 2>/dev/null || true; done
 done
 

@@ -141,13 +141,15 @@ if [ ${#missing[@]} -eq 0 ]; then
 else
     fail "sceau Depends" "lacks ${missing[*]}: $depends"
 fi
-# Debian 12 only: debian/control bounds libtss2-esys-3.0.2-0 below 4~, so that
-# Debian 13's tpm2-tss 4.x (untested; its libtss2-esys-3.0.2-0t64 provides
-# libtss2-esys-3.0.2-0 at version 4.1.3) cannot satisfy it.
-if echo "$depends" | grep -Eq '(^|, )libtss2-esys-3\.0\.2-0 \(<< 4~\)(,|$)'; then
-    pass "sceau Depends: libtss2-esys-3.0.2-0 (<< 4~), so tpm2-tss 4.x (Debian 13) is refused"
+# Debian 12 and 13: no upper bound on tpm2-tss, and Debian 13's name for
+# libtss2-mu as the alternative (scripts/check-deb-suites.sh installs it in
+# a clean root of each).
+if echo "$depends" | grep -q '<<'; then
+    fail "sceau Depends" "an upper bound keeps it off Debian 13: $depends"
+elif echo "$depends" | grep -Eq '(^|, )libtss2-mu0 \([^)]*\) \| libtss2-mu-4\.0\.1-0t64(,|$)'; then
+    pass "sceau Depends: libtss2-mu0 or Debian 13's libtss2-mu-4.0.1-0t64, no upper bound"
 else
-    fail "sceau Depends upper bound" "no 'libtss2-esys-3.0.2-0 (<< 4~)', so the package would install with Debian 13's untested tpm2-tss 4.x: $depends"
+    fail "sceau Depends" "no 'libtss2-mu0 (...) | libtss2-mu-4.0.1-0t64' alternative: $depends"
 fi
 
 # --- maintainer scripts -------------------------------------------------------------

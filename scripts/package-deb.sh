@@ -165,6 +165,10 @@ for pkg in sceau sceau-spire; do
     # debian/control names it.
     mapfile -t elves < <(find "$pkg_root" -type f -perm -0100 ! -path '*/DEBIAN/*' | sort)
     (cd "$tree" && dpkg-shlibdeps -T"debian/$pkg.substvars" "${elves[@]#"$tree/"}")
+    # Debian 13 renamed libtss2-mu0 to libtss2-mu-4.0.1-0t64 (same SONAME,
+    # no Provides of the old name): name it as the alternative, so that one
+    # package installs on both suites (debian/control says why that is safe).
+    sed -i -E 's/(libtss2-mu0 \([^)]*\))/\1 | libtss2-mu-4.0.1-0t64/' "$tree/debian/$pkg.substvars"
     (cd "$tree" && find "debian/$pkg" -type f ! -path '*/DEBIAN/*' -printf '%P\0' |
         LC_ALL=C sort -z | (cd "debian/$pkg" && xargs -0 md5sum) >"debian/$pkg/DEBIAN/md5sums")
     chmod 0644 "$pkg_root/DEBIAN/md5sums"
