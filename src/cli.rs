@@ -282,13 +282,22 @@ Under systemd, sceau takes over the socket passed as FileDescriptorName=kms
 (socket activation) and ignores --socket, --socket-mode and --socket-group.
 ",
 };
+pub const STATUS_ONLY: Flag = Flag::switch(
+    "--status-only",
+    "check: Status alone, no round trip (a liveness probe's call)",
+)
+.long_help(
+    "Status answers from sceau's cached TPM health verdict (at most one\n\
+     light TPM probe every 5 s), so a probe every few seconds costs the TPM\n\
+     next to nothing; exits 1 unless healthz is ok",
+);
 pub const CHECK: CommandSpec = CommandSpec {
     name: "check",
     summary: "Ask a running sceau for its Status and make one Encrypt/Decrypt round trip",
     about: "Ask a running sceau for its Status and make one Encrypt/Decrypt round trip with a random DEK",
-    usage: "check [--socket PATH]",
+    usage: "check [--socket PATH] [--status-only]",
     steps: &[],
-    flags: &[&SOCKET],
+    flags: &[&SOCKET, &STATUS_ONLY],
     notes: "",
 };
 pub const SELFTEST: CommandSpec = CommandSpec {
@@ -559,6 +568,8 @@ pub struct SelfTestOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckOptions {
     pub socket: PathBuf,
+    /// Status alone, without the Encrypt/Decrypt round trip.
+    pub status_only: bool,
 }
 
 /// Parses the arguments after the program name. `env_tcti` is `$SCEAU_TCTI`.
@@ -721,6 +732,7 @@ fn kek(m: &Matches, step: Option<&str>, env_tcti: Option<&str>) -> Result<KekOpt
 fn check(m: &Matches) -> Result<CheckOptions, UsageError> {
     Ok(CheckOptions {
         socket: m.or_default(&SOCKET, None, path)?,
+        status_only: m.present(&STATUS_ONLY),
     })
 }
 
@@ -956,7 +968,9 @@ impl Command {
                 };
                 tpm(args, &o.tpm).flag(&STATE_DIR, path_arg(&o.state_dir))
             }
-            Self::Check(o) => Args::command(CHECK.name).flag(&SOCKET, path_arg(&o.socket)),
+            Self::Check(o) => Args::command(CHECK.name)
+                .flag(&SOCKET, path_arg(&o.socket))
+                .switch(&STATUS_ONLY, o.status_only),
             Self::SelfTest(o) => Args::command(SELFTEST.name)
                 .switch(&SANDBOX, true)
                 .flag(&TCTI, o.tcti.to_string())
@@ -1141,6 +1155,7 @@ mod tests {
         let examples = [
             serve_all,
             parse(&args("check"), None).unwrap(),
+            parse(&args("check --status-only"), None).unwrap(),
             parse(&args("selftest --sandbox"), None).unwrap(),
             parse(&args("srk-public --srk-handle 0x81000001"), None).unwrap(),
             parse(&args("pcrs --pcrs 7,11"), None).unwrap(),

@@ -693,3 +693,59 @@ impl Drop for Reaped {
         process::kill_and_reap(&mut self.0);
     }
 }
+
+/// `sceau check --status-only`, the static pod's liveness probe: ten
+/// probes in a row cost the TPM at most the one health probe Status makes
+/// per 5 s (counted through the proxy), where one `sceau check` with its
+/// round trip costs an Encrypt and a Decrypt. Shown failing: with
+/// `--status-only` ignored (the round trip always made), the first probe
+/// already printed "round trip: ok" and made its four TPM commands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_liveness_probe_costs_the_tpm_at_most_one_command_per_five_seconds() {
+    let mut rig = on_discrete_profile("liveness-probe", FAST, &[]);
+    let (client, _) = rig.client().await;
+    drop(client);
+    let socket = rig.sceau.socket().to_path_buf();
+    let check = |args: &[&str]| {
+        let run = std::process::Command::new(crate::harness::sceau::BIN)
+            .arg("check")
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .expect("sceau check");
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        String::from_utf8_lossy(&run.stdout).into_owned()
+    };
+    rig.proxy.reset_counts();
+    let started = Instant::now();
+    for _ in 0..10 {
+        let out = check(&["--status-only"]);
+        assert!(
+            out.starts_with("status: version=v2 healthz=ok key_id="),
+            "{out}"
+        );
+        assert!(!out.contains("round trip"), "{out}");
+    }
+    let probes = rig.proxy.total_commands();
+    let allowed = 1 + started.elapsed().as_secs() / 5;
+    println!(
+        "10 x check --status-only in {:?}: {probes} TPM commands {:?}",
+        started.elapsed(),
+        rig.proxy.counts()
+    );
+    assert!(
+        probes <= allowed,
+        "{probes} TPM commands for ten probes: {:?}",
+        rig.proxy.counts()
+    );
+
+    rig.proxy.reset_counts();
+    let out = check(&[]);
+    assert!(out.contains("round trip: ok"), "{out}");
+    assert!(rig.proxy.total_commands() >= 4, "{:?}", rig.proxy.counts());
+}
