@@ -702,7 +702,7 @@ impl Drop for Reaped {
 /// already printed "round trip: ok" and made its four TPM commands.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_liveness_probe_costs_the_tpm_at_most_one_command_per_five_seconds() {
-    let mut rig = on_discrete_profile("liveness-probe", FAST, &[]);
+    let rig = on_discrete_profile("liveness-probe", FAST, &[]);
     let (client, _) = rig.client().await;
     drop(client);
     let socket = rig.sceau.socket().to_path_buf();
