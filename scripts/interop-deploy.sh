@@ -21,7 +21,11 @@
 #                         scripts/interop-apiserver.sh): readyz, a Secret stored
 #                         under k8s:enc:kms:v2:sceau: and read back;
 #   socket-through-read-only-bind-mount  `sceau check` through a read-only
-#                         bind mount of the socket's directory (unshare -m).
+#                         bind mount of the socket's directory (unshare -m);
+#   static-pod-manifest-* packaging/kubernetes/sceau-static-pod.yaml created
+#                         with dryRun=All and strict field validation by the
+#                         same kube-apiserver; talos-patch-* the Talos patch
+#                         carries the same pod.
 #
 # Prints PASS name / FAIL name: why per check and "N passed, M failed" last;
 # exits 1 if a check failed. Needs root.
@@ -236,6 +240,48 @@ if out=$(unshare -m sh -c 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$
     pass "socket-through-read-only-bind-mount ($(head -n 1 <<<"$out"))"
 else
     fail socket-through-read-only-bind-mount "$(tr '\n' ' ' <<<"$out")"
+fi
+
+# ---------------------------------------------------------------- the static pod manifest, server-side dry run
+# packaging/kubernetes/sceau-static-pod.yaml as kube-apiserver validates and
+# admits it (the kubelet makes its mirror pod the same way): created with
+# dryRun=All, so nothing is stored. The namespace's default ServiceAccount,
+# which the controller manager would make, is made first for admission.
+pod_json=$(python3 -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))' packaging/kubernetes/sceau-static-pod.yaml)
+apicurl 0 POST /api/v1/namespaces/kube-system/serviceaccounts '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}' >/dev/null
+out=$(apicurl 0 POST '/api/v1/namespaces/kube-system/pods?dryRun=All&fieldValidation=Strict' "$pod_json")
+if [ "$(tail -n 1 <<<"$out")" = 201 ]; then
+    pass "static-pod-manifest-dry-run (HTTP 201, strict field validation; $(sed '$d' <<<"$out" | python3 -c 'import json, sys; p = json.load(sys.stdin); c = p["spec"]["containers"][0]; print("priority", p["spec"].get("priority"), "runAsUser", p["spec"]["securityContext"]["runAsUser"], "readOnlyRootFilesystem", c["securityContext"]["readOnlyRootFilesystem"])'))"
+else
+    fail static-pod-manifest-dry-run "HTTP $(tail -n 1 <<<"$out"): $(sed '$d' <<<"$out" | head -c 400)"
+fi
+# The negative control: one field name misspelt, as a hand edit would.
+typo_json=${pod_json/readOnlyRootFilesystem/readOnlyRootFilesytem}
+out=$(apicurl 0 POST '/api/v1/namespaces/kube-system/pods?dryRun=All&fieldValidation=Strict' "$typo_json")
+if [ "$(tail -n 1 <<<"$out")" = 400 ] && grep -q readOnlyRootFilesytem <<<"$out"; then
+    pass "static-pod-manifest-dry-run-refuses-a-misspelt-field (HTTP 400 naming readOnlyRootFilesytem)"
+else
+    fail static-pod-manifest-dry-run-refuses-a-misspelt-field "HTTP $(tail -n 1 <<<"$out"): $(sed '$d' <<<"$out" | head -c 300)"
+fi
+out=$(apicurl 0 GET /api/v1/namespaces/kube-system/pods/sceau)
+if [ "$(tail -n 1 <<<"$out")" = 404 ]; then
+    pass "static-pod-manifest-dry-run-stores-nothing (GET after it: HTTP 404)"
+else
+    fail static-pod-manifest-dry-run-stores-nothing "HTTP $(tail -n 1 <<<"$out")"
+fi
+# The Talos patch carries the same pod.
+if out=$(python3 - <<'EOF' 2>&1
+import yaml
+pod = yaml.safe_load(open("packaging/kubernetes/sceau-static-pod.yaml"))
+patch = yaml.safe_load(open("packaging/kubernetes/talos-patch.yaml"))
+pods = patch["machine"]["pods"]
+assert pods == [pod], "machine.pods is not the static pod manifest"
+print("machine.pods holds the manifest's pod")
+EOF
+); then
+    pass "talos-patch-carries-the-pod ($out)"
+else
+    fail talos-patch-carries-the-pod "$out"
 fi
 
 finish interop-deploy

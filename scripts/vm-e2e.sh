@@ -81,6 +81,13 @@ bash scripts/package-deb.sh "$debdir" >"$logdir/package.log" 2>&1 || {
 }
 grep -E '^(SKIP|man pages:|==) ' "$logdir/package.log" || true
 mapfile -t debs < <(sed -n 's/^built: //p' "$logdir/package.log")
+# The static pod's image, from the same release build (package-deb.sh's).
+SCEAU_OCI_NO_BUILD=1 bash scripts/package-oci.sh "$repo/target/oci" >"$logdir/oci.log" 2>&1 || {
+    cat "$logdir/oci.log" >&2
+    echo "FAIL image: scripts/package-oci.sh failed (log above)"
+    echo "0 passed, 1 failed"
+    exit 1
+}
 # The SPIRE agent's TPM work through the guest's /dev/tpmrm0: a
 # test-only example, debug build (the test step has built it), stripped.
 cargo build --locked --quiet -p sceau-spire --example attest_once
@@ -153,6 +160,7 @@ trap 'exit 143' TERM
 
 # --- the payload disk: the packages, the repo's units, the checks ------------
 mkdir -p "$work/payload/units"
+install -m 0644 target/oci/sceau-oci.tar packaging/kubernetes/sceau-cdi.yaml "$work/payload/"
 install -m 0644 "${debs[@]}" tests/vm/guest-lib.sh tests/vm/guest-checks.sh tests/vm/guest-binding.sh tests/vm/guest-firmware.sh "$work/payload/"
 # The units as the repository has them, to compare with what the package
 # installed.

@@ -434,7 +434,13 @@ fn confine_and_serve(
         tokio::spawn(release_free_heap_periodically());
         sceau::metrics::METRICS.set_key_id(key_id.as_str());
         match socket_file {
-            Some(file) => log::info!("serving key_id={key_id} on {}", file.path().display()),
+            // Said, because the unit's socket is the expected way: in a
+            // container or a shell, sceau binding its own socket is normal,
+            // under systemd it means sceau.socket was bypassed.
+            Some(file) => log::info!(
+                "serving key_id={key_id} on {}, a socket sceau bound itself (no socket activation)",
+                file.path().display()
+            ),
             None => log::info!("serving key_id={key_id} on the socket systemd passed"),
         }
         // Start-up's freed C heap (OpenSSL's initialisation above all)

@@ -21,7 +21,8 @@ secmirror=${SCEAU_VM_SECMIRROR:-http://deb.debian.org/debian-security}
 #   installs the .debs with what is already here; a missing dependency makes
 #   the install check fail with apt's "unmet dependencies".
 # - procps: pidof. linux-image-cloud-amd64: 6.1 here, 6.12 added below.
-packages=systemd,systemd-sysv,udev,kmod,dbus,procps,tpm-udev,libtss2-esys-3.0.2-0,libtss2-tctildr0,libtss2-tcti-device0,libtss2-mu0,libtss2-rc0,libtss2-sys1,libssl3,linux-image-cloud-amd64
+# - podman (with crun): runs the static pod's OCI image (guest-checks.sh).
+packages=systemd,systemd-sysv,udev,kmod,dbus,procps,tpm-udev,libtss2-esys-3.0.2-0,libtss2-tctildr0,libtss2-tcti-device0,libtss2-mu0,libtss2-rc0,libtss2-sys1,libssl3,podman,crun,linux-image-cloud-amd64
 backports_kernel=linux-image-cloud-amd64
 
 rootfs=$(mktemp -d /var/tmp/sceau-vm-rootfs.XXXXXX)

@@ -471,6 +471,76 @@ for algorithm in rsa ecc; do
     fi
 done
 
+# --- the static pod's image under a real container runtime --------------------
+# scripts/package-oci.sh's image, run by Debian's podman (crun) as the
+# static pod would run it: the image's user, a read-only root, no
+# capabilities, no new privileges, /dev/tpmrm0 through the CDI spec the
+# package ships for pods, and the pod's two host directories
+# (sceau-pod.tmpfiles.conf, here under other names beside the packaged
+# service, which keeps /run/sceau). The installed `sceau check` is the client,
+# as root, as kube-apiserver would be.
+if [ "$tag" = new ] && command -v podman >/dev/null; then
+    mkdir -p /etc/cdi
+    install -m 0644 "$P/sceau-cdi.yaml" /etc/cdi/sceau.yaml
+    install -d -o 65532 -g 65532 -m 0750 /run/sceau-pod
+    install -d -o 65532 -g 65532 -m 0700 /var/lib/sceau-pod
+    loaded=$(timeout 120 podman load -i "$P/sceau-oci.tar" 2>&1 | sed -n 's/^Loaded image: //p')
+    pod_args=(--network none --read-only --cap-drop=all --security-opt no-new-privileges
+        --device sceau.io/tpm=tpmrm0 -v /run/sceau-pod:/run/sceau -v /var/lib/sceau-pod:/var/lib/sceau)
+    if [ -n "$loaded" ] && timeout 60 podman run -d --name sceau-pod "${pod_args[@]}" "$loaded" \
+        --socket=/run/sceau/kms.sock --tcti=device:/dev/tpmrm0 --state-dir=/var/lib/sceau --allow-uid=65532 >/dev/null 2>/tmp/pod.err; then
+        for _ in $(seq 150); do [ -S /run/sceau-pod/kms.sock ] && break; sleep 0.2; done
+        out=$(timeout 60 sceau check --socket /run/sceau-pod/kms.sock 2>&1)
+        if [ $? -eq 0 ]; then
+            pass "podman runs the image ($loaded) read-only, no capabilities, /dev/tpmrm0 by CDI: $(echo "$out" | tr '\n' ' ' | cut -c1-200)"
+        else
+            fail "podman image round trip" "$(echo "$out" | tr '\n' ' ' | cut -c1-200); log: $(podman logs sceau-pod 2>&1 | tail -n 4 | tr '\n' ' ' | cut -c1-400)"
+        fi
+        log=$(podman logs sceau-pod 2>&1)
+        if echo "$log" | grep -q 'a socket sceau bound itself (no socket activation)'; then
+            pass "in the pod sceau says it bound its own socket: $(echo "$log" | grep -o 'serving key_id=.*' | head -n 1 | cut -c1-160)"
+        else
+            fail "pod log" "$(echo "$log" | tail -n 3 | tr '\n' ' ' | cut -c1-300)"
+        fi
+        pid=$(podman inspect -f '{{.State.Pid}}' sceau-pod)
+        st=$(grep -E '^(Uid|Gid|CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' "/proc/$pid/status" | tr -s '\t ' ' ' | tr '\n' ';')
+        if echo "$st" | grep -q 'Uid: 65532 65532 65532 65532;' && echo "$st" | grep -q 'CapEff: 0000000000000000;' &&
+            echo "$st" | grep -q 'CapBnd: 0000000000000000;' && echo "$st" | grep -q 'NoNewPrivs: 1;' && echo "$st" | grep -q 'Seccomp: 2;'; then
+            pass "the pod's sceau runs as 65532 with no capability, no_new_privs and its seccomp filter ($st)"
+        else
+            fail "the pod's process" "$st"
+        fi
+        if echo "$log" | grep -qE 'landlock: (fully|partially) enforced'; then
+            pass "Landlock inside the container: $(echo "$log" | grep -oE 'landlock: [^;(]*' | head -n 1)"
+        else
+            fail "Landlock in the pod" "$(echo "$log" | grep -i landlock | head -n 2 | tr '\n' ' ')"
+        fi
+        probe=$(timeout 30 podman exec sceau-pod /usr/sbin/sceau check --status-only --socket=/run/sceau/kms.sock 2>&1)
+        if [ $? -eq 0 ] && ! echo "$probe" | grep -q 'round trip'; then
+            pass "the liveness probe's command in the pod: $probe"
+        else
+            fail "liveness probe" "$probe"
+        fi
+        if touch_out=$(podman exec sceau-pod /usr/sbin/sceau kek list --tcti device:/dev/tpmrm0 --state-dir /var/lib/sceau 2>&1); then
+            pass "kek list in the pod through /dev/tpmrm0 beside the served one: $(echo "$touch_out" | tail -n 1)"
+        else
+            fail "kek list in the pod" "$(echo "$touch_out" | tail -n 2 | tr '\n' ' ')"
+        fi
+        timeout 30 podman stop -t 10 sceau-pod >/dev/null 2>&1
+        code=$(podman inspect -f '{{.State.ExitCode}}' sceau-pod)
+        if [ "$code" = 0 ] && [ ! -e /run/sceau-pod/kms.sock ]; then
+            pass "podman stop: sceau exits 0 on SIGTERM and removes its socket"
+        else
+            fail "pod stop" "exit code $code; $(ls -l /run/sceau-pod 2>&1 | tr '\n' ' ')"
+        fi
+        podman rm -f sceau-pod >/dev/null 2>&1
+    else
+        fail "podman run" "${loaded:-podman load loaded nothing}: $(tr '\n' ' ' </tmp/pod.err | cut -c1-400)"
+    fi
+    podman rmi -af >/dev/null 2>&1
+    rm -rf /etc/cdi /run/sceau-pod /var/lib/sceau-pod /var/lib/containers /var/cache/containers
+fi
+
 # --- purge: nothing of the package is left -----------------------------------
 # The units run again first, so prerm has something to stop. The units the
 # package ships disabled are enabled by hand, as an operator would: purge
