@@ -169,6 +169,8 @@ fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmCo
         observer: Observer::none(),
         envelope_signing_key: false,
         boot_policy: None,
+        owner_auth: None,
+        pinned_srk_name: None,
     }
 }
 
@@ -501,6 +503,8 @@ fn modelled_hardware(tmp: &TempDir) {
             observer: Observer::none(),
             envelope_signing_key: false,
             boot_policy: None,
+            owner_auth: None,
+            pinned_srk_name: None,
         };
         let opened = Instant::now();
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");

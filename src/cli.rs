@@ -13,8 +13,11 @@ use sceau_cli::{
 pub use sceau_cli::{Generate, UsageError, utf8_args};
 
 use crate::sandbox::Enforcement;
+use sceau_format::key_id::hex;
+use sceau_format::owner_auth;
 use sceau_format::pcr_policy::PcrSelection;
 use sceau_format::revocation::Serial;
+use sceau_format::wire::NAME_LEN;
 use sceau_tpm::Tcti;
 
 pub const DEFAULT_SOCKET: &str = "/run/sceau/kms.sock";
@@ -69,7 +72,19 @@ pub const SRK_HANDLE: Flag = Flag::value(
     "HANDLE",
     "Use the persistent key at HANDLE (e.g. 0x81000001) as the SRK",
 )
-.long_help("only if it is the same key the SRK template gives; else refuse to start");
+.long_help(
+    "read with ReadPublic alone, so serving needs no owner authorization; only a key of the SRK \
+     template is taken (pin which one with --expect-srk-name)",
+);
+pub const EXPECT_SRK_NAME: Flag = Flag::value(
+    "--expect-srk-name",
+    "HEX",
+    "Refuse to start unless the SRK's Name is HEX (as srk-public prints it)",
+)
+.long_help(
+    "pins the node's TPM: a swapped TPM, a cleared owner hierarchy or a substituted key is \
+     refused at start and at every reopen, with both Names in the line",
+);
 pub const REQUEST_DEADLINE: Flag = Flag::value(
     "--request-deadline",
     "DUR",
@@ -259,6 +274,7 @@ pub const SERVE: CommandSpec = CommandSpec {
         &SOCKET_MODE,
         &SOCKET_GROUP,
         &SRK_HANDLE,
+        &EXPECT_SRK_NAME,
         &REQUEST_DEADLINE,
         &ALLOW_UID,
         &LANDLOCK,
@@ -477,6 +493,8 @@ pub struct ServeOptions {
     pub socket_mode: u32,
     pub socket_group: Option<String>,
     pub srk_handle: Option<u32>,
+    /// The SRK Name this node's TPM must have.
+    pub expect_srk_name: Option<[u8; NAME_LEN]>,
     pub request_deadline: Duration,
     /// Callers' uids besides root's that may call the KMS API.
     pub allowed_uids: Vec<u32>,
@@ -630,6 +648,7 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
         socket_mode: m.or_default(&SOCKET_MODE, None, parse_mode)?,
         socket_group: m.last(&SOCKET_GROUP, |v| Ok(v.to_string()))?,
         srk_handle: m.last(&SRK_HANDLE, parse_handle)?,
+        expect_srk_name: m.last(&EXPECT_SRK_NAME, parse_srk_name)?,
         request_deadline: m.or_default(&REQUEST_DEADLINE, None, parse_deadline)?,
         allowed_uids: m
             .values(&ALLOW_UID)
@@ -852,6 +871,11 @@ fn parse_handle(value: &str) -> Result<u32, UsageError> {
         })
 }
 
+fn parse_srk_name(value: &str) -> Result<[u8; NAME_LEN], UsageError> {
+    owner_auth::parse_srk_name(value)
+        .map_err(|error| invalid(&EXPECT_SRK_NAME, value, error.to_string()))
+}
+
 fn parse_uid(value: &str) -> Result<u32, UsageError> {
     value
         .parse()
@@ -929,6 +953,7 @@ impl Command {
                     .flag(&SOCKET_MODE, format!("{:o}", o.socket_mode))
                     .optional(&SOCKET_GROUP, o.socket_group.clone())
                     .optional(&SRK_HANDLE, o.srk_handle.map(|h| format!("{h:#x}")))
+                    .optional(&EXPECT_SRK_NAME, o.expect_srk_name.map(|n| hex(&n)))
                     .flag(&REQUEST_DEADLINE, deadline_arg(o.request_deadline));
                 for uid in &o.allowed_uids {
                     args = args.flag(&ALLOW_UID, uid.to_string());
@@ -1142,6 +1167,7 @@ mod tests {
     fn every_flag_is_in_the_help_and_the_inverse() {
         let serve_all = Command::Serve(Box::new(serve(
             "serve --socket-group g --srk-handle 0x81000001 --allow-uid 7 --members m \
+             --expect-srk-name 000b0000000000000000000000000000000000000000000000000000000000000000 \
              --recovery-key r --former-members f --enrollment-key k --accept-unsigned-envelopes \
              --policy-key pk --policy p1 --policy d2 --former-policy-key old1 \
              --former-policy-key old2 --accept-policies-another-os-can-meet \

@@ -13,6 +13,7 @@ pub mod boot_policy;
 pub mod build_info;
 pub mod cli;
 pub mod cluster;
+pub mod credentials;
 pub mod kek;
 pub mod kms;
 pub mod logging;

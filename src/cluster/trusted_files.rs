@@ -171,7 +171,7 @@ fn check_owner_and_mode(
 /// sceau's effective uid, from `/proc/self/status` (std has no geteuid, and
 /// this keeps the module free of `unsafe`). `None` if unreadable: then only
 /// root-owned files are trusted.
-fn effective_uid() -> Option<u32> {
+pub fn effective_uid() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
     uids.split_whitespace().nth(1)?.parse().ok()

@@ -51,6 +51,8 @@ fn open(options: &KekOptions) -> anyhow::Result<Tpm> {
         observer: Observer::none(),
         envelope_signing_key: false,
         boot_policy: None,
+        owner_auth: sceau::credentials::owner_auth()?,
+        pinned_srk_name: None,
     };
     Tpm::open_beside_others(&config).map_err(|error| {
         if let Some(detail) = error.detail() {

@@ -70,6 +70,8 @@ fn open_tpm_for_tool(options: &SrkPublicOptions) -> anyhow::Result<Tpm> {
         // The member file carries it; enrollment sends the member file.
         envelope_signing_key: true,
         boot_policy: None,
+        owner_auth: sceau::credentials::owner_auth()?,
+        pinned_srk_name: None,
     };
     open_tpm_explained(&config)
 }

@@ -11,7 +11,8 @@ use sceau_tpm::revocation::{Revocation, revoke_at};
 pub fn run(options: &RevokePolicyOptions) -> anyhow::Result<()> {
     super::silence_tss_log(super::RevealingTssLog::Warn)?;
     let serial = options.serial;
-    let outcome = revoke_at(&options.tcti, serial)
+    let owner_auth = sceau::credentials::owner_auth()?;
+    let outcome = revoke_at(&options.tcti, owner_auth.as_ref(), serial)
         .with_context(|| format!("revoking serial {serial} at {}", options.tcti))?;
     let index = serial.index_handle();
     match outcome {

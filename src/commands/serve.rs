@@ -95,6 +95,8 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         // Cluster mode signs every envelope it makes.
         envelope_signing_key: options.members.is_some() || options.recovery_key.is_some(),
         boot_policy,
+        owner_auth: sceau::credentials::owner_auth()?,
+        pinned_srk_name: options.expect_srk_name,
     };
     notify::status("opening the TPM");
     let mut tpm = notify::extending_start_timeout(|| open_tpm(&config))?;

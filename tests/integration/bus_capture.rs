@@ -80,6 +80,8 @@ mod clear_bus_control {
             observer: Observer::none(),
             envelope_signing_key: false,
             boot_policy: None,
+            owner_auth: None,
+            pinned_srk_name: None,
         };
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
         let blobs = tpm.seal(&Dek::copy_from(MARKER_DEK), 0).unwrap();

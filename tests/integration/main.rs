@@ -44,4 +44,5 @@ mod soak;
 mod startup_errors;
 mod tools_cross_check;
 mod tpm_faults;
+mod trusted_tpm;
 mod tss_log;

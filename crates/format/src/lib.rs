@@ -27,6 +27,9 @@
 //! - KEK generations: `kek` (their TPM handles, their key_ids from the
 //!   TPM's epoch counter, the state directory's ledger, and which key_id
 //!   opens under which generation).
+//! - Trusting the TPM: `owner_auth` (the owner hierarchy's authorization
+//!   value in the systemd credential `tpm-owner-auth`, and the pinned SRK
+//!   Name of `--expect-srk-name`).
 //! - `key_id` and `text` (what may be echoed of client input).
 //!
 //! The daemon, the offline tool `sceau-recover`, the fuzz targets and the
@@ -44,6 +47,7 @@ pub mod kdf;
 pub mod kek;
 pub mod key_id;
 pub mod members;
+pub mod owner_auth;
 pub mod pcr_policy;
 pub mod policy_key;
 pub mod public;

@@ -16,6 +16,7 @@ use super::boot_policy::{BootPolicies, BootPolicyConfig};
 use super::fault::{ConnectFailure, Fault, INITIALIZE, TpmError};
 use super::kek::{self, KekError, OpenGeneration};
 use super::observe::{Observer, TpmCommand};
+use super::owner::{self, OwnerAuth};
 use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
 use super::session::{ParameterEncryption, start_salted};
 use super::signing::EnvelopeSigningKey;
@@ -26,6 +27,7 @@ use sceau_format::members::Member;
 use sceau_format::sealed::SealedBlobs;
 use sceau_format::signing_key::{SIGNATURE_LEN, SigningKey, SigningKeyError};
 use sceau_format::storage_key::{StorageKey, StorageKeyError};
+use sceau_format::wire::NAME_LEN;
 use sceau_sys::hooks::{self, Protection};
 
 /// Everything needed to (re)open the TPM.
@@ -42,6 +44,12 @@ pub struct TpmConfig {
     pub envelope_signing_key: bool,
     /// Seal to this boot policy key, and open through these signed policies.
     pub boot_policy: Option<BootPolicyConfig>,
+    /// The owner hierarchy's authorization value (the credential
+    /// `tpm-owner-auth`), for a TPM whose owner set one.
+    pub owner_auth: Option<OwnerAuth>,
+    /// The SRK Name `--expect-srk-name` pins: another SRK is refused at
+    /// start and at every reopen after a reset.
+    pub pinned_srk_name: Option<[u8; NAME_LEN]>,
 }
 
 /// The generations a TPM holds, by number and Name (0: the SRK), and its
@@ -140,7 +148,7 @@ impl Tpm {
     /// most likely that sceau's SRK and session.
     pub fn open_beside_others(config: &TpmConfig) -> Result<Self, OpenError> {
         Self::open_with(config, Leftovers::Refuse)
-            .map_err(|error| OpenError::explain(&config.tcti, error))
+            .map_err(|error| OpenError::explain(config, error))
     }
 
     fn open_with(config: &TpmConfig, leftovers: Leftovers) -> Result<Self, SrkError> {
@@ -149,12 +157,16 @@ impl Tpm {
         }
         let mut ctx =
             Context::new(config.tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
+        if let Some(auth) = &config.owner_auth {
+            auth.apply(&mut ctx)?;
+        }
         let transients = started_and_transients(&mut ctx)?;
         match leftovers {
             Leftovers::Flush => flush_leftovers(&mut ctx, transients)?,
             Leftovers::Refuse => refuse_leftovers(&mut ctx, &config.tcti, transients)?,
         }
-        let srk = Srk::recreate(&mut ctx, config.srk_handle)?;
+        let pinned = config.pinned_srk_name.as_ref().map(|name| name.as_slice());
+        let srk = Srk::recreate(&mut ctx, config.srk_handle, pinned)?;
         let signing_key = config
             .envelope_signing_key
             .then(|| EnvelopeSigningKey::recreate(&mut ctx))
@@ -186,7 +198,7 @@ impl Tpm {
     /// what is wrong in words, with the TSS detail kept apart
     /// ([`OpenError::detail`]) for a DEBUG line.
     pub fn open_explained(config: &TpmConfig) -> Result<Self, OpenError> {
-        Self::open(config).map_err(|error| OpenError::explain(&config.tcti, error))
+        Self::open(config).map_err(|error| OpenError::explain(config, error))
     }
 
     /// The key_id this TPM serves: the SRK's, or with a boot policy key,
@@ -783,6 +795,19 @@ pub enum OpenError {
         fault: Fault,
         detail: Box<SrkError>,
     },
+    /// The owner hierarchy has an authorization value that sceau was not
+    /// given, or was given wrong.
+    #[error(
+        "the TPM at {tcti} refused the owner authorization ({}): {}",
+        if *given { "the one in the credential tpm-owner-auth is not the TPM's" }
+        else { "it has one, and no credential tpm-owner-auth was given" },
+        owner::HOW_TO_PROVIDE
+    )]
+    OwnerAuth {
+        tcti: String,
+        given: bool,
+        detail: Box<SrkError>,
+    },
     /// Not a TPM error: a persistent SRK handle that is not the SRK, or the
     /// like; these messages are sceau's own.
     #[error("{0}")]
@@ -790,10 +815,18 @@ pub enum OpenError {
 }
 
 impl OpenError {
-    fn explain(tcti: &Tcti, error: SrkError) -> Self {
+    fn explain(config: &TpmConfig, error: SrkError) -> Self {
+        let tcti = &config.tcti;
         let SrkError::Tpm(tpm_error) = &error else {
             return Self::Srk(error);
         };
+        if owner::refused(tpm_error) {
+            return Self::OwnerAuth {
+                tcti: tcti.to_string(),
+                given: config.owner_auth.is_some(),
+                detail: Box::new(error),
+            };
+        }
         if tpm_error.is_connection_failure() {
             return Self::Unreachable {
                 cause: diagnose(tcti),
@@ -811,7 +844,9 @@ impl OpenError {
     /// The TSS's account (return code and text), for a DEBUG line only.
     pub fn detail(&self) -> Option<String> {
         match self {
-            Self::Unreachable { detail, .. } | Self::Refused { detail, .. } => {
+            Self::Unreachable { detail, .. }
+            | Self::Refused { detail, .. }
+            | Self::OwnerAuth { detail, .. } => {
                 // tss-esapi's Display leaves the code to its error's source.
                 Some(match detail.as_ref() {
                     SrkError::Tpm(e) => match e.response_code() {

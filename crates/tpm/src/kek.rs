@@ -30,7 +30,8 @@ use tss_esapi::structures::{CapabilityData, MaxNvBuffer, NvPublicBuilder, Public
 use tss_esapi::traits::Marshall as _;
 
 use super::fault::{Fault, TpmError};
-use super::srk::{Srk, SrkAlgorithm, template};
+use super::owner;
+use super::srk::{Srk, SrkAlgorithm, has_template, template};
 use sceau_format::kek::{
     EPOCH_COUNTER_INDEX, GENERATION_HANDLE_BASE, MAX_GENERATION, MAX_OPEN_GENERATIONS,
     MEMBERSHIP_MARK_ATTRIBUTES, MEMBERSHIP_MARK_INDEX, MEMBERSHIP_MARK_SIZE, generation_handle,
@@ -42,9 +43,6 @@ use sceau_format::key_id::hex;
 const RC_NO_SUCH_HANDLE: u32 = 0x018B;
 /// TPM_RC_NV_SPACE: no room left in the TPM's NV memory.
 const RC_NV_SPACE: u32 = 0x014B;
-/// TPM_RC_BAD_AUTH and TPM_RC_AUTH_FAIL for the first session: the owner
-/// authorization is not the empty one sceau sends.
-const RC_OWNER_AUTH: [u32; 2] = [0x09A2, 0x098E];
 /// TPMA_NV_WRITTEN: a counter never incremented reads as no epoch yet.
 const NV_WRITTEN: u32 = 1 << 29;
 
@@ -81,8 +79,8 @@ pub enum KekError {
     )]
     NoRoom { what: &'static str },
     #[error(
-        "the TPM's owner hierarchy has an authorization value, and sceau sends the empty one: \
-         {what} needs it (docs/rotation-and-backup.md)"
+        "the TPM refused the owner authorization {what} needs: {}",
+        owner::HOW_TO_PROVIDE
     )]
     OwnerAuth { what: &'static str },
     #[error(
@@ -143,7 +141,7 @@ pub fn read_open(
         let (public, name, _) = ctx
             .execute_without_session(|c| c.read_public(object.into()))
             .map_err(|e| TpmError::new("ReadPublic (KEK generation)", e))?;
-        if !is_generation_key(&public, algorithm) {
+        if !has_template(&public, algorithm) {
             return Err(KekError::Foreign { handle: raw });
         }
         open.insert(
@@ -443,26 +441,10 @@ fn persistent(raw: u32) -> Result<PersistentTpmHandle, TpmError> {
     PersistentTpmHandle::new(raw).map_err(|e| TpmError::new("persistent handle", e))
 }
 
-/// Whether a public area is the storage key template sceau's generations
-/// use (the SRK's, of its algorithm): equal to it once its unique part (the
-/// key itself) is the template's.
-fn is_generation_key(public: &Public, algorithm: SrkAlgorithm) -> bool {
-    let Ok(expected) = template(algorithm) else {
-        return false;
-    };
-    let mut candidate = public.clone();
-    match (&mut candidate, &expected) {
-        (Public::Ecc { unique, .. }, Public::Ecc { unique: empty, .. }) => *unique = empty.clone(),
-        (Public::Rsa { unique, .. }, Public::Rsa { unique: empty, .. }) => *unique = empty.clone(),
-        _ => return false,
-    }
-    candidate == expected
-}
-
 /// A TPM refusal in words where sceau knows its meaning.
 fn classify(error: TpmError, what: &'static str) -> KekError {
     match error.response_code() {
-        Some(rc) if RC_OWNER_AUTH.contains(&rc) => KekError::OwnerAuth { what },
+        _ if owner::refused(&error) => KekError::OwnerAuth { what },
         Some(RC_NV_SPACE) => KekError::NoRoom { what },
         _ => KekError::Tpm(error),
     }

@@ -8,8 +8,8 @@
 //! locked page (`secret`), what the layer reports to whoever watches it
 //! (`observe`), PCRs (`pcrs`), the signed boot policies that objects are
 //! sealed to (`boot_policy`) and the NV indices that revoke them
-//! (`revocation`), and the KEK generations with their epoch counter
-//! (`kek`).
+//! (`revocation`), the KEK generations with their epoch counter
+//! (`kek`), and the owner hierarchy's authorization value (`owner`).
 //!
 //! It depends on `sceau-format` for byte formats and on `sceau-sys` for the
 //! few system calls std does not wrap; it has no `unsafe` of its own, no
@@ -23,6 +23,7 @@ pub mod fault;
 pub mod health;
 pub mod kek;
 pub mod observe;
+pub mod owner;
 pub mod pcrs;
 pub mod revocation;
 pub mod sealed;

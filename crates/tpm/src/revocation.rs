@@ -17,14 +17,12 @@ use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{MaxNvBuffer, NvPublicBuilder};
 
 use super::fault::{Fault, INITIALIZE, TpmError};
+use super::owner::{self, OwnerAuth};
 use super::tcti::Tcti;
 use sceau_format::revocation::{DATA_SIZE, Serial, SerialState, state_from_name};
 
 /// TPM_RC_HANDLE for the first handle: no NV index there.
 const RC_NO_SUCH_INDEX: u32 = 0x018B;
-/// TPM_RC_BAD_AUTH and TPM_RC_AUTH_FAIL for the first session: the owner
-/// authorization is not the empty one sceau sends.
-const RC_OWNER_AUTH: [u32; 2] = [0x09A2, 0x098E];
 
 /// What the TPM holds for a serial.
 pub enum IndexState {
@@ -152,22 +150,29 @@ pub fn revoke(ctx: &mut Context, serial: Serial) -> Result<Revocation, TpmError>
 
 /// [`revoke`] on a TPM of its own (`sceau revoke-policy`): no SRK, no
 /// session but the owner's password one.
-pub fn revoke_at(tcti: &Tcti, serial: Serial) -> Result<Revocation, TpmError> {
+pub fn revoke_at(
+    tcti: &Tcti,
+    owner_auth: Option<&OwnerAuth>,
+    serial: Serial,
+) -> Result<Revocation, TpmError> {
     let mut ctx = Context::new(tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
+    if let Some(auth) = owner_auth {
+        auth.apply(&mut ctx)?;
+    }
     super::device::ensure_started(&mut ctx)?;
     revoke(&mut ctx, serial)
 }
 
-/// A refusal of the owner's empty authorization, said in words.
+/// A refusal of the owner authorization, said in words.
 fn owner_refusal(error: TpmError) -> TpmError {
-    match error.response_code() {
-        Some(rc) if RC_OWNER_AUTH.contains(&rc) => TpmError::refused(
-            "the TPM's owner hierarchy has an authorization value, and sceau sends the empty \
-             one: define and write the revocation index with tpm2-tools and the owner \
-             authorization (docs/boot-binding.md, \"Revoking a boot state\")"
-                .into(),
+    match owner::refused(&error) {
+        true => TpmError::refused(
+            format!(
+                "the TPM refused the owner authorization a revocation index needs: {}",
+                owner::HOW_TO_PROVIDE
+            ),
             Fault::Failure,
         ),
-        _ => error,
+        false => error,
     }
 }

@@ -4,7 +4,7 @@
 
 use tss_esapi::Context;
 use tss_esapi::attributes::{ObjectAttributes, ObjectAttributesBuilder};
-use tss_esapi::handles::{KeyHandle, ObjectHandle, PersistentTpmHandle, TpmHandle};
+use tss_esapi::handles::{KeyHandle, PersistentTpmHandle, TpmHandle};
 use tss_esapi::interface_types::algorithm::{HashingAlgorithm, PublicAlgorithm};
 use tss_esapi::interface_types::ecc::EccCurve;
 use tss_esapi::interface_types::key_bits::RsaKeyBits;
@@ -39,7 +39,7 @@ pub struct Srk {
     /// The public area CreatePrimary returned: what `sceau srk-public` prints.
     pub public: Public,
     pub algorithm: SrkAlgorithm,
-    /// Set when `--srk-handle` pointed at a persistent copy of the same key.
+    /// Set when `--srk-handle` pointed at a persistent key of the template.
     pub persistent: Option<u32>,
 }
 
@@ -52,13 +52,19 @@ pub enum SrkError {
     #[error("persistent handle {0:#010x} is not in the persistent range 0x81000000..0x81ffffff")]
     NotPersistent(u32),
     #[error(
-        "persistent key {handle:#010x} has Name {found}, but the SRK template gives {expected}; refusing to use it"
+        "persistent key {handle:#010x} is not a key of the SRK template ({algorithm:?}): \
+         refusing to use it; give the handle of this TPM's SRK, or leave out --srk-handle"
     )]
-    PersistentMismatch {
+    NotTheTemplate {
         handle: u32,
-        found: String,
-        expected: String,
+        algorithm: SrkAlgorithm,
     },
+    #[error(
+        "this TPM's SRK has Name {found}, but --expect-srk-name pins {expected}: refusing to \
+         use another TPM (swapped, its owner hierarchy cleared, or a key substituted on the \
+         bus); if the TPM was replaced on purpose, re-enroll and pin the new Name"
+    )]
+    NotPinned { expected: String, found: String },
     /// Opening also loads the signed boot policies, and refuses bad ones.
     #[error(transparent)]
     BootPolicy(#[from] super::boot_policy::BootPolicyError),
@@ -74,10 +80,32 @@ pub enum SrkError {
 }
 
 impl Srk {
-    /// Runs CreatePrimary with the best template the TPM supports; with
-    /// `persistent`, switches to that persistent key if it is the same key.
-    pub fn recreate(ctx: &mut Context, persistent: Option<u32>) -> Result<Self, SrkError> {
+    /// The SRK: made by CreatePrimary with the best template the TPM
+    /// supports, or, with `persistent`, the persistent key at that handle,
+    /// read with ReadPublic alone (no owner authorization needed) and taken
+    /// only if it is a key of that template. With `pinned`, any SRK whose
+    /// Name differs is refused: a swapped TPM, a cleared owner hierarchy or
+    /// a key substituted on the bus.
+    pub fn recreate(
+        ctx: &mut Context,
+        persistent: Option<u32>,
+        pinned: Option<&[u8]>,
+    ) -> Result<Self, SrkError> {
         let algorithm = best_algorithm(ctx)?;
+        let srk = match persistent {
+            None => Self::create(ctx, algorithm)?,
+            Some(raw) => Self::persistent(ctx, algorithm, raw)?,
+        };
+        match pinned {
+            Some(expected) if expected != srk.name.value() => Err(SrkError::NotPinned {
+                expected: hex(expected),
+                found: hex(srk.name.value()),
+            }),
+            _ => Ok(srk),
+        }
+    }
+
+    fn create(ctx: &mut Context, algorithm: SrkAlgorithm) -> Result<Self, SrkError> {
         let template = template(algorithm).map_err(SrkError::Template)?;
         let created = ctx
             .execute_with_session(Some(AuthSession::Password), |c| {
@@ -88,17 +116,13 @@ impl Srk {
         let name = ctx
             .tr_get_name(handle.into())
             .map_err(|e| TpmError::new("TR_GetName", e))?;
-        let srk = Srk {
+        Ok(Srk {
             handle,
             name,
             public: created.out_public,
             algorithm,
             persistent: None,
-        };
-        match persistent {
-            None => Ok(srk),
-            Some(raw) => srk.switch_to_persistent(ctx, raw),
-        }
+        })
     }
 
     pub fn key_id(&self) -> KeyId {
@@ -112,33 +136,51 @@ impl Srk {
             .map_err(|e| TpmError::new("marshal SRK public", e))
     }
 
-    /// Uses a persistent copy of the SRK, but only if it is provably the
-    /// template's key: its Name must equal that of the key CreatePrimary just
-    /// made. Under /dev/tpmrm0 a persistent SRK spares the kernel a context
-    /// swap of the transient one around every command.
-    fn switch_to_persistent(self, ctx: &mut Context, raw: u32) -> Result<Self, SrkError> {
+    /// A persistent copy of the SRK, taken only if its public area is the
+    /// template's (attributes, algorithms and curve; the key itself aside).
+    /// Under /dev/tpmrm0 a persistent SRK spares the kernel a context swap
+    /// of the transient one around every command, and a real TPM the
+    /// seconds an RSA CreatePrimary takes. Whether it is this TPM's own SRK
+    /// is what `--expect-srk-name` pins.
+    fn persistent(ctx: &mut Context, algorithm: SrkAlgorithm, raw: u32) -> Result<Self, SrkError> {
         let tpm_handle = PersistentTpmHandle::new(raw).map_err(|_| SrkError::NotPersistent(raw))?;
         let object = ctx
             .execute_without_session(|c| c.tr_from_tpm_public(TpmHandle::Persistent(tpm_handle)))
             .map_err(|e| TpmError::new("TR_FromTPMPublic", e))?;
-        let found = ctx
-            .tr_get_name(object)
-            .map_err(|e| TpmError::new("TR_GetName", e))?;
-        if found.value() != self.name.value() {
-            return Err(SrkError::PersistentMismatch {
+        let handle = KeyHandle::from(object);
+        let (public, name, _) = ctx
+            .execute_without_session(|c| c.read_public(handle))
+            .map_err(|e| TpmError::new("ReadPublic", e))?;
+        if !has_template(&public, algorithm) {
+            return Err(SrkError::NotTheTemplate {
                 handle: raw,
-                found: hex(found.value()),
-                expected: hex(self.name.value()),
+                algorithm,
             });
         }
-        ctx.flush_context(ObjectHandle::from(self.handle))
-            .map_err(|e| TpmError::new("FlushContext", e))?;
         Ok(Srk {
-            handle: KeyHandle::from(object),
+            handle,
+            name,
+            public,
+            algorithm,
             persistent: Some(raw),
-            ..self
         })
     }
+}
+
+/// Whether a public area is the SRK template of `algorithm` (the one KEK
+/// generations use too): equal to it once its unique part, the key
+/// itself, is the template's empty one.
+pub fn has_template(public: &Public, algorithm: SrkAlgorithm) -> bool {
+    let Ok(expected) = template(algorithm) else {
+        return false;
+    };
+    let mut candidate = public.clone();
+    match (&mut candidate, &expected) {
+        (Public::Ecc { unique, .. }, Public::Ecc { unique: empty, .. }) => *unique = empty.clone(),
+        (Public::Rsa { unique, .. }, Public::Rsa { unique: empty, .. }) => *unique = empty.clone(),
+        _ => return false,
+    }
+    candidate == expected
 }
 
 /// P-256 is preferred, as systemd does; only a TPM that answers "unsupported"

@@ -206,6 +206,8 @@ impl Attestation {
             observer: Observer::none(),
             envelope_signing_key: false,
             boot_policy: None,
+            owner_auth: None,
+            pinned_srk_name: None,
         };
         let mut tpm = Tpm::open(&config).map_err(|e| open_error(&settings.tcti, e))?;
         // Tpm::open starts the daemon's long-lived DEK session; the agent
