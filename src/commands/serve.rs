@@ -197,7 +197,22 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
         );
     }
     let started = Instant::now();
-    let tpm = open_tpm_explained(config)?;
+    let mut tpm = open_tpm_explained(config)?;
+    match tpm.identity() {
+        Ok(identity) => {
+            log::info!(
+                "TPM: manufacturer {}, vendor {:?}, firmware {}",
+                identity.manufacturer,
+                identity.vendor,
+                identity.firmware
+            );
+            metrics::METRICS.set_tpm_identity(identity);
+        }
+        Err(error) => log::warn!(
+            "the TPM did not say who made it ({}): sceau_tpm_info stays empty",
+            error.fault()
+        ),
+    }
     let srk = tpm.srk();
     log::info!(
         "SRK {:?}{} ready in {:?}; Name {}",

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sceau_tpm::TpmObserver;
+use sceau_tpm::identity::TpmIdentity;
 
 pub use render::{CONTENT_TYPE, render};
 
@@ -190,6 +191,9 @@ pub struct Registry {
     kek_generation: AtomicU64,
     kek_generation_made: AtomicU64,
     kek_open_generations: AtomicU64,
+    /// The TPM's manufacturer, vendor string and firmware version, read
+    /// once at start (`sceau_tpm::identity`).
+    tpm_identity: RwLock<Option<TpmIdentity>>,
 }
 
 impl Registry {
@@ -211,6 +215,7 @@ impl Registry {
             kek_generation: AtomicU64::new(0),
             kek_generation_made: AtomicU64::new(0),
             kek_open_generations: AtomicU64::new(0),
+            tpm_identity: RwLock::new(None),
         }
     }
 
@@ -270,6 +275,18 @@ impl Registry {
     /// The key_id Status reports; a reload replaces it.
     pub fn set_key_id(&self, key_id: &str) {
         *self.key_id.write().unwrap_or_else(|e| e.into_inner()) = key_id.to_string();
+    }
+
+    /// Who made the TPM and which firmware it runs, for `sceau_tpm_info`.
+    pub fn set_tpm_identity(&self, identity: TpmIdentity) {
+        *self.tpm_identity.write().unwrap_or_else(|e| e.into_inner()) = Some(identity);
+    }
+
+    pub fn tpm_identity(&self) -> Option<TpmIdentity> {
+        self.tpm_identity
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The KEK generation served and when it was made (seconds since the

@@ -66,6 +66,21 @@ pub(super) fn render_registry(registry: &Registry, build: &Build) -> String {
             label_value(&key_id)
         );
     }
+    header(
+        &mut out,
+        "sceau_tpm_info",
+        "gauge",
+        "Always 1; the labels are the TPM's manufacturer, vendor string and firmware version.",
+    );
+    if let Some(tpm) = registry.tpm_identity() {
+        let _ = writeln!(
+            out,
+            "sceau_tpm_info{{manufacturer=\"{}\",vendor=\"{}\",firmware=\"{}\"}} 1",
+            label_value(&tpm.manufacturer),
+            label_value(&tpm.vendor),
+            label_value(&tpm.firmware)
+        );
+    }
     kek(&mut out, registry);
     calls(&mut out, registry);
     tpm(&mut out, registry);

@@ -186,6 +186,7 @@ async fn calls_move_the_counters_and_each_is_logged() {
         "sceau_tpm_healthy",
         "sceau_build_info",
         "sceau_key_id_info",
+        "sceau_tpm_info",
     ] {
         assert!(
             before.contains(&format!("\n# TYPE {family} ")),
@@ -259,6 +260,17 @@ async fn calls_move_the_counters_and_each_is_logged() {
             )
         ),
         1.0
+    );
+
+    // swtpm (libtpms) says it is IBM's "SW TPM".
+    let tpm_info = after
+        .lines()
+        .find(|l| l.starts_with("sceau_tpm_info{"))
+        .unwrap_or_else(|| panic!("no sceau_tpm_info sample\n{after}"));
+    assert!(
+        tpm_info.starts_with("sceau_tpm_info{manufacturer=\"IBM\",vendor=\"SW   TPM\",firmware=\"")
+            && tpm_info.ends_with("\"} 1"),
+        "{tpm_info}"
     );
 
     // The log: one INFO line per call, fixed fields, the uid as sent.

@@ -252,3 +252,18 @@ fn a_credential_systemd_would_not_write_is_refused() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// The manufacturer, vendor string and firmware version sceau logs at
+/// start are the ones tpm2-tools read from the same TPM.
+#[test]
+fn the_tpm_identity_logged_is_what_tpm2_getcap_reads() {
+    let tmp = TempDir::new("tpm-identity");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let tools = Tpm2Tools::new(&tpm, &tmp.subdir("tools"));
+    let firmware = tools.firmware_version();
+    let mut sceau = serving(&tmp, &tpm, &[], &[]);
+    assert!(sceau.terminate().success());
+    let log = sceau.stderr_text();
+    let expected = format!("TPM: manufacturer IBM, vendor \"SW   TPM\", firmware {firmware}");
+    assert!(log.contains(&expected), "{expected:?} not in:\n{log}");
+}

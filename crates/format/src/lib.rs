@@ -29,7 +29,9 @@
 //!   opens under which generation).
 //! - Trusting the TPM: `owner_auth` (the owner hierarchy's authorization
 //!   value in the systemd credential `tpm-owner-auth`, and the pinned SRK
-//!   Name of `--expect-srk-name`).
+//!   Name of `--expect-srk-name`), `roca` (the fingerprint of RSA keys that
+//!   can be factored from their public half, CVE-2017-15361), `tpm_info`
+//!   (a TPM's manufacturer, vendor string and firmware version as text).
 //! - `key_id` and `text` (what may be echoed of client input).
 //!
 //! The daemon, the offline tool `sceau-recover`, the fuzz targets and the
@@ -55,10 +57,12 @@ pub mod random;
 pub mod recovery_key;
 pub mod recovery_share;
 pub mod revocation;
+pub mod roca;
 pub mod sealed;
 pub mod signing_key;
 pub mod storage_key;
 pub mod text;
+pub mod tpm_info;
 pub mod wire;
 pub mod wrapped;
 

@@ -55,6 +55,29 @@ impl Tpm2Tools {
         finished
     }
 
+    /// TPM_PT_FIRMWARE_VERSION_1 and _2 as `tpm2_getcap` reads them, in
+    /// the four decimal halves sceau writes (`sceau_format::tpm_info`).
+    pub fn firmware_version(&self) -> String {
+        let fixed = self.run("tpm2_getcap", &["properties-fixed"]).stdout;
+        let raw = |property: &str| {
+            let at = fixed
+                .find(&format!("{property}:"))
+                .unwrap_or_else(|| panic!("{property} missing:\n{fixed}"));
+            let line = fixed[at..].lines().nth(1).expect("its raw line");
+            let hex = line.trim().trim_start_matches("raw: 0x");
+            u32::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("{line}"))
+        };
+        let first = raw("TPM2_PT_FIRMWARE_VERSION_1");
+        let second = raw("TPM2_PT_FIRMWARE_VERSION_2");
+        format!(
+            "{}.{}.{}.{}",
+            first >> 16,
+            first & 0xffff,
+            second >> 16,
+            second & 0xffff
+        )
+    }
+
     pub fn try_run(&self, tool: &str, args: &[&str]) -> Finished {
         let mut cmd = Command::new(tool);
         cmd.args(args)

@@ -236,6 +236,11 @@ impl Tpm {
         &self.srk
     }
 
+    /// The TPM's manufacturer, vendor string and firmware version.
+    pub fn identity(&mut self) -> Result<super::identity::TpmIdentity, TpmError> {
+        super::identity::read(&mut self.ctx)
+    }
+
     /// The storage key of KEK `generation`: the SRK for 0.
     /// The parent for work under `generation`. A generation's persistent key
     /// takes an object slot while in use, and the envelope signing key gives

@@ -9,7 +9,8 @@
 //! (`observe`), PCRs (`pcrs`), the signed boot policies that objects are
 //! sealed to (`boot_policy`) and the NV indices that revoke them
 //! (`revocation`), the KEK generations with their epoch counter
-//! (`kek`), and the owner hierarchy's authorization value (`owner`).
+//! (`kek`), and the owner hierarchy's authorization value (`owner`), and who made
+//! the TPM and its firmware version (`identity`).
 //!
 //! It depends on `sceau-format` for byte formats and on `sceau-sys` for the
 //! few system calls std does not wrap; it has no `unsafe` of its own, no
@@ -21,6 +22,7 @@ pub mod device;
 pub mod enroll;
 pub mod fault;
 pub mod health;
+pub mod identity;
 pub mod kek;
 pub mod observe;
 pub mod owner;

@@ -19,6 +19,7 @@ use tss_esapi::traits::Marshall as _;
 
 use super::fault::{Recovery, TpmError};
 pub use sceau_format::key_id::{KeyId, hex};
+use sceau_format::roca::has_roca_fingerprint;
 
 /// TestParms answers RETRY or TESTING while the TPM self-tests after power-on.
 const TEST_PARMS_ATTEMPTS: u32 = 6;
@@ -65,6 +66,12 @@ pub enum SrkError {
          bus); if the TPM was replaced on purpose, re-enroll and pin the new Name"
     )]
     NotPinned { expected: String, found: String },
+    #[error(
+        "this TPM's RSA SRK has the ROCA fingerprint (CVE-2017-15361, Infineon RSALib): its \
+         private key can be computed from its public one, and with it the session that hides \
+         every DEK on the bus; update the TPM's firmware and clear the TPM"
+    )]
+    Roca,
     /// Opening also loads the signed boot policies, and refuses bad ones.
     #[error(transparent)]
     BootPolicy(#[from] super::boot_policy::BootPolicyError),
@@ -96,6 +103,11 @@ impl Srk {
             None => Self::create(ctx, algorithm)?,
             Some(raw) => Self::persistent(ctx, algorithm, raw)?,
         };
+        if let Public::Rsa { unique, .. } = &srk.public
+            && has_roca_fingerprint(unique.value())
+        {
+            return Err(SrkError::Roca);
+        }
         match pinned {
             Some(expected) if expected != srk.name.value() => Err(SrkError::NotPinned {
                 expected: hex(expected),

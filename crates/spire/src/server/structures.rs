@@ -57,6 +57,8 @@ pub struct Attestation {
     /// Obfuscated (its counts) unless the signing key is in the
     /// endorsement or platform hierarchy.
     pub clock: ClockInfo,
+    /// TPM_PT_FIRMWARE_VERSION_1 and _2; obfuscated as the counts are.
+    pub firmware_version: u64,
     pub attested: Attested,
 }
 
@@ -104,7 +106,8 @@ impl Attestation {
             restart_count: r.u32("restartCount")?,
             safe: r.u8("safe")? != 0,
         };
-        r.take(8, "firmwareVersion")?;
+        let firmware_version =
+            (u64::from(r.u32("firmwareVersion")?) << 32) | u64::from(r.u32("firmwareVersion")?);
         let attested = match kind {
             ST_ATTEST_CREATION => Attested::Creation {
                 object_name: r.tpm2b("objectName")?.to_vec(),
@@ -138,6 +141,7 @@ impl Attestation {
             kind,
             extra_data,
             clock,
+            firmware_version,
             attested,
         })
     }

@@ -20,6 +20,7 @@
 //! Each refusal is a [`Refusal`] whose text is one line for the log and the
 //! gRPC status; none carries TPM return codes.
 
+use sceau_format::roca::has_roca_fingerprint;
 use std::time::SystemTime;
 
 use sceau_format::wire::{ALG_AES, ALG_CFB, ALG_SHA256, NAME_LEN, sha256_name};
@@ -59,6 +60,12 @@ pub enum Refusal {
     NoCertificate,
     #[error("the AK is not acceptable: {0}")]
     Ak(&'static str),
+    #[error(
+        "the {0} is an RSA key with the ROCA fingerprint (CVE-2017-15361, Infineon RSALib): its \
+         private key can be computed from its public one; update the TPM's firmware, clear the \
+         TPM and use its new keys, or use its ECC EK"
+    )]
+    Roca(&'static str),
     #[error("the AK's creation attestation is not acceptable: {0}")]
     Creation(&'static str),
     #[error("the credential was not activated: the answer does not match")]
@@ -284,6 +291,9 @@ fn check_ek_kind(area: &PublicArea) -> Result<(), Refusal> {
         ));
     }
     match &area.key {
+        PublicKey::Rsa { modulus, .. } if has_roca_fingerprint(modulus) => {
+            return Err(Refusal::Roca("EK"));
+        }
         PublicKey::Rsa { bits: 2048, .. } | PublicKey::Ecc { .. } => {}
         PublicKey::Rsa { .. } => return Err(Refusal::EkKind("an RSA EK must have 2048 bits")),
         PublicKey::KeyedHash { .. } => return Err(Refusal::EkKind("it is not an RSA or ECC key")),
@@ -352,6 +362,11 @@ fn check_ak(payload: &Payload) -> Result<(Key, [u8; NAME_LEN]), Refusal> {
     }
     if !area.has(attr::SIGN) || area.has(attr::DECRYPT) {
         return Err(Refusal::Ak("it is not a signing-only key"));
+    }
+    if let PublicKey::Rsa { modulus, .. } = &area.key
+        && has_roca_fingerprint(modulus)
+    {
+        return Err(Refusal::Roca("AK"));
     }
     // TPM2_LoadExternal takes a public area alone, with any attributes,
     // and gives it the Name a real AK would have. What stops a key made in
@@ -519,6 +534,14 @@ pub fn check_response_clocked(
         selectors.push(format!(
             "pcr:sha256:{index}:{}",
             sceau_format::key_id::hex(value)
+        ));
+    }
+    // The TPM obfuscates firmwareVersion in a quote by a key outside the
+    // endorsement and platform hierarchies; under the EK it is the TPM's.
+    if pending.verified.ak_under_ek {
+        selectors.push(format!(
+            "firmware:{}",
+            sceau_format::tpm_info::firmware_version_of(attestation.firmware_version)
         ));
     }
     if pending.measured_boot != MeasuredBoot::Off {
@@ -1193,5 +1216,61 @@ pub(crate) mod tests {
             unsigned,
             Err(Refusal::Quote("its signature does not verify with the AK"))
         );
+    }
+
+    /// An RSA EK or AK whose modulus has the ROCA fingerprint is refused
+    /// with the CVE in the reason; the same area with another modulus
+    /// passes. The modulus is built as RSALib built its keys, P = k·M +
+    /// (65537^a mod M) over the primes to 167, whose product N carries the
+    /// fingerprint whether or not P and Q are prime. Shown failing: without
+    /// the check in `check_ek_kind`, the EK was accepted.
+    #[test]
+    fn rsa_keys_with_the_roca_fingerprint_are_refused() {
+        use rsa::BigUint;
+        use sceau_format::wire::ALG_NULL;
+        let primes: Vec<u32> = (2u32..=167)
+            .filter(|n| (2..*n).all(|d| n % d != 0))
+            .collect();
+        let m = primes
+            .iter()
+            .fold(BigUint::from(1u32), |acc, p| acc * BigUint::from(*p));
+        let g = BigUint::from(65537u32);
+        let factor =
+            |k: &[u8], a: u32| BigUint::from_bytes_be(k) * &m + g.modpow(&BigUint::from(a), &m);
+        let k = |fill: u8| [[0x18].as_slice(), &[fill; 100]].concat();
+        let roca = factor(&k(0x9d), 1_000_003) * factor(&k(0xc5), 77_777);
+        let modulus = roca.to_bytes_be();
+        assert_eq!(modulus.len(), 256, "a 2048-bit modulus");
+        let mut other = modulus.clone();
+        other[255] ^= 0x02;
+        let rsa_public = |attributes: u32, policy: &[u8], ek: bool, modulus: &[u8]| {
+            let mut w = Writer::default();
+            w.u16(sceau_format::public::ALG_RSA)
+                .u16(ALG_SHA256)
+                .u32(attributes)
+                .tpm2b(policy);
+            if ek {
+                w.u16(ALG_AES).u16(128).u16(ALG_CFB).u16(ALG_NULL);
+            } else {
+                w.u16(ALG_NULL).u16(0x0014).u16(ALG_SHA256);
+            }
+            w.u16(2048).u32(0).tpm2b(modulus);
+            w.finish()
+        };
+        let ek = |modulus: &[u8]| {
+            check_ek_public(&rsa_public(EK_ATTRIBUTES, &EK_POLICY, true, modulus)).1
+        };
+        assert!(matches!(ek(&modulus), Err(Refusal::Roca("EK"))));
+        assert!(
+            ek(&modulus)
+                .unwrap_err()
+                .to_string()
+                .contains("CVE-2017-15361")
+        );
+        assert!(ek(&other).is_ok(), "{:?}", ek(&other).err());
+
+        let mut f = forgery(AK_ATTRIBUTES, &[]);
+        f.payload.ak_public = rsa_public(AK_ATTRIBUTES, &[], false, &modulus);
+        assert!(matches!(check(&f), Err(Refusal::Roca("AK"))));
     }
 }

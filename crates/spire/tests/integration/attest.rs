@@ -21,7 +21,7 @@ use sceau_spire::server::verify::{
     Refusal, check_payload, check_response, issue_challenge, test_support,
 };
 use sceau_spire::server::x509::TrustStore;
-use sceau_testkit::{Swtpm, TempDir};
+use sceau_testkit::{Swtpm, TempDir, Tpm2Tools};
 use sceau_tpm::enroll::{activate_credential_for, endorsement_key_for, start_policy_session};
 use tss_esapi::Context;
 use tss_esapi::abstraction::AsymmetricAlgorithmSelection;
@@ -107,6 +107,13 @@ fn rsa_and_ecc_eks_attest_with_a_certificate_and_a_quote() {
                 .count(),
             2,
             "{name}: {selectors:?}"
+        );
+        // The quote's firmwareVersion, unobfuscated under the EK: what
+        // tpm2-tools read from the same TPM.
+        let firmware = Tpm2Tools::new(&tpm, &dir.subdir("tools")).firmware_version();
+        assert!(
+            selectors.contains(&format!("firmware:{firmware}")),
+            "{name}: firmware:{firmware} missing from {selectors:?}"
         );
     }
 }
