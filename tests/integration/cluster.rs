@@ -1161,6 +1161,7 @@ fn enroll_endorsed(tmp: &TempDir, label: &str, node: &Node, identity: &Path) -> 
             &path("challenge"),
             "--expected-out",
             &path("expected"),
+            "--accept-any-ek",
         ],
     );
     let response = sceau_tool(
@@ -1190,6 +1191,7 @@ fn enroll_endorsed(tmp: &TempDir, label: &str, node: &Node, identity: &Path) -> 
             &path("pub"),
             "--enrollment-identity",
             identity.to_str().unwrap(),
+            "--accept-any-ek",
         ],
     );
     std::fs::read_to_string(file("pub")).unwrap()

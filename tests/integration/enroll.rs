@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::harness::ek_ca::EkCa;
 use crate::harness::sceau::{BIN, recover_bin};
 use crate::harness::{Swtpm, TempDir, Tpm2Tools};
 use sceau_format::key_id::hex;
@@ -64,6 +65,7 @@ fn verify_with_request(tmp: &TempDir, label: &str, request: &str) -> Output {
         path(&tmp.join(&format!("{label}.response"))),
         "--member-out",
         path(&tmp.join(&format!("{label}.swapped.pub"))),
+        "--accept-any-ek",
     ])
 }
 
@@ -80,32 +82,50 @@ fn assert_swap_refused(tmp: &TempDir, label: &str, refused: Output, says: &str) 
     assert!(!tmp.join(&format!("{label}.swapped.pub")).exists());
 }
 
-/// Runs steps 2–4 for `request`, answering on `answering_tpm`.
+/// Runs steps 2–4 for `request`, answering on `answering_tpm`, trusting
+/// any EK.
 fn enroll_with(
     tmp: &TempDir,
     label: &str,
     request: &str,
     answering_tpm: &Swtpm,
 ) -> (Output, Output) {
+    let challenged = challenge(tmp, label, request, &["--accept-any-ek"]);
+    ok(challenged, "challenge");
+    answer_and_verify(tmp, label, answering_tpm, &["--accept-any-ek"])
+}
+
+/// Step 2 for `request` as `label`, with `trust` (the EK options).
+fn challenge(tmp: &TempDir, label: &str, request: &str, trust: &[&str]) -> Output {
+    let request_file = tmp.join(&format!("{label}.request"));
+    std::fs::write(&request_file, request).unwrap();
+    let mut args = vec![
+        "enroll".to_string(),
+        "challenge".into(),
+        "--request".into(),
+        path(&request_file).into(),
+        "--challenge-out".into(),
+        path(&tmp.join(&format!("{label}.challenge"))).into(),
+        "--expected-out".into(),
+        path(&tmp.join(&format!("{label}.expected"))).into(),
+    ];
+    args.extend(trust.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    sceau_recover(&args)
+}
+
+/// Steps 3 and 4 for the files `challenge` wrote for `label`.
+fn answer_and_verify(
+    tmp: &TempDir,
+    label: &str,
+    answering_tpm: &Swtpm,
+    trust: &[&str],
+) -> (Output, Output) {
     let request_file = tmp.join(&format!("{label}.request"));
     let challenge = tmp.join(&format!("{label}.challenge"));
     let expected = tmp.join(&format!("{label}.expected"));
     let response = tmp.join(&format!("{label}.response"));
     let member = tmp.join(&format!("{label}.pub"));
-    std::fs::write(&request_file, request).unwrap();
-    ok(
-        sceau_recover(&[
-            "enroll",
-            "challenge",
-            "--request",
-            path(&request_file),
-            "--challenge-out",
-            path(&challenge),
-            "--expected-out",
-            path(&expected),
-        ]),
-        "challenge",
-    );
     let answer = sceau(&[
         "enroll",
         "respond",
@@ -115,7 +135,7 @@ fn enroll_with(
         &answering_tpm.tcti(),
     ]);
     std::fs::write(&response, &answer.stdout).unwrap();
-    let verified = sceau_recover(&[
+    let mut args = vec![
         "enroll",
         "verify",
         "--request",
@@ -126,7 +146,9 @@ fn enroll_with(
         path(&response),
         "--member-out",
         path(&member),
-    ]);
+    ];
+    args.extend(trust);
+    let verified = sceau_recover(&args);
     (answer, verified)
 }
 
@@ -313,20 +335,107 @@ fn an_ek_certificate_must_name_the_ek() {
     );
     let cert_block = &request[request.find("# DER").unwrap()..];
     let forged = format!("{other_request}{cert_block}");
-    let request_file = tmp.join("forged.request");
-    std::fs::write(&request_file, forged).unwrap();
-    let refused = sceau_recover(&[
-        "enroll",
-        "challenge",
-        "--request",
-        path(&request_file),
-        "--challenge-out",
-        path(&tmp.join("forged.challenge")),
-        "--expected-out",
-        path(&tmp.join("forged.expected")),
-    ]);
+    let refused = challenge(&tmp, "forged", &forged, &["--accept-any-ek"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("does not contain this EK"));
+}
+
+/// With `--ek-roots`, the EK certificate must chain to the manufacturer
+/// (the test kit's swtpm CA: a root and an intermediate, made by
+/// swtpm_localca) with the SPIRE server's validator: a genuine certificate
+/// enrolls, also given as a file; no certificate, another EK's, one of
+/// another manufacturer, a revoked one (`openssl ca -gencrl` with the
+/// intermediate's key) and one under a stale CRL are refused, each with
+/// its reason and no member file. Shown failing: with the chain check
+/// (`TrustStore::verify`) left out, the other manufacturer's certificate
+/// was challenged.
+#[test]
+fn an_ek_certificate_must_chain_to_the_manufacturer() {
+    let tmp = TempDir::new("enroll-chain");
+    let ca = EkCa::create(&tmp.subdir("ca")).expect("a manufacturer CA");
+    let state = tmp.join("tpm");
+    ca.provision_tpm(&state)
+        .expect("a TPM with EK certificates");
+    let tpm = Swtpm::start(&state);
+    let request = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
+        "request",
+    );
+    assert!(request.contains("-----BEGIN EK CERTIFICATE-----"));
+    let roots = ca.roots_pem.to_str().unwrap().to_string();
+    let intermediates = ca.intermediates_pem.to_str().unwrap().to_string();
+    let chain = ["--ek-roots", &roots, "--ek-intermediates", &intermediates];
+
+    ok(challenge(&tmp, "genuine", &request, &chain), "challenge");
+    let (answer, verified) = answer_and_verify(&tmp, "genuine", &tpm, &chain);
+    ok(answer, "respond");
+    let said = String::from_utf8_lossy(&verified.stderr).into_owned();
+    ok(verified, "verify");
+    assert!(said.contains("chains to a configured root"), "{said}");
+    let certificate = state.join("ek-p256.der");
+    let as_file = [
+        &chain[..],
+        &["--ek-certificate", certificate.to_str().unwrap()],
+    ]
+    .concat();
+    ok(
+        challenge(&tmp, "as-file", &request, &as_file),
+        "challenge with the file",
+    );
+
+    let refused = |label: &str, request: &str, trust: &[&str], says: &str| {
+        let run = challenge(&tmp, label, request, trust);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{label}: challenged\n{stderr}");
+        assert!(stderr.contains(says), "{label}: {stderr}");
+        assert!(!tmp.join(&format!("{label}.challenge")).exists(), "{label}");
+    };
+    let fresh = Swtpm::start(&tmp.subdir("fresh"));
+    let uncertified = ok(
+        sceau(&["enroll", "request", "--tcti", &fresh.tcti()]),
+        "fresh request",
+    );
+    refused(
+        "none",
+        &uncertified,
+        &chain,
+        "the request has no EK certificate",
+    );
+    let others = [
+        &chain[..],
+        &["--ek-certificate", certificate.to_str().unwrap()],
+    ]
+    .concat();
+    refused(
+        "another-ek",
+        &uncertified,
+        &others,
+        "does not contain this EK's public key",
+    );
+    let stranger = EkCa::create(&tmp.subdir("other-ca")).expect("another manufacturer");
+    let stranger_roots = stranger.roots_pem.to_str().unwrap().to_string();
+    refused(
+        "other-manufacturer",
+        &request,
+        &[
+            "--ek-roots",
+            &stranger_roots,
+            "--ek-intermediates",
+            &intermediates,
+        ],
+        "does not chain to a configured manufacturer root",
+    );
+
+    let revoked = ca.crl(&tmp.subdir("crl-revoked"), Some(&certificate), None);
+    let with_crl = [&chain[..], &["--crl", revoked.to_str().unwrap()]].concat();
+    refused("revoked", &request, &with_crl, "is revoked");
+    let empty = ca.crl(&tmp.subdir("crl-stale"), None, Some("20200101000000Z"));
+    let stale = [&chain[..], &["--crl", empty.to_str().unwrap()]].concat();
+    refused("stale", &request, &stale, "past its nextUpdate");
+
+    let neither = challenge(&tmp, "neither", &request, &[]);
+    assert_eq!(neither.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&neither.stderr).contains("--accept-any-ek"));
 }
 
 /// The EK's public point, as swtpm_localca takes it (hex x and y).
@@ -437,6 +546,7 @@ fn the_enrollment_identity_is_written_encrypted() {
                 path(identity),
                 "--passphrase-fd",
                 "0",
+                "--accept-any-ek",
             ],
             passphrase,
         )

@@ -52,6 +52,19 @@ pub fn printable(text: &str) -> String {
     shown
 }
 
+/// `text` cut at a character boundary past `max` bytes, with what was
+/// cut said: for text from input that goes into a message.
+pub fn cap(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…({} bytes)", &text[..end], text.len())
+}
+
 /// Bytes from hex digits, two per byte, either case; `None` for an odd
 /// length or any other character (`from_str_radix` alone would take a sign,
 /// "+f").

@@ -95,6 +95,47 @@ pub const RESPONSE: Flag = Flag::value(
 );
 pub const MEMBER_OUT: Flag =
     Flag::value("--member-out", "FILE", "verify: where the member file goes");
+pub const EK_ROOTS: Flag = Flag::value(
+    "--ek-roots",
+    "PATH",
+    "The TPM manufacturers' root CAs: a PEM or DER file, or a directory of them",
+)
+.long_help(
+    "the EK certificate (from the request, or --ek-certificate) must chain to one of them,\n\
+     with the same validator as the SPIRE server: validity, CA constraints, signatures,\n\
+     the EK usage, and the certified key must be the request's EK",
+);
+pub const EK_INTERMEDIATES: Flag = Flag::value(
+    "--ek-intermediates",
+    "PATH",
+    "Intermediate CAs the chain may pass through (never trusted as roots)",
+);
+pub const CRL: Flag = Flag::value(
+    "--crl",
+    "FILE",
+    "A CRL (PEM or DER) of a root or intermediate; repeat for several",
+)
+.long_help(
+    "a certificate its issuer's CRL lists is refused, and so is any certificate\n\
+     of an issuer whose CRL is past its nextUpdate",
+);
+pub const EK_CERTIFICATE: Flag = Flag::value(
+    "--ek-certificate",
+    "FILE",
+    "The EK certificate (PEM or DER), for TPMs that keep it outside NV",
+)
+.long_help(
+    "firmware TPMs (Intel PTT, AMD fTPM) publish it on the vendor's server rather than in\n\
+     the TPM; give the same file to challenge and verify",
+);
+pub const ACCEPT_ANY_EK: Flag = Flag::switch(
+    "--accept-any-ek",
+    "Enroll without checking the EK against a manufacturer (a software TPM then enrolls)",
+)
+.long_help(
+    "gives up the proof that the TPM is genuine: the answer still proves that the SRK\n\
+     and the EK share a TPM, but that TPM may be one an attacker emulates",
+);
 pub const ENROLLMENT_IDENTITY: Flag = Flag::value(
     "--enrollment-identity",
     "FILE",
@@ -377,6 +418,11 @@ pub const ENROLL: CommandSpec = CommandSpec {
         &ENROLLMENT_IDENTITY,
         &AGE_IDENTITY,
         &PASSPHRASE_FD,
+        &EK_ROOTS,
+        &EK_INTERMEDIATES,
+        &CRL,
+        &EK_CERTIFICATE,
+        &ACCEPT_ANY_EK,
     ],
     notes: sceau_cli::ENROLL_STEPS,
 };
@@ -488,6 +534,7 @@ pub enum EnrollStep {
         request: PathBuf,
         challenge_out: PathBuf,
         expected_out: PathBuf,
+        ek_trust: EkTrust,
     },
     /// Compare, then write the member file, endorsed when an enrollment
     /// identity is given.
@@ -499,7 +546,19 @@ pub enum EnrollStep {
         enrollment_identity: Option<PathBuf>,
         /// What opens the enrollment identity when it is an age file.
         unlock: Unlock,
+        ek_trust: EkTrust,
     },
+}
+
+/// What an enrollment trusts of the member's EK: a manufacturer's chain
+/// (`roots` set), or nothing, when the operator said so.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EkTrust {
+    pub roots: Option<PathBuf>,
+    pub intermediates: Option<PathBuf>,
+    pub crls: Vec<PathBuf>,
+    pub certificate: Option<PathBuf>,
+    pub accept_any_ek: bool,
 }
 
 /// The offline steps of boot-state binding (docs/boot-binding.md).
@@ -657,6 +716,47 @@ fn fd_number(value: &str) -> Result<u32, UsageError> {
     value
         .parse()
         .map_err(|_| invalid(&PASSPHRASE_FD, value, "not a file descriptor number"))
+}
+
+/// `--ek-roots` or `--accept-any-ek`, one of them: an enrollment that
+/// checks no manufacturer says so on its command line.
+fn ek_trust(m: &Matches) -> Result<EkTrust, UsageError> {
+    let trust = EkTrust {
+        roots: m.last(&EK_ROOTS, path)?,
+        intermediates: m.last(&EK_INTERMEDIATES, path)?,
+        crls: m.values(&CRL).map(path).collect::<Result<_, _>>()?,
+        certificate: m.last(&EK_CERTIFICATE, path)?,
+        accept_any_ek: m.present(&ACCEPT_ANY_EK),
+    };
+    match (&trust.roots, trust.accept_any_ek) {
+        (None, false) => Err(m.error(Problem::Required(
+            "enroll needs --ek-roots (the TPM manufacturer's CA, which the EK certificate must \
+             chain to) or --accept-any-ek (a software TPM then enrolls)"
+                .into(),
+        ))),
+        (Some(_), true) => Err(m.error(Problem::Required(
+            "--ek-roots and --accept-any-ek contradict each other: give one".into(),
+        ))),
+        (None, true) if trust.intermediates.is_some() || !trust.crls.is_empty() => Err(m.error(
+            Problem::Required("--ek-intermediates and --crl need --ek-roots".into()),
+        )),
+        _ => Ok(trust),
+    }
+}
+
+fn ek_trust_args(args: Args, trust: &EkTrust) -> Args {
+    let args = args
+        .optional(&EK_ROOTS, trust.roots.as_deref().map(path_arg))
+        .optional(
+            &EK_INTERMEDIATES,
+            trust.intermediates.as_deref().map(path_arg),
+        );
+    trust
+        .crls
+        .iter()
+        .fold(args, |args, crl| args.flag(&CRL, path_arg(crl)))
+        .optional(&EK_CERTIFICATE, trust.certificate.as_deref().map(path_arg))
+        .switch(&ACCEPT_ANY_EK, trust.accept_any_ek)
 }
 
 fn unlock(m: &Matches) -> Result<Unlock, UsageError> {
@@ -856,9 +956,19 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
                     request: required(m, &REQUEST, &format!("enroll {what}"))?,
                     challenge_out: required(m, &CHALLENGE_OUT, &format!("enroll {what}"))?,
                     expected_out: required(m, &EXPECTED_OUT, &format!("enroll {what}"))?,
+                    ek_trust: ek_trust(m)?,
                 })
             })(),
-            &[&REQUEST, &CHALLENGE_OUT, &EXPECTED_OUT],
+            &[
+                &REQUEST,
+                &CHALLENGE_OUT,
+                &EXPECTED_OUT,
+                &EK_ROOTS,
+                &EK_INTERMEDIATES,
+                &CRL,
+                &EK_CERTIFICATE,
+                &ACCEPT_ANY_EK,
+            ],
         ),
         Some(what @ "verify") => (
             (|| {
@@ -869,6 +979,7 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
                     member_out: required(m, &MEMBER_OUT, &format!("enroll {what}"))?,
                     enrollment_identity: m.last(&ENROLLMENT_IDENTITY, path)?,
                     unlock: unlock(m)?,
+                    ek_trust: ek_trust(m)?,
                 })
             })(),
             &[
@@ -879,6 +990,11 @@ fn enroll(m: &Matches, step: Option<&str>) -> Result<EnrollStep, UsageError> {
                 &ENROLLMENT_IDENTITY,
                 &AGE_IDENTITY,
                 &PASSPHRASE_FD,
+                &EK_ROOTS,
+                &EK_INTERMEDIATES,
+                &CRL,
+                &EK_CERTIFICATE,
+                &ACCEPT_ANY_EK,
             ],
         ),
         Some(step) => return Err(PROGRAM.unknown_command(&format!("enroll {step}"))),
@@ -1066,10 +1182,14 @@ impl Command {
                 request,
                 challenge_out,
                 expected_out,
-            }) => Args::command("enroll challenge")
-                .flag(&REQUEST, path_arg(request))
-                .flag(&CHALLENGE_OUT, path_arg(challenge_out))
-                .flag(&EXPECTED_OUT, path_arg(expected_out)),
+                ek_trust,
+            }) => ek_trust_args(
+                Args::command("enroll challenge")
+                    .flag(&REQUEST, path_arg(request))
+                    .flag(&CHALLENGE_OUT, path_arg(challenge_out))
+                    .flag(&EXPECTED_OUT, path_arg(expected_out)),
+                ek_trust,
+            ),
             Self::Enroll(EnrollStep::Verify {
                 request,
                 expected,
@@ -1077,17 +1197,21 @@ impl Command {
                 member_out,
                 enrollment_identity,
                 unlock,
-            }) => unlock_args(
-                Args::command("enroll verify")
-                    .flag(&REQUEST, path_arg(request))
-                    .flag(&EXPECTED, path_arg(expected))
-                    .flag(&RESPONSE, path_arg(response))
-                    .flag(&MEMBER_OUT, path_arg(member_out))
-                    .optional(
-                        &ENROLLMENT_IDENTITY,
-                        enrollment_identity.as_deref().map(path_arg),
-                    ),
-                unlock,
+                ek_trust,
+            }) => ek_trust_args(
+                unlock_args(
+                    Args::command("enroll verify")
+                        .flag(&REQUEST, path_arg(request))
+                        .flag(&EXPECTED, path_arg(expected))
+                        .flag(&RESPONSE, path_arg(response))
+                        .flag(&MEMBER_OUT, path_arg(member_out))
+                        .optional(
+                            &ENROLLMENT_IDENTITY,
+                            enrollment_identity.as_deref().map(path_arg),
+                        ),
+                    unlock,
+                ),
+                ek_trust,
             ),
             Self::EnrollmentKeygen(o) => protection_args(
                 Args::command(ENROLLMENT_KEYGEN.name)

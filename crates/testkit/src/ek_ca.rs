@@ -258,6 +258,68 @@ impl EkCa {
         self.dir.join("signkey.pem")
     }
 
+    /// A CRL of this CA's intermediate (PEM, version 2), made in `dir` by
+    /// `openssl ca -gencrl` with the intermediate's key: listing `revoked`
+    /// (a DER certificate) if given, and due at `next_update`
+    /// (YYYYMMDDHHMMSSZ) if given, else in 30 days.
+    pub fn crl(&self, dir: &Path, revoked: Option<&Path>, next_update: Option<&str>) -> PathBuf {
+        let index = match revoked {
+            Some(certificate) => {
+                let serial = Command::new("openssl")
+                    .args(["x509", "-inform", "DER", "-noout", "-serial", "-in"])
+                    .arg(certificate)
+                    .output()
+                    .expect("openssl x509");
+                let serial = String::from_utf8_lossy(&serial.stdout)
+                    .trim()
+                    .trim_start_matches("serial=")
+                    .to_string();
+                format!("R\t991231235959Z\t240101000000Z\t{serial}\tunknown\t/CN=EK\n")
+            }
+            None => String::new(),
+        };
+        fs::create_dir_all(dir).expect("the CRL's directory");
+        fs::write(dir.join("index.txt"), index).expect("index.txt");
+        fs::write(dir.join("crlnumber"), "01\n").expect("crlnumber");
+        // crl_extensions makes a version 2 CRL, as RFC 5280 asks.
+        fs::write(
+            dir.join("ca.cnf"),
+            format!(
+                "[ca]\ndefault_ca = ek\n[ek]\ndatabase = {d}/index.txt\ndefault_md = sha256\n\
+                 default_crl_days = 30\ncrl_extensions = crl_ext\ncrlnumber = {d}/crlnumber\n\
+                 [crl_ext]\nauthorityKeyIdentifier = keyid:always\n",
+                d = dir.display()
+            ),
+        )
+        .expect("ca.cnf");
+        let out = dir.join("crl.pem");
+        let mut command = Command::new("openssl");
+        command
+            .args(["ca", "-gencrl", "-config"])
+            .arg(dir.join("ca.cnf"))
+            .arg("-keyfile")
+            .arg(self.signing_key())
+            .arg("-cert")
+            .arg(self.dir.join("issuercert.pem"))
+            .arg("-out")
+            .arg(&out);
+        if let Some(when) = next_update {
+            command.args([
+                "-crl_lastupdate",
+                "20190101000000Z",
+                "-crl_nextupdate",
+                when,
+            ]);
+        }
+        let made = command.output().expect("openssl ca");
+        assert!(
+            made.status.success(),
+            "openssl ca -gencrl: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        out
+    }
+
     /// swtpm_setup's and swtpm_localca's configuration, all in `dir`.
     fn write_configuration(&self) -> Result<(), EkCaError> {
         let d = self.dir.display();

@@ -96,14 +96,7 @@ pub const MAX_FIELD_BYTES: usize = 256;
 /// `text` cut to [`MAX_FIELD_BYTES`] at a character boundary, with what was
 /// cut said (`…(4130 bytes)`); escaping is [`format_line`]'s job.
 pub fn cap_field(text: &str) -> String {
-    if text.len() <= MAX_FIELD_BYTES {
-        return text.to_owned();
-    }
-    let mut end = MAX_FIELD_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…({} bytes)", &text[..end], text.len())
+    sceau_format::text::cap(text, MAX_FIELD_BYTES)
 }
 
 /// One log line, newline included. Newlines inside `message` become

@@ -4,6 +4,7 @@
 //! ek_hashes_path        = "/etc/spire/sceau/ek-hashes"        # allow list
 //! ek_roots_path         = "/etc/spire/sceau/ek-roots.pem"     # manufacturer roots
 //! ek_intermediates_path = "/etc/spire/sceau/ek-intermediates.pem"
+//! ek_crls_path          = "/etc/spire/sceau/ek-crls.pem"      # optional: offline CRLs
 //! ek_trust              = "either"                            # or "both"
 //! quote_pcrs            = [0, 7]                              # optional
 //! measured_boot         = "off"                               # or "optional", "required"
@@ -24,16 +25,17 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use super::event_log::{BOOT_PCRS, Bank};
-use super::x509::TrustStore;
+use super::x509::{Crl, TrustStore};
 use crate::payload::PCR_COUNT;
 use crate::plugin::file::read_bounded;
 use crate::plugin::hcl::Body;
 use crate::plugin::{ConfigError, CoreConfig};
 
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "ek_hashes_path",
     "ek_roots_path",
     "ek_intermediates_path",
+    "ek_crls_path",
     "ek_trust",
     "quote_pcrs",
     "measured_boot",
@@ -97,6 +99,13 @@ impl ServerConfig {
         };
         let roots = body.string("ek_roots_path").map_err(error)?;
         let intermediates = body.string("ek_intermediates_path").map_err(error)?;
+        let crls = body.string("ek_crls_path").map_err(error)?;
+        if roots.is_none() && crls.is_some() {
+            return Err(ConfigError(
+                "ek_crls_path is set without ek_roots_path: CRLs revoke certificates of a chain, and there is none to check"
+                    .into(),
+            ));
+        }
         let trust_store = match (roots, intermediates) {
             (Some(roots), intermediates) => {
                 let roots_text = read_text(Path::new(&roots), "ek_roots_path")?;
@@ -104,10 +113,23 @@ impl ServerConfig {
                     Some(path) => read_text(Path::new(&path), "ek_intermediates_path")?,
                     None => String::new(),
                 };
-                Some(
+                let store =
                     TrustStore::from_pem(&roots_text, &intermediates_text).map_err(|e| {
                         ConfigError(format!("ek_roots_path or ek_intermediates_path: {e}"))
-                    })?,
+                    })?;
+                let crls = match crls {
+                    Some(path) => {
+                        let bytes = read_bounded(Path::new(&path), MAX_FILE_LEN)
+                            .map_err(|e| ConfigError(format!("ek_crls_path: {e}")))?;
+                        Crl::from_file_bytes(&bytes, &path)
+                            .map_err(|e| ConfigError(format!("ek_crls_path: {e}")))?
+                    }
+                    None => Vec::new(),
+                };
+                Some(
+                    store
+                        .with_crls(crls)
+                        .map_err(|e| ConfigError(format!("ek_crls_path: {e}")))?,
                 )
             }
             (None, Some(_)) => {
@@ -215,6 +237,9 @@ impl ServerConfig {
         }
         if let Some(store) = &self.trust_store {
             notes.push(format!("{} manufacturer roots", store.root_count()));
+            if store.crl_count() > 0 {
+                notes.push(format!("{} CRLs", store.crl_count()));
+            }
         }
         if self.quote_pcrs.is_empty() {
             notes.push("no quote is asked (quote_pcrs is empty)".into());

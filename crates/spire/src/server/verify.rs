@@ -30,7 +30,7 @@ use subtle::ConstantTimeEq as _;
 use super::config::{EkTrust, MeasuredBoot, ServerConfig};
 use super::credential::{self, Credential};
 use super::event_log::{self, Bank, EventLog, Facts, PcrCheckError};
-use super::keys::Key;
+use super::keys::{Key, TpmSignatureCheck as _};
 use super::structures::selection_bitmap;
 use super::structures::{
     Attestation, Attested, ClockInfo, PublicArea, PublicKey, ST_ATTEST_CREATION, ST_ATTEST_QUOTE,

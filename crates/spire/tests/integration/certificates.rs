@@ -349,3 +349,61 @@ fn a_4_kib_dn_is_logged_capped() {
     assert!(line.contains(&format!("(EK {})", ek.pub_hash())), "{line}");
     assert_eq!(line.matches('\n').count(), 1);
 }
+
+// Offline CRLs (`ek_crls_path`): the same store the server builds from its
+// configuration refuses a certificate its issuer's CRL lists and any under
+// a CRL past its nextUpdate, accepts it under a current CRL that lists
+// nothing, and refuses a CRL no configured CA signed. The TPM and its CA are
+// the test kit's swtpm manufacturer; the CRLs come from `openssl ca
+// -gencrl` with the intermediate's key. Shown failing: with
+// `check_revocation` left out of `TrustStore::verify`, the revoked
+// certificate chained.
+#[test]
+fn offline_crls_revoke_ek_certificates() {
+    use sceau_spire::server::x509::{CertificateError, Crl, Parsed};
+    use sceau_testkit::ek_ca::EkCa;
+    let tmp = sceau_testkit::TempDir::new("spire-crl");
+    let ca = EkCa::create(&tmp.subdir("ca")).expect("a manufacturer CA");
+    let state = tmp.join("tpm");
+    ca.provision_tpm(&state)
+        .expect("a TPM with EK certificates");
+    let der = std::fs::read(state.join("ek-p256.der")).unwrap();
+    let certificate = Parsed::from_der(&der).unwrap();
+    let store = || {
+        TrustStore::from_pem(
+            &std::fs::read_to_string(&ca.roots_pem).unwrap(),
+            &std::fs::read_to_string(&ca.intermediates_pem).unwrap(),
+        )
+        .unwrap()
+    };
+    let crl = |dir: &str, revoked: Option<&std::path::Path>, next: Option<&str>| {
+        let path = ca.crl(&tmp.subdir(dir), revoked, next);
+        Crl::from_file_bytes(&std::fs::read(&path).unwrap(), dir).unwrap()
+    };
+    let now = SystemTime::now();
+
+    let current = store().with_crls(crl("empty", None, None)).unwrap();
+    assert!(current.verify(&certificate, now).is_ok());
+    let listed = store()
+        .with_crls(crl("revoked", Some(&state.join("ek-p256.der")), None))
+        .unwrap();
+    assert!(matches!(
+        listed.verify(&certificate, now),
+        Err(CertificateError::Revoked { .. })
+    ));
+    let stale = store()
+        .with_crls(crl("stale", None, Some("20200101000000Z")))
+        .unwrap();
+    assert!(matches!(
+        stale.verify(&certificate, now),
+        Err(CertificateError::StaleCrl(_))
+    ));
+    let stranger = EkCa::create(&tmp.subdir("other-ca")).expect("another manufacturer");
+    let foreign = stranger.crl(&tmp.subdir("foreign"), None, None);
+    let foreign = Crl::from_file_bytes(&std::fs::read(foreign).unwrap(), "foreign").unwrap();
+    let refused = store().with_crls(foreign).unwrap_err().to_string();
+    assert!(
+        refused.contains("signed by no configured root"),
+        "{refused}"
+    );
+}
