@@ -118,7 +118,7 @@ check_list "$deb" "${expected_sceau[@]}"
 check_list "$spire_deb" "${expected_spire[@]}"
 
 # --- control fields ---------------------------------------------------------------
-upstream=$(awk -F'"' '/^\[/ { in_pkg = ($0 == "[package]") } in_pkg && /^version *=/ { print $2; exit }' Cargo.toml)
+upstream=$(package_version)
 for d in "$deb" "$spire_deb"; do
     version=$(dpkg-deb -f "$d" Version)
     if [ "${version%-*}" = "$upstream" ]; then

@@ -14,6 +14,12 @@ SCEAU_PACKAGES=(libtss2-dev libssl-dev pkg-config gcc binutils swtpm swtpm-tools
     gnutls-bin openssl zsh man-db groff-base dpkg-dev lintian age openssh-client strace python3-cryptography)
 
 # Installs whichever of SCEAU_PACKAGES are missing (needs root on a fresh machine).
+# The version of the root package (the daemon's), which every package
+# and image carries.
+package_version() {
+    awk -F'"' '/^\[/ { in_pkg = ($0 == "[package]") } in_pkg && /^version *=/ { print $2; exit }' Cargo.toml
+}
+
 install_packages() {
     local missing=()
     for pkg in "${SCEAU_PACKAGES[@]}"; do

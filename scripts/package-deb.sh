@@ -33,7 +33,7 @@ install_packages
 require_cargo
 
 # --- version: Cargo.toml is the source; the changelog must agree ------------
-upstream=$(awk -F'"' '/^\[/ { in_pkg = ($0 == "[package]") } in_pkg && /^version *=/ { print $2; exit }' Cargo.toml)
+upstream=$(package_version)
 deb_version=$(dpkg-parsechangelog -l packaging/debian/changelog -S Version)
 if [ "${deb_version%-*}" != "$upstream" ]; then
     echo "package-deb: Cargo.toml says version $upstream but packaging/debian/changelog's top entry is $deb_version; add a changelog entry for $upstream-1 (dch -c packaging/debian/changelog -v $upstream-1)" >&2

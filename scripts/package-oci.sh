@@ -41,7 +41,7 @@ failed=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 
-version=$(awk -F'"' '/^\[/ { in_pkg = ($0 == "[package]") } in_pkg && /^version *=/ { print $2; exit }' Cargo.toml)
+version=$(package_version)
 if [ -z "${SCEAU_OCI_NO_BUILD:-}" ]; then
     echo "== cargo build --release --locked -p sceau -p sceau-recover"
     cargo build --release --locked --quiet -p sceau -p sceau-recover

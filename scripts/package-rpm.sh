@@ -29,7 +29,7 @@ failed=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 
-version=$(awk -F'"' '/^\[/ { in_pkg = ($0 == "[package]") } in_pkg && /^version *=/ { print $2; exit }' Cargo.toml)
+version=$(package_version)
 spec=packaging/rpm/sceau.spec
 if ! grep -q "^\* .* - $version-1\$" "$spec"; then
     echo "package-rpm: Cargo.toml says version $version but $spec's %changelog has no $version-1 entry" >&2

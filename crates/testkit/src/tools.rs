@@ -55,8 +55,8 @@ impl Tpm2Tools {
         finished
     }
 
-    /// TPM_PT_FIRMWARE_VERSION_1 and _2 as `tpm2_getcap` reads them, in
-    /// the four decimal halves sceau writes (`sceau_format::tpm_info`).
+    /// TPM_PT_FIRMWARE_VERSION_1 and _2 as `tpm2_getcap` reads them (the
+    /// TPM's answer through another TSS), written as sceau writes them.
     pub fn firmware_version(&self) -> String {
         let fixed = self.run("tpm2_getcap", &["properties-fixed"]).stdout;
         let raw = |property: &str| {
@@ -67,14 +67,9 @@ impl Tpm2Tools {
             let hex = line.trim().trim_start_matches("raw: 0x");
             u32::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("{line}"))
         };
-        let first = raw("TPM2_PT_FIRMWARE_VERSION_1");
-        let second = raw("TPM2_PT_FIRMWARE_VERSION_2");
-        format!(
-            "{}.{}.{}.{}",
-            first >> 16,
-            first & 0xffff,
-            second >> 16,
-            second & 0xffff
+        sceau_format::tpm_info::firmware_version(
+            raw("TPM2_PT_FIRMWARE_VERSION_1"),
+            raw("TPM2_PT_FIRMWARE_VERSION_2"),
         )
     }
 
