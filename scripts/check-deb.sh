@@ -68,6 +68,7 @@ expected_sceau=(
     "0644 ./usr/share/doc/sceau/changelog.Debian.gz"
     "0644 ./usr/share/doc/sceau/examples/encryption-config.yaml"
     "0644 ./usr/share/doc/sceau/examples/sceau-rules.yml"
+    "0644 ./usr/share/doc/sceau/examples/sceau-dashboard.json"
     "0644 ./usr/lib/sysusers.d/sceau.conf"
 )
 for unit in systemd/*.socket systemd/*.service; do

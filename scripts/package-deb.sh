@@ -140,6 +140,7 @@ for pkg_doc in "$doc" "$spire_root/usr/share/doc/sceau-spire"; do
 done
 install -D -m 0644 packaging/examples/encryption-config.yaml "$doc/examples/encryption-config.yaml"
 install -D -m 0644 packaging/prometheus/sceau-rules.yml "$doc/examples/sceau-rules.yml"
+install -D -m 0644 packaging/grafana/sceau-dashboard.json "$doc/examples/sceau-dashboard.json"
 for pkg in sceau sceau-spire; do
     if [ -e "packaging/debian/$pkg.lintian-overrides" ]; then
         install -D -m 0644 "packaging/debian/$pkg.lintian-overrides" \

@@ -53,7 +53,7 @@ for bin in sceau sceau-recover sceau-spire-server sceau-spire-agent; do
 done
 cp systemd/*.socket systemd/*.service "$stage/units/"
 cp packaging/examples/encryption-config.yaml packaging/prometheus/sceau-rules.yml \
-    packaging/debian/copyright "$stage/doc/"
+    packaging/grafana/sceau-dashboard.json packaging/debian/copyright "$stage/doc/"
 cp packaging/sysusers/sceau.conf "$work/SOURCES/"
 
 load=()
@@ -104,6 +104,7 @@ expected_main="-rw-r--r-- root:root /usr/lib/systemd/system/sceau-metrics.socket
 -rw-r--r-- root:root /usr/share/bash-completion/completions/sceau
 -rw-r--r-- root:root /usr/share/bash-completion/completions/sceau-recover
 -rw-r--r-- root:root /usr/share/doc/sceau/examples/encryption-config.yaml
+-rw-r--r-- root:root /usr/share/doc/sceau/examples/sceau-dashboard.json
 -rw-r--r-- root:root /usr/share/doc/sceau/examples/sceau-rules.yml
 -rw-r--r-- root:root /usr/share/licenses/sceau/copyright
 -rw-r--r-- root:root /usr/share/man/man1/sceau-recover.1.gz

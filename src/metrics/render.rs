@@ -468,4 +468,61 @@ mod tests {
             assert!(series.starts_with("sceau_"), "{line}");
         }
     }
+
+    /// The shipped dashboard and alert rules name only metrics sceau
+    /// exports: every `sceau_…` name in them (a histogram's `_bucket`,
+    /// `_sum` and `_count` series read as their family) is a `# TYPE`
+    /// family of a registry with every optional family present. Shown
+    /// failing with a query on `sceau_tpm_errors_total`, which sceau does
+    /// not export.
+    #[test]
+    fn the_dashboard_and_the_alerts_name_only_exported_metrics() {
+        let registry = Registry::new();
+        registry.set_boot_policy_matched(true);
+        registry.set_key_id("sceau-0.1-0000000000000000");
+        registry.set_kek(1, 1, 1);
+        registry.set_tpm_identity(sceau_tpm::identity::TpmIdentity {
+            manufacturer: "IBM".into(),
+            vendor: "SW TPM".into(),
+            firmware: "1.2.3.4".into(),
+        });
+        let text = render_registry(&registry, &build("1.2.3"));
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        for (file, content) in [
+            (
+                "packaging/grafana/sceau-dashboard.json",
+                include_str!("../../packaging/grafana/sceau-dashboard.json"),
+            ),
+            (
+                "packaging/prometheus/sceau-rules.yml",
+                include_str!("../../packaging/prometheus/sceau-rules.yml"),
+            ),
+        ] {
+            let mut named = 0;
+            for (at, _) in content.match_indices("sceau_") {
+                if at > 0 && content.as_bytes()[at - 1].is_ascii_alphanumeric() {
+                    continue;
+                }
+                let name: String = content[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .filter(|family| families.contains(family))
+                    .unwrap_or(&name);
+                assert!(
+                    families.contains(&family),
+                    "{file} names {name}, which sceau does not export ({families:?})"
+                );
+                named += 1;
+            }
+            assert!(named >= 10, "{file}: only {named} metric names");
+        }
+    }
 }
