@@ -97,6 +97,16 @@ key_id0=$(key_id 0)
 key_id0=${key_id0#key_id=}
 for s in "${names[@]}"; do create_secret 0 "create-$s" "$s" "$(value "$s")"; done
 require_current under-generation-0 "$key_id0"
+# The audit trail: the envelope a stored Secret holds has the fingerprint
+# sceau logged for the Encrypt that made it (`inventory --list-values`,
+# `envelope=` in the call line).
+listed=$(inventory "$tmp/under-generation-0.json" --list-values | grep -F "/secrets/$ns/rotate-a " | head -n 1)
+fingerprint=$(grep -oE 'envelope=[0-9a-f]{16}' <<<"$listed" | head -n 1)
+if [ -n "$fingerprint" ] && grep -aF "method=Encrypt" "$(node_file 0 sceau log)" | grep -F "key_id=\"$key_id0\"" | grep -qF "$fingerprint "; then
+    pass "call-log-names-the-stored-envelope ($fingerprint of rotate-a, under $key_id0)"
+else
+    fail call-log-names-the-stored-envelope "listed: ${listed:-nothing}; logged: $(grep -aF 'method=Encrypt' "$(node_file 0 sceau log)" | tail -n 2 | tr '\n' ' ' | head -c 400)"
+fi
 
 # One rotation: generation 1, the rewrite, the proof.
 rotate rotate-to-generation-1

@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use super::coalesce::Coalescer;
 use super::sealer::Sealer;
 use super::status::fault_status;
-use crate::metrics::call::note_uid;
+use crate::metrics::call::{note_envelope, note_uid};
 use sceau_kms_api::pb::key_management_service_server::KeyManagementService;
 use sceau_kms_api::pb::{
     DecryptRequest, DecryptResponse, EncryptRequest, EncryptResponse, StatusRequest, StatusResponse,
@@ -43,6 +43,7 @@ impl KmsService {
         let dek = Dek::take_from(request.plaintext)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let (sealed, key_id) = self.sealer.seal(dek).await?;
+        note_envelope(&key_id.to_string(), &sealed.ciphertext);
         Ok(EncryptResponse {
             ciphertext: sealed.ciphertext,
             key_id: key_id.to_string(),
@@ -100,6 +101,7 @@ impl KeyManagementService for KmsService {
     ) -> Result<Response<DecryptResponse>, Status> {
         let request = request.into_inner();
         note_uid(&request.uid);
+        note_envelope(&request.key_id, &request.ciphertext);
         self.unseal(request)
             .await
             .map_err(bounded)

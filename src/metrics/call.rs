@@ -20,11 +20,15 @@ tokio::task_local! {
     static CALL: Arc<CallRecord>;
 }
 
-/// One call's uid and TPM time.
+/// One call's uid, key_id, envelope and TPM time.
 #[derive(Debug, Default)]
 pub struct CallRecord {
     /// The request's uid, already escaped and bounded by [`printable`].
     uid: Mutex<Option<String>>,
+    /// The key_id the call was answered with (Encrypt) or asked for
+    /// (Decrypt, escaped and bounded), and its envelope's fingerprint
+    /// (`sceau_format::envelope::fingerprint`).
+    envelope: Mutex<Option<(String, String)>>,
     tpm_nanos: AtomicU64,
 }
 
@@ -43,6 +47,14 @@ impl CallRecord {
         self.uid.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The key_id and the envelope's fingerprint, once the call named them.
+    pub fn envelope(&self) -> Option<(String, String)> {
+        self.envelope
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn tpm_time(&self) -> Duration {
         Duration::from_nanos(self.tpm_nanos.load(Ordering::Relaxed))
     }
@@ -54,6 +66,18 @@ impl CallRecord {
 pub fn note_uid(uid: &str) {
     let _ = CALL.try_with(|call| {
         *call.uid.lock().unwrap_or_else(|e| e.into_inner()) = Some(printable(uid));
+    });
+}
+
+/// Records the key_id and the envelope of the current call: what Encrypt
+/// returned, or what Decrypt was asked to open (the client's key_id,
+/// escaped and cut like the uid).
+pub fn note_envelope(key_id: &str, ciphertext: &[u8]) {
+    let _ = CALL.try_with(|call| {
+        *call.envelope.lock().unwrap_or_else(|e| e.into_inner()) = Some((
+            printable(key_id),
+            sceau_format::envelope::fingerprint(ciphertext),
+        ));
     });
 }
 

@@ -6,15 +6,18 @@
 //! The log line is one INFO line of `key=value` fields (logfmt):
 //!
 //! ```text
-//! call method=Decrypt uid="4f9e…" code=OK duration_ms=12.408 tpm_ms=11.927
-//! call method=Decrypt uid="x" code=InvalidArgument duration_ms=0.210 tpm_ms=0.000 message="unknown key_id …"
+//! call method=Decrypt uid="4f9e…" key_id="sceau-2.7-…" envelope=3a1f…c2 code=OK duration_ms=12.408 tpm_ms=11.927
+//! call method=Decrypt uid="x" key_id="other" envelope=91d0…7b code=InvalidArgument duration_ms=0.210 tpm_ms=0.000 message="unknown key_id …"
 //! ```
 //!
 //! `method` and `code` come from fixed lists (`metrics::Method`,
 //! `metrics::GRPC_CODES`); `uid` is the request's, escaped and cut by
 //! `sceau_format::text::printable` (quotes and line feeds cannot end the
 //! field or the line), and absent when the call carries none (Status) or
-//! was refused before it was decoded; `message`, on failures only, is
+//! was refused before it was decoded; `key_id` (escaped the same way) and
+//! `envelope`, the envelope's fingerprint (the first 8 bytes of SHA-256 of
+//! the ciphertext, as `sceau-recover inventory --list-values` prints it for each
+//! stored value), are Encrypt's answer or Decrypt's request, refused or not; `message`, on failures only, is
 //! sceau's own status message, escaped the same way. Why `key=value` on
 //! stderr and not journald's native fields: see `logging`.
 #![forbid(unsafe_code)]
@@ -116,11 +119,15 @@ fn log_line(
         .uid()
         .map(|uid| format!(" uid=\"{uid}\""))
         .unwrap_or_default();
+    let envelope = record
+        .envelope()
+        .map(|(key_id, fingerprint)| format!(" key_id=\"{key_id}\" envelope={fingerprint}"))
+        .unwrap_or_default();
     let message = message
         .map(|m| format!(" message=\"{}\"", m.escape_debug()))
         .unwrap_or_default();
     format!(
-        "call method={}{uid} code={code_name} duration_ms={:.3} tpm_ms={:.3}{message}",
+        "call method={}{uid}{envelope} code={code_name} duration_ms={:.3} tpm_ms={:.3}{message}",
         method.name(),
         millis(elapsed),
         millis(record.tpm_time()),
@@ -142,6 +149,7 @@ mod tests {
             .clone()
             .scope(async {
                 crate::metrics::call::note_uid("u\n\"1\" code=OK");
+                crate::metrics::call::note_envelope("k\"1", b"envelope");
                 crate::metrics::call::add_tpm_time(Duration::from_micros(1500));
             })
             .await;
@@ -154,8 +162,12 @@ mod tests {
         );
         assert_eq!(
             line,
-            "call method=Decrypt uid=\"u\\n\\\"1\\\" code=OK\" code=InvalidArgument \
-             duration_ms=2.000 tpm_ms=1.500 message=\"bad \\\"thing\\\"\\nhere\""
+            format!(
+                "call method=Decrypt uid=\"u\\n\\\"1\\\" code=OK\" key_id=\"k\\\"1\" envelope={} \
+                 code=InvalidArgument duration_ms=2.000 tpm_ms=1.500 \
+                 message=\"bad \\\"thing\\\"\\nhere\"",
+                sceau_format::envelope::fingerprint(b"envelope")
+            )
         );
         let status = log_line(Method::Status, &CallRecord::new(), 0, None, Duration::ZERO);
         assert_eq!(

@@ -289,6 +289,22 @@ async fn calls_move_the_counters_and_each_is_logged() {
         "{encrypt}"
     );
     assert!(encrypt.contains(" code=OK duration_ms="), "{encrypt}");
+    // The Encrypt that made `envelope` and the Decrypts that opened it name
+    // its key_id and its fingerprint, as `sceau-recover inventory --list-values`
+    // prints it for a stored value.
+    let named = format!(
+        " key_id=\"{key_id}\" envelope={} code=OK ",
+        sceau_format::envelope::fingerprint(&envelope)
+    );
+    assert!(encrypt.contains(&named), "{encrypt}");
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|l| l.contains("method=Decrypt") && l.contains(&named))
+            .count(),
+        17,
+        "{log}"
+    );
     let tpm_ms: f64 = encrypt.split_once(" tpm_ms=").unwrap().1.parse().unwrap();
     assert!(tpm_ms > 0.0, "{encrypt}");
     assert!(

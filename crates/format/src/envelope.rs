@@ -16,12 +16,27 @@
 
 use std::collections::HashMap;
 
+use sha2::{Digest as _, Sha256};
+
 use crate::sealed::{self, SealedBlobs, SealedError, VERSION_SEALED};
 pub use crate::wire::MAX_CIPHERTEXT_LEN;
 use crate::wire::{Reader, WireError};
 use crate::wrapped::{
     self, ClusterEnvelope, ClusterEnvelopeError, VERSION_CLUSTER, VERSION_SIGNED,
 };
+
+/// Bytes of SHA-256 an envelope's fingerprint keeps: enough to tell every
+/// envelope of a cluster apart (a collision among a million envelopes has
+/// odds of 2^-25), too few to be mistaken for the envelope.
+const FINGERPRINT_LEN: usize = 8;
+
+/// An envelope's fingerprint, as a call's log line and `sceau-recover
+/// inventory --list-values` write it: the first 8 bytes of the SHA-256 of the
+/// ciphertext, in hex. It names an envelope without saying anything of the
+/// DEK inside: an auditor ties a Decrypt to the stored values it opened.
+pub fn fingerprint(ciphertext: &[u8]) -> String {
+    crate::key_id::hex(&Sha256::digest(ciphertext)[..FINGERPRINT_LEN])
+}
 
 /// A parsed ciphertext, of either version.
 #[derive(Debug, Clone, PartialEq, Eq)]

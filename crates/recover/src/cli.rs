@@ -289,6 +289,14 @@ pub const AGE_IDENTITY: Flag = Flag::value(
 
 const INPUTS: [&Flag; 3] = [&ENVELOPE, &ETCD_SNAPSHOT, &ETCD_JSON];
 pub const JSON: Flag = Flag::switch("--json", "inventory: one JSON object instead of the table");
+pub const LIST_VALUES: Flag = Flag::switch(
+    "--list-values",
+    "inventory: also list each KMS v2 value: its etcd key, key_id and envelope fingerprint",
+)
+.long_help(
+    "the fingerprint is the one sceau's call log writes (envelope=…) for the Encrypt\n\
+     that made the envelope and every Decrypt that opened it",
+);
 pub const KEK_LEDGER: Flag = Flag::value(
     "--kek-ledger",
     "FILE",
@@ -389,12 +397,13 @@ pub const INVENTORY: CommandSpec = CommandSpec {
     name: "inventory",
     summary: "Count etcd's values by resource, provider and key_id (no key needed)",
     about: "Count the values of an etcd snapshot or etcdctl JSON by resource and by how each is stored, reading no key",
-    usage: "inventory (--etcd-snapshot FILE | --etcd-json FILE) [--json] [--require-current KEY_ID] [--kek-ledger FILE] [--current-members DIR] [--current-recovery-key FILE]",
+    usage: "inventory (--etcd-snapshot FILE | --etcd-json FILE) [--json] [--list-values] [--require-current KEY_ID] [--kek-ledger FILE] [--current-members DIR] [--current-recovery-key FILE]",
     steps: &[],
     flags: &[
         &ETCD_SNAPSHOT,
         &ETCD_JSON,
         &JSON,
+        &LIST_VALUES,
         &REQUIRE_CURRENT,
         &KEK_LEDGER,
         &CURRENT_MEMBERS,
@@ -674,6 +683,8 @@ pub struct InventoryOptions {
     /// An etcd snapshot or etcdctl JSON (never an envelope).
     pub input: RecoverInput,
     pub json: bool,
+    /// List each KMS v2 value with its envelope's fingerprint.
+    pub values: bool,
     pub require_current: Option<String>,
     pub kek_ledger: Option<PathBuf>,
     pub current_members: Option<PathBuf>,
@@ -941,6 +952,7 @@ fn inventory(m: &Matches) -> Result<InventoryOptions, UsageError> {
     Ok(InventoryOptions {
         input,
         json: m.present(&JSON),
+        values: m.present(&LIST_VALUES),
         require_current: m.last(&REQUIRE_CURRENT, |v| Ok(v.to_string()))?,
         kek_ledger: m.last(&KEK_LEDGER, path)?,
         current_members: m.last(&CURRENT_MEMBERS, path)?,
@@ -1170,6 +1182,7 @@ impl Command {
                 Args::command(INVENTORY.name)
                     .flag(flag, path_arg(file))
                     .switch(&JSON, o.json)
+                    .switch(&LIST_VALUES, o.values)
                     .optional(&REQUIRE_CURRENT, o.require_current.clone())
                     .optional(&KEK_LEDGER, o.kek_ledger.as_deref().map(path_arg))
                     .optional(&CURRENT_MEMBERS, o.current_members.as_deref().map(path_arg))
@@ -1367,7 +1380,7 @@ mod tests {
             "recover --identity i --etcd-snapshot s --members m --members f",
             "recover --identity i --etcd-json=j",
             "inventory --etcd-snapshot s",
-            "inventory --etcd-json j --json --require-current sceau-0123456789abcdef",
+            "inventory --etcd-json j --json --list-values --require-current sceau-0123456789abcdef",
             "inventory --etcd-json j --kek-ledger l --current-members m --current-recovery-key r",
             "enroll challenge --request q --challenge-out c --expected-out e",
             "enroll verify --request q --expected e --response r --member-out m",

@@ -377,3 +377,24 @@ impl Inventory {
 
 #[cfg(test)]
 mod tests;
+
+/// One line per KMS v2 value: its etcd key, its key_id and its envelope's
+/// fingerprint (`sceau_format::envelope::fingerprint`, the `envelope=` of
+/// sceau's call log), so that an auditor can tie a logged Decrypt to the
+/// values it opened. With DEK reuse the apiserver stores one envelope for
+/// many values; each of them lists the same fingerprint.
+pub fn value_lines(values: &[StoredValue]) -> String {
+    let mut out = String::new();
+    for value in values {
+        let Ok(Some(object)) = parse_stored_value(&value.value) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "value {} key_id=\"{}\" envelope={}\n",
+            printable(&String::from_utf8_lossy(&value.key)),
+            printable(&object.key_id),
+            sceau_format::envelope::fingerprint(&object.encrypted_dek_source)
+        ));
+    }
+    out
+}

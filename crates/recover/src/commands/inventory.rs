@@ -21,6 +21,9 @@ pub fn run(options: &InventoryOptions) -> anyhow::Result<()> {
     } else {
         print!("{}", inventory.to_text());
     }
+    if options.values {
+        print!("{}", sceau_recover::inventory::value_lines(&values));
+    }
     if let Some(key_id) = &options.require_current {
         let pending = inventory.not_under(key_id);
         if pending > 0 {

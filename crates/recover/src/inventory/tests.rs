@@ -269,3 +269,38 @@ fn single_node_values_under_a_retired_generation_are_counted() {
         )
     );
 }
+
+/// `--list-values`: each KMS v2 value with the fingerprint of the envelope
+/// it stores, the same function the daemon's call log uses; other values
+/// are left out. Two values under one DEK seed share a fingerprint.
+#[test]
+fn each_kms_value_is_listed_with_its_envelopes_fingerprint() {
+    let none = HashMap::new();
+    let values = [
+        stored(
+            "/registry/secrets/a/one",
+            &kms_with("k1", b"envelope-1", &none),
+        ),
+        stored(
+            "/registry/secrets/a/two",
+            &kms_with("k1", b"envelope-1", &none),
+        ),
+        stored(
+            "/registry/secrets/b/three",
+            &kms_with("k2\n", b"envelope-2", &none),
+        ),
+        stored("/registry/secrets/b/plain", b"k8s\0plain"),
+    ];
+    let listed = super::value_lines(&values);
+    let one = sceau_format::envelope::fingerprint(b"envelope-1");
+    let two = sceau_format::envelope::fingerprint(b"envelope-2");
+    assert_eq!(
+        listed,
+        format!(
+            "value /registry/secrets/a/one key_id=\"k1\" envelope={one}\n\
+             value /registry/secrets/a/two key_id=\"k1\" envelope={one}\n\
+             value /registry/secrets/b/three key_id=\"k2\\n\" envelope={two}\n"
+        )
+    );
+    assert_eq!(one.len(), 16);
+}
