@@ -21,7 +21,9 @@
 # (Debian's snakeoil keys enrolled, the kernel re-signed with the snakeoil
 # key): measured boot on the firmware's own event log
 # (tests/vm/guest-firmware.sh, which bind1 runs too, with Secure Boot off).
-# SCEAU_VM_BINDING=0 leaves out these three.
+# SCEAU_VM_BINDING=0 leaves out these three. A last boot, "trixie", runs the
+# same checks as "new" in a Debian 13 guest (systemd 257, tpm2-tss 4.1.3,
+# kernel 6.12), from the same .deb; SCEAU_VM_TRIXIE=0 leaves it out.
 #
 # The guest image is cached in $SCEAU_VM_CACHE (default
 # ${XDG_CACHE_HOME:-~/.cache}/sceau-vm), keyed by a hash of the scripts that
@@ -39,6 +41,7 @@ source scripts/lib.sh
 t_start=$SECONDS
 kernels=${SCEAU_VM_KERNELS-new old}
 binding=${SCEAU_VM_BINDING:-1}
+trixie=${SCEAU_VM_TRIXIE:-1}
 # Debian's ovmf package: UEFI without Secure Boot, with the TPM 2.0 support
 # that measures into PCRs 0-7 (SeaBIOS puts only a separator into PCR 7).
 ovmf_code=/usr/share/OVMF/OVMF_CODE_4M.fd
@@ -95,31 +98,47 @@ cargo build --locked --quiet -p sceau-spire --example attest_once
 cargo build --locked --quiet -p sceau-testkit --example kms_envelope
 t_cargo=$((SECONDS - t0))
 
-# --- the cached guest image --------------------------------------------------
-key=$(cat tests/vm/build-image.sh tests/vm/guest-setup.sh | sha256sum | cut -c1-16)
+# --- the cached guest images -------------------------------------------------
 cache_root=${SCEAU_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sceau-vm}
-cache=$cache_root/$key
-t0=$SECONDS
-if [ -s "$cache/base.img" ] && [ -s "$cache/vmlinuz-new" ] && [ -s "$cache/vmlinuz-old" ]; then
-    echo "== guest image: cached ($cache)"
-    image_state=warm
-else
-    echo "== guest image: building ($cache, about a minute)"
+# guest_image SUITE: the image's cache directory in $image_dir, built if
+# missing; its key is a hash of the scripts that build it and the suite.
+guest_image() {
+    local suite=$1 key building
+    key=$( (cat tests/vm/build-image.sh tests/vm/guest-setup.sh; echo "$suite") | sha256sum | cut -c1-16)
+    image_dir=$cache_root/$key
+    keys+=("$key")
+    if [ -s "$image_dir/base.img" ] && [ -s "$image_dir/vmlinuz-new" ] && [ -s "$image_dir/vmlinuz-old" ]; then
+        echo "== guest image $suite: cached ($image_dir)"
+        return 0
+    fi
+    echo "== guest image $suite: building ($image_dir, a minute or two)"
     mkdir -p "$cache_root"
     building=$(mktemp -d "$cache_root/.build.XXXXXX")
-    if ! $sudo bash tests/vm/build-image.sh "$building" >"$building.log" 2>&1; then
+    if ! $sudo env SCEAU_VM_SUITE="$suite" bash tests/vm/build-image.sh "$building" >"$building.log" 2>&1; then
         tail -n 30 "$building.log" >&2
         rm -rf "$building" "$building.log"
-        echo "FAIL guest image: tests/vm/build-image.sh failed (log above)"
+        echo "FAIL guest image $suite: tests/vm/build-image.sh failed (log above)"
         echo "0 passed, 1 failed"
         exit 1
     fi
     rm -f "$building.log"
-    # Images under older keys are dead weight (about 400 MB each).
-    find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype egrep -regex '.*/[0-9a-f]{16}' -exec rm -rf {} +
-    mv "$building" "$cache"
+    mv "$building" "$image_dir"
     image_state=cold
+}
+t0=$SECONDS
+image_state=warm
+keys=()
+guest_image bookworm
+cache=$image_dir
+if [ "$trixie" != 0 ]; then
+    guest_image trixie
+    cache_trixie=$image_dir
 fi
+# Images under older keys are dead weight (about 400 MB each).
+find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype egrep -regex '.*/[0-9a-f]{16}' |
+    while read -r dir; do
+        case " ${keys[*]} " in *" ${dir##*/} "*) ;; *) rm -rf "$dir" ;; esac
+    done
 t_image=$((SECONDS - t0))
 read -r _ kernel_old < <(grep '^old ' "$cache/kernels")
 read -r _ kernel_new < <(grep '^new ' "$cache/kernels")
@@ -236,13 +255,18 @@ record() { # LINE
     esac
 }
 
-boot() { # NAME (new|old|bind1|bind2|secboot)
+boot() { # NAME (new|old|bind1|bind2|secboot|trixie)
     local kind=$1 kernel version serial qerr rc t0 tpmstate kernel_file machine=q35
     local root="file=$cache/base.img,if=none,id=root,format=raw,snapshot=on" firmware=() phase=""
     kernel=$kind
     kernel_file=$cache/vmlinuz-$kind
     tpmstate=$work/tpm-$kind
     case $kind in
+    trixie)
+        kernel=trixie
+        kernel_file=$cache_trixie/vmlinuz-new
+        root="file=$cache_trixie/base.img,if=none,id=root,format=raw,snapshot=on"
+        ;;
     bind*)
         # One machine booted twice: its own copy of the disk (sparse, about
         # a second), one NVRAM for OVMF's variables, one TPM state.
@@ -270,7 +294,11 @@ boot() { # NAME (new|old|bind1|bind2|secboot)
             -drive "if=pflash,format=raw,unit=1,file=$work/secboot-vars.fd")
         ;;
     esac
-    version=$([ "$kernel" = new ] && echo "$kernel_new" || echo "$kernel_old")
+    case $kernel in
+    new) version=$kernel_new ;;
+    old) version=$kernel_old ;;
+    trixie) read -r _ version < <(grep '^new ' "$cache_trixie/kernels") ;;
+    esac
     serial=$logdir/serial-$kind.log
     qerr=$logdir/qemu-$kind.err
     if [ "$kind" = secboot ]; then
@@ -337,6 +365,7 @@ boot() { # NAME (new|old|bind1|bind2|secboot)
 
 boots=$kernels
 [ "$binding" = 0 ] || boots="$boots bind1 bind2 secboot"
+[ "$trixie" = 0 ] || boots="$boots trixie"
 for kind in $boots; do
     boot "$kind"
 done

@@ -11,9 +11,10 @@
 # dependencies the image already has (tests/vm/build-image.sh). Then the
 # daemon is checked as the package left it, upgraded in place, and purged.
 #
-# The kernel command line carries sceau_vm.kernel=new|old: on "new" the kernel
-# must give Landlock ABI 4 or later; on "old" the checks are the same and the
-# Landlock line only documents what sceau does on an older ABI.
+# The kernel command line carries sceau_vm.kernel=new|old|trixie: on "new"
+# (bookworm with the backports kernel) and "trixie" (the Debian 13 guest) the
+# kernel must give Landlock ABI 4 or later; on "old" the checks are the same
+# and the Landlock line only documents what sceau does on an older ABI.
 set -u
 P=/payload
 # The boot-binding boots (scripts/vm-e2e.sh) run their own checks.
@@ -218,7 +219,7 @@ info "sceau's log: ${ll:-<no landlock line>}"
 abi=$(echo "$ll" | grep -Eo 'Landlock ABI [0-9]+' | head -1 | grep -Eo '[0-9]+$')
 if [ -z "$ll" ]; then
     fail "landlock" "sceau logged no 'landlock:' line"
-elif [ "$tag" = new ]; then
+elif [ "$tag" != old ]; then
     if [ "${abi:-0}" -ge 4 ] && ! echo "$ll" | grep -q 'not enforced'; then
         pass "Landlock enforced with ABI $abi (>= 4) on $(uname -r)"
     else
@@ -479,7 +480,7 @@ done
 # (sceau-pod.tmpfiles.conf, here under other names beside the packaged
 # service, which keeps /run/sceau). The installed `sceau check` is the client,
 # as root, as kube-apiserver would be.
-if [ "$tag" = new ] && command -v podman >/dev/null; then
+if [ "$tag" != old ] && command -v podman >/dev/null; then
     mkdir -p /etc/cdi
     install -m 0644 "$P/sceau-cdi.yaml" /etc/cdi/sceau.yaml
     install -d -o 65532 -g 65532 -m 0750 /run/sceau-pod
