@@ -240,6 +240,26 @@ if [ "$binding" != 0 ]; then
         exit 1
     }
 fi
+# kube-apiserver and etcd for the "new" guest, which makes them write a
+# Secret through the static pod's socket: the interop scripts' build,
+# cached by version (built here if missing), and a throwaway PKI.
+if [ "${SCEAU_VM_APISERVER:-1}" != 0 ]; then
+    (
+        source scripts/lib-apiserver.sh
+        require_go
+        build_go_binaries >"$logdir/k8s-build.log" 2>&1 || { cat "$logdir/k8s-build.log" >&2; exit 1; }
+        mkdir -p "$work/payload/k8s"
+        cp "$bin/kube-apiserver" "$bin/etcd" "$bin/etcdget" "$work/payload/k8s/"
+        tmp=$work/k8s-pki
+        mkdir -p "$tmp"
+        make_pki
+        cp "$pki/ca.crt" "$pki/apiserver.crt" "$pki/apiserver.key" "$pki/sa.key" "$pki/tokens.csv" "$work/payload/k8s/"
+    ) || {
+        echo "FAIL kube-apiserver for the guest: the build or the PKI failed (log above)"
+        echo "0 passed, 1 failed"
+        exit 1
+    }
+fi
 size_mb=$(($(du -sm "$work/payload" | cut -f1) + 32))
 mkfs.ext4 -q -F -L payload -E root_owner=0:0 -d "$work/payload" "$work/payload.img" "${size_mb}M"
 
