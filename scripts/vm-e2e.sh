@@ -378,6 +378,10 @@ boot() { # NAME (new|old|bind1|bind2|secboot|trixie)
         while IFS= read -r line; do report+=("INFO [$kind]   $line"); done < <(tail -n 15 "$serial.txt")
     elif [ "${end#SCEAU-VM-END rc=}" != 0 ] && ! grep -q "^FAIL \[$kind\]" "$serial.txt"; then
         record "FAIL [$kind] guest checks: exited ${end#SCEAU-VM-END rc=} without a FAIL line (serial log $serial)"
+        # 124 is the guest's own timeout: the lines before it say which
+        # check was still running.
+        report+=("INFO [$kind] last console lines before the end marker:")
+        while IFS= read -r line; do report+=("INFO [$kind]   $line"); done < <(grep -a -B 8 'SCEAU-VM-END' "$serial.txt" | head -n 8)
     else
         record "PASS [$kind] guest powered itself off after the checks (qemu exit $rc, $((SECONDS - t0)) s)"
     fi

@@ -344,11 +344,13 @@ fn an_ek_certificate_must_name_the_ek() {
 /// (the test kit's swtpm CA: a root and an intermediate, made by
 /// swtpm_localca) with the SPIRE server's validator: a genuine certificate
 /// enrolls, also given as a file; no certificate, another EK's, one of
-/// another manufacturer, a revoked one (`openssl ca -gencrl` with the
-/// intermediate's key) and one under a stale CRL are refused, each with
-/// its reason and no member file. Shown failing: with the chain check
-/// (`TrustStore::verify`) left out, the other manufacturer's certificate
-/// was challenged.
+/// another manufacturer, an expired one (the same key, signed by the
+/// intermediate with its notAfter passed), a revoked one (`openssl ca
+/// -gencrl` with the intermediate's key) and one under a stale CRL are
+/// refused, each with its reason and no member file. Shown failing: with
+/// the chain check (`TrustStore::verify`) left out, the other
+/// manufacturer's certificate was challenged; with the leaf's validity
+/// check left out, the expired one was.
 #[test]
 fn an_ek_certificate_must_chain_to_the_manufacturer() {
     let tmp = TempDir::new("enroll-chain");
@@ -424,6 +426,21 @@ fn an_ek_certificate_must_chain_to_the_manufacturer() {
             &intermediates,
         ],
         "does not chain to a configured manufacturer root",
+    );
+
+    // The fresh TPM's own EK in an expired certificate from the genuine
+    // intermediate, given as a file (its request carries none).
+    let fresh_tools = Tpm2Tools::new(&fresh, &tmp.subdir("fresh-tools"));
+    fresh_tools.run(
+        "tpm2_createek",
+        &["-G", "ecc", "-c", "ek.ctx", "-u", "ek.der", "-f", "der"],
+    );
+    let expired = ca.expired_certificate(&fresh_tools.path("ek.der"), &tmp.subdir("expired"));
+    refused(
+        "expired",
+        &uncertified,
+        &[&chain[..], &["--ek-certificate", expired.to_str().unwrap()]].concat(),
+        "is outside its validity period",
     );
 
     let revoked = ca.crl(&tmp.subdir("crl-revoked"), Some(&certificate), None);

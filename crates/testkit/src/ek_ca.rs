@@ -320,6 +320,72 @@ impl EkCa {
         out
     }
 
+    /// An expired certificate from this CA's intermediate for the public key
+    /// `ek_public` (SubjectPublicKeyInfo, DER, as `tpm2_createek -f der`
+    /// writes it): `openssl x509 -req -days -1` makes its notAfter a day
+    /// before its notBefore, so it is past at any time the test runs.
+    /// Written as DER in `dir`. Everything but the dates may differ from
+    /// swtpm_localca's (subject, extensions): a validator that refused it
+    /// for another reason would say another reason, which the test checks.
+    pub fn expired_certificate(&self, ek_public: &Path, dir: &Path) -> PathBuf {
+        fs::create_dir_all(dir).expect("the certificate's directory");
+        let openssl = |args: &[&str]| {
+            let made = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .expect("openssl");
+            assert!(
+                made.status.success(),
+                "openssl {}: {}",
+                args[0],
+                String::from_utf8_lossy(&made.stderr)
+            );
+        };
+        let ek_public = ek_public.to_str().expect("a UTF-8 path");
+        let key = self.signing_key();
+        let issuer = self.dir.join("issuercert.pem");
+        openssl(&[
+            "pkey", "-pubin", "-inform", "DER", "-in", ek_public, "-out", "ek.pub",
+        ]);
+        // The request's own key only signs the request: -force_pubkey puts
+        // the EK's public key in the certificate.
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "request.key",
+            "-subj",
+            "/CN=expired EK",
+            "-out",
+            "request.csr",
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "request.csr",
+            "-CA",
+            issuer.to_str().expect("a UTF-8 path"),
+            "-CAkey",
+            key.to_str().expect("a UTF-8 path"),
+            "-force_pubkey",
+            "ek.pub",
+            "-days",
+            "-1",
+            "-outform",
+            "DER",
+            "-out",
+            "expired.der",
+        ]);
+        dir.join("expired.der")
+    }
+
     /// swtpm_setup's and swtpm_localca's configuration, all in `dir`.
     fn write_configuration(&self) -> Result<(), EkCaError> {
         let d = self.dir.display();
