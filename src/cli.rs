@@ -253,6 +253,26 @@ pub const STATE_DIR: Flag = Flag::value(
     "owned by root or sceau's user, no symbolic link in its path; under systemd, the \
      unit's StateDirectory=sceau",
 );
+pub const TPM_ADVISORIES: Flag = Flag::value(
+    "--tpm-advisories",
+    "MODE",
+    "warn or refuse when the TPM's firmware is under a vendor advisory",
+)
+.default("warn")
+.long_help(
+    "warn: log each advisory and set sceau_tpm_advisory{cve}; refuse: do not\n\
+     serve on that TPM, nor on one that does not say its firmware. The list\n\
+     is built in (docs/hardening.md) plus --tpm-advisories-file",
+);
+pub const TPM_ADVISORIES_FILE: Flag = Flag::value(
+    "--tpm-advisories-file",
+    "FILE",
+    "More advisories, one a line: CVE MANUFACTURER FIRMWARE SUMMARY",
+)
+.long_help(
+    "for an advisory newer than this release, e.g.\n\
+     CVE-2017-15361 IFX 7.0-7.61 ROCA; added to the built-in list",
+);
 pub const GENERATION: Flag = Flag::value(
     "--generation",
     "N",
@@ -291,6 +311,8 @@ pub const SERVE: CommandSpec = CommandSpec {
         &METRICS_ALLOW_UID,
         &TSS_LOG_REVEALS_SECRETS,
         &STATE_DIR,
+        &TPM_ADVISORIES,
+        &TPM_ADVISORIES_FILE,
     ],
     notes: "\
 SIGHUP (systemctl reload sceau) picks up a KEK rotation without dropping calls.
@@ -307,13 +329,22 @@ pub const STATUS_ONLY: Flag = Flag::switch(
      light TPM probe every 5 s), so a probe every few seconds costs the TPM\n\
      next to nothing; exits 1 unless healthz is ok",
 );
+pub const TPM_IDENTITY: Flag = Flag::switch(
+    "--tpm-identity",
+    "check: also print the TPM's manufacturer, vendor and firmware, read through --tcti",
+)
+.long_help(
+    "One GetCapability, no authorization and nothing created, so it runs beside\n\
+     the serving sceau through /dev/tpmrm0; match the firmware against the\n\
+     vendors' advisories (docs/hardening.md)",
+);
 pub const CHECK: CommandSpec = CommandSpec {
     name: "check",
     summary: "Ask a running sceau for its Status and make one Encrypt/Decrypt round trip",
     about: "Ask a running sceau for its Status and make one Encrypt/Decrypt round trip with a random DEK",
-    usage: "check [--socket PATH] [--status-only]",
+    usage: "check [--socket PATH] [--status-only] [--tpm-identity [--tcti TCTI]]",
     steps: &[],
-    flags: &[&SOCKET, &STATUS_ONLY],
+    flags: &[&SOCKET, &STATUS_ONLY, &TPM_IDENTITY, &TCTI],
     notes: "",
 };
 pub const SELFTEST: CommandSpec = CommandSpec {
@@ -525,6 +556,11 @@ pub struct ServeOptions {
     pub tss_log_reveals_secrets: bool,
     /// Where the KEK ledger lives.
     pub state_dir: PathBuf,
+    /// Refuse a TPM under a vendor advisory (`--tpm-advisories refuse`)
+    /// rather than warn.
+    pub refuse_advised_tpms: bool,
+    /// Advisories added to the built-in list.
+    pub tpm_advisories_file: Option<PathBuf>,
 }
 
 /// `sceau kek`: its step and what it works on.
@@ -588,6 +624,8 @@ pub struct CheckOptions {
     pub socket: PathBuf,
     /// Status alone, without the Encrypt/Decrypt round trip.
     pub status_only: bool,
+    /// With `--tpm-identity`: the TPM whose identity is printed too.
+    pub tpm_identity: Option<Tcti>,
 }
 
 /// Parses the arguments after the program name. `env_tcti` is `$SCEAU_TCTI`.
@@ -609,7 +647,7 @@ pub fn parse(args: &[String], env_tcti: Option<&str>) -> Result<Command, UsageEr
     };
     let command = match spec.name {
         "serve" => serve(&matches, env_tcti).map(|o| Command::Serve(Box::new(o))),
-        "check" => check(&matches).map(Command::Check),
+        "check" => check(&matches, env_tcti).map(Command::Check),
         "selftest" => selftest(&matches, env_tcti).map(Command::SelfTest),
         "srk-public" => srk_public(&matches, env_tcti).map(Command::SrkPublic),
         "pcrs" => pcrs(&matches, env_tcti).map(Command::Pcrs),
@@ -674,6 +712,12 @@ fn serve(m: &Matches, env_tcti: Option<&str>) -> Result<ServeOptions, UsageError
             .collect::<Result<_, _>>()?,
         tss_log_reveals_secrets: m.present(&TSS_LOG_REVEALS_SECRETS),
         state_dir: m.or_default(&STATE_DIR, None, path)?,
+        refuse_advised_tpms: m.or_default(&TPM_ADVISORIES, None, |v| match v {
+            "warn" => Ok(false),
+            "refuse" => Ok(true),
+            other => Err(invalid(&TPM_ADVISORIES, other, "expected warn or refuse")),
+        })?,
+        tpm_advisories_file: m.last(&TPM_ADVISORIES_FILE, path)?,
     })
     .and_then(|options| {
         if options.policy_key.is_some() == options.policies.is_empty() {
@@ -748,10 +792,20 @@ fn kek(m: &Matches, step: Option<&str>, env_tcti: Option<&str>) -> Result<KekOpt
     })
 }
 
-fn check(m: &Matches) -> Result<CheckOptions, UsageError> {
+fn check(m: &Matches, env_tcti: Option<&str>) -> Result<CheckOptions, UsageError> {
+    let tpm_identity = if m.present(&TPM_IDENTITY) {
+        Some(tcti(m, env_tcti)?)
+    } else if m.present(&TCTI) {
+        return Err(m.error(Problem::Required(
+            "--tcti with check is where --tpm-identity reads: add --tpm-identity".into(),
+        )));
+    } else {
+        None
+    };
     Ok(CheckOptions {
         socket: m.or_default(&SOCKET, None, path)?,
         status_only: m.present(&STATUS_ONLY),
+        tpm_identity,
     })
 }
 
@@ -982,6 +1036,18 @@ impl Command {
                 }
                 args.switch(&TSS_LOG_REVEALS_SECRETS, o.tss_log_reveals_secrets)
                     .flag(&STATE_DIR, path_arg(&o.state_dir))
+                    .flag(
+                        &TPM_ADVISORIES,
+                        if o.refuse_advised_tpms {
+                            "refuse"
+                        } else {
+                            "warn"
+                        },
+                    )
+                    .optional(
+                        &TPM_ADVISORIES_FILE,
+                        o.tpm_advisories_file.as_deref().map(path_arg),
+                    )
             }
             Self::Kek(o) => {
                 let args = match o.step {
@@ -993,9 +1059,17 @@ impl Command {
                 };
                 tpm(args, &o.tpm).flag(&STATE_DIR, path_arg(&o.state_dir))
             }
-            Self::Check(o) => Args::command(CHECK.name)
-                .flag(&SOCKET, path_arg(&o.socket))
-                .switch(&STATUS_ONLY, o.status_only),
+            Self::Check(o) => {
+                let args = Args::command(CHECK.name)
+                    .flag(&SOCKET, path_arg(&o.socket))
+                    .switch(&STATUS_ONLY, o.status_only);
+                match &o.tpm_identity {
+                    Some(tcti) => args
+                        .switch(&TPM_IDENTITY, true)
+                        .flag(&TCTI, tcti.to_string()),
+                    None => args,
+                }
+            }
             Self::SelfTest(o) => Args::command(SELFTEST.name)
                 .switch(&SANDBOX, true)
                 .flag(&TCTI, o.tcti.to_string())
@@ -1164,6 +1238,26 @@ mod tests {
     /// The table is the list: every flag of every command is in its help and
     /// in the inverse, and `sceau help CMD` is `sceau CMD --help`.
     #[test]
+    fn check_reads_the_tpm_only_when_asked() {
+        let Ok(Command::Check(plain)) = parse(&args("check"), Some("device:/dev/tpm0")) else {
+            panic!("check parses");
+        };
+        assert_eq!(plain.tpm_identity, None);
+        let Ok(Command::Check(asked)) = parse(&args("check --tpm-identity"), None) else {
+            panic!("check --tpm-identity parses");
+        };
+        assert_eq!(
+            asked.tpm_identity.map(|t| t.to_string()),
+            Some(DEFAULT_TCTI.to_string())
+        );
+        let error = parse(&args("check --tcti device:/dev/tpm0"), None)
+            .map(|_| ())
+            .expect_err("--tcti alone is refused")
+            .to_string();
+        assert!(error.contains("add --tpm-identity"), "{error}");
+    }
+
+    #[test]
     fn every_flag_is_in_the_help_and_the_inverse() {
         let serve_all = Command::Serve(Box::new(serve(
             "serve --socket-group g --srk-handle 0x81000001 --allow-uid 7 --members m \
@@ -1171,7 +1265,8 @@ mod tests {
              --recovery-key r --former-members f --enrollment-key k --accept-unsigned-envelopes \
              --policy-key pk --policy p1 --policy d2 --former-policy-key old1 \
              --former-policy-key old2 --accept-policies-another-os-can-meet \
-             --metrics-allow-uid 998 --tss-log-reveals-secrets --state-dir sd",
+             --metrics-allow-uid 998 --tss-log-reveals-secrets --state-dir sd \
+             --tpm-advisories refuse --tpm-advisories-file adv",
             None,
         )));
         let respond = parse(
@@ -1182,6 +1277,7 @@ mod tests {
             serve_all,
             parse(&args("check"), None).unwrap(),
             parse(&args("check --status-only"), None).unwrap(),
+            parse(&args("check --tpm-identity"), None).unwrap(),
             parse(&args("selftest --sandbox"), None).unwrap(),
             parse(&args("srk-public --srk-handle 0x81000001"), None).unwrap(),
             parse(&args("pcrs --pcrs 7,11"), None).unwrap(),

@@ -44,6 +44,8 @@ fn fixture() -> &'static Fixture {
                 measured_boot: MeasuredBoot::Off,
                 measured_boot_bank: Bank::Sha256,
                 measured_boot_banks: vec![Bank::Sha256],
+                advisories: Vec::new(),
+                refuse_advised_tpms: false,
             },
             forged,
         }

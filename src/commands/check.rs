@@ -2,6 +2,8 @@
 //! a running sceau; with `--status-only`, the Status call alone (what a
 //! container's liveness probe runs: Status answers from the cached health
 //! verdict, so probing costs the TPM at most one light command per 5 s).
+//! With `--tpm-identity` it also reads who made the TPM and its firmware
+//! itself: the KMS Status answer has no field for them.
 #![forbid(unsafe_code)]
 
 use std::path::Path;
@@ -9,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use sceau::cli::CheckOptions;
+use sceau_format::advisories;
 use sceau_kms_api::ConnectError;
 use sceau_kms_api::pb::{DecryptRequest, EncryptRequest, StatusRequest, StatusResponse};
 
@@ -47,6 +50,23 @@ pub fn run(options: &CheckOptions) -> anyhow::Result<()> {
             trip.encrypt.as_secs_f64() * 1e3,
             trip.decrypt.as_secs_f64() * 1e3
         );
+    }
+    if let Some(tcti) = &options.tpm_identity {
+        super::silence_tss_log(super::RevealingTssLog::Warn)?;
+        let identity = sceau_tpm::identity::read_at(tcti)
+            .with_context(|| format!("reading the TPM's identity at {tcti}"))?;
+        println!(
+            "tpm: manufacturer={} vendor={:?} firmware={}",
+            identity.manufacturer, identity.vendor, identity.firmware
+        );
+        // The built-in list only: the daemon's --tpm-advisories-file is its
+        // configuration, which check does not read.
+        let builtin = advisories::parse(advisories::BUILTIN)?;
+        for advisory in
+            advisories::matching(&builtin, &identity.manufacturer, identity.firmware_version)
+        {
+            println!("tpm: under {} ({})", advisory.cve, advisory.summary);
+        }
     }
     if status.healthz != "ok" {
         bail!("sceau reports healthz={}", status.healthz);

@@ -26,6 +26,7 @@ use sceau::sandbox::{self, TpmAccess};
 use sceau::server::peer::AllowedCallers;
 use sceau::server::{self, DeferredStopSignals, StopReason, socket};
 use sceau::{activation, metrics, notify};
+use sceau_format::advisories::{self, Advisory};
 use sceau_format::kek::single_node_config;
 use sceau_format::members::Membership;
 use sceau_sys as sys;
@@ -98,8 +99,10 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         owner_auth: sceau::credentials::owner_auth()?,
         pinned_srk_name: options.expect_srk_name,
     };
+    let advisories = load_advisories(options.tpm_advisories_file.as_deref())?;
     notify::status("opening the TPM");
     let mut tpm = notify::extending_start_timeout(|| open_tpm(&config))?;
+    check_advisories(&mut tpm, &advisories, options.refuse_advised_tpms)?;
     clock.step("TPM open: SRK and salted session");
     //    Proves that scrubbing tpm2-tss's buffers works on this tpm2-tss.
     if sceau_sys::hooks::enabled(sceau_sys::hooks::Protection::TssScrubCheck) {
@@ -197,22 +200,7 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
         );
     }
     let started = Instant::now();
-    let mut tpm = open_tpm_explained(config)?;
-    match tpm.identity() {
-        Ok(identity) => {
-            log::info!(
-                "TPM: manufacturer {}, vendor {:?}, firmware {}",
-                identity.manufacturer,
-                identity.vendor,
-                identity.firmware
-            );
-            metrics::METRICS.set_tpm_identity(identity);
-        }
-        Err(error) => log::warn!(
-            "the TPM did not say who made it ({}): sceau_tpm_info stays empty",
-            error.fault()
-        ),
-    }
+    let tpm = open_tpm_explained(config)?;
     let srk = tpm.srk();
     log::info!(
         "SRK {:?}{} ready in {:?}; Name {}",
@@ -224,6 +212,98 @@ fn open_tpm(config: &TpmConfig) -> anyhow::Result<Tpm> {
         sceau_tpm::srk::hex(srk.name.value()),
     );
     Ok(tpm)
+}
+
+/// The advisories sceau checks the TPM against: the built-in list and the
+/// operator's file, read before the sandbox closes the filesystem. A file
+/// that is not a list stops the start with its line and why.
+fn load_advisories(file: Option<&Path>) -> anyhow::Result<Vec<Advisory>> {
+    let mut list = advisories::parse(advisories::BUILTIN).context("the built-in advisory list")?;
+    if let Some(file) = file {
+        let text = read_bounded_text(file, MAX_ADVISORY_FILE).with_context(|| {
+            format!(
+                "reading --tpm-advisories-file {}: fix or remove the option",
+                file.display()
+            )
+        })?;
+        let added = advisories::parse(&text).with_context(|| {
+            format!(
+                "--tpm-advisories-file {} is not an advisory list (CVE MANUFACTURER \
+                 FIRMWARE SUMMARY a line; docs/hardening.md)",
+                file.display()
+            )
+        })?;
+        log::info!(
+            "{} advisories from {} beside the {} built in",
+            added.len(),
+            file.display(),
+            list.len()
+        );
+        list.extend(added);
+    }
+    Ok(list)
+}
+
+/// A bound on `--tpm-advisories-file`: far beyond any real list.
+const MAX_ADVISORY_FILE: u64 = 64 * 1024;
+
+fn read_bounded_text(path: &Path, limit: u64) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        bail!("longer than {limit} bytes");
+    }
+    Ok(text)
+}
+
+/// Logs the TPM's identity, sets `sceau_tpm_info` and `sceau_tpm_advisory`,
+/// and holds the identity against the advisories: each match is a warning,
+/// or with `refuse` the end of the start. A TPM that does not say its
+/// firmware cannot be cleared, so `refuse` refuses it too.
+fn check_advisories(tpm: &mut Tpm, list: &[Advisory], refuse: bool) -> anyhow::Result<()> {
+    let identity = match tpm.identity() {
+        Ok(identity) => identity,
+        Err(error) if refuse => bail!(
+            "the TPM did not say who made it or which firmware it runs ({}), so \
+             --tpm-advisories refuse cannot clear it: use --tpm-advisories warn to serve anyway",
+            error.fault()
+        ),
+        Err(error) => {
+            log::warn!(
+                "the TPM did not say who made it ({}): sceau_tpm_info stays empty and no \
+                 advisory was checked",
+                error.fault()
+            );
+            return Ok(());
+        }
+    };
+    log::info!(
+        "TPM: manufacturer {}, vendor {:?}, firmware {}",
+        identity.manufacturer,
+        identity.vendor,
+        identity.firmware
+    );
+    let matched = advisories::matching(list, &identity.manufacturer, identity.firmware_version);
+    metrics::METRICS.set_tpm_advisories(matched.iter().map(|a| a.cve.clone()).collect());
+    let firmware = format!(
+        "{} firmware {}",
+        identity.manufacturer, identity.firmware_version
+    );
+    metrics::METRICS.set_tpm_identity(identity);
+    for advisory in &matched {
+        let line = format!(
+            "this TPM ({firmware}) is under {} ({}): update its firmware from the vendor",
+            advisory.cve, advisory.summary
+        );
+        if refuse {
+            bail!("{line}, or use --tpm-advisories warn to serve anyway");
+        }
+        log::warn!("{line}; serving, as --tpm-advisories warn asks");
+    }
+    Ok(())
 }
 
 /// Cluster mode: reads the member files before the sandbox closes the

@@ -194,6 +194,8 @@ pub struct Registry {
     /// The TPM's manufacturer, vendor string and firmware version, read
     /// once at start (`sceau_tpm::identity`).
     tpm_identity: RwLock<Option<TpmIdentity>>,
+    /// The CVEs of the vendor advisories the TPM falls under.
+    tpm_advisories: RwLock<Vec<String>>,
 }
 
 impl Registry {
@@ -216,6 +218,7 @@ impl Registry {
             kek_generation_made: AtomicU64::new(0),
             kek_open_generations: AtomicU64::new(0),
             tpm_identity: RwLock::new(None),
+            tpm_advisories: RwLock::new(Vec::new()),
         }
     }
 
@@ -280,6 +283,21 @@ impl Registry {
     /// Who made the TPM and which firmware it runs, for `sceau_tpm_info`.
     pub fn set_tpm_identity(&self, identity: TpmIdentity) {
         *self.tpm_identity.write().unwrap_or_else(|e| e.into_inner()) = Some(identity);
+    }
+
+    /// The advisories the TPM falls under, for `sceau_tpm_advisory`.
+    pub fn set_tpm_advisories(&self, cves: Vec<String>) {
+        *self
+            .tpm_advisories
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = cves;
+    }
+
+    pub fn tpm_advisories(&self) -> Vec<String> {
+        self.tpm_advisories
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn tpm_identity(&self) -> Option<TpmIdentity> {

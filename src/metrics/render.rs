@@ -81,6 +81,15 @@ pub(super) fn render_registry(registry: &Registry, build: &Build) -> String {
             label_value(&tpm.firmware)
         );
     }
+    header(
+        &mut out,
+        "sceau_tpm_advisory",
+        "gauge",
+        "Always 1, a series per vendor advisory the TPM's manufacturer and firmware fall under.",
+    );
+    for cve in registry.tpm_advisories() {
+        let _ = writeln!(out, "sceau_tpm_advisory{{cve=\"{}\"}} 1", label_value(&cve));
+    }
     kek(&mut out, registry);
     calls(&mut out, registry);
     tpm(&mut out, registry);
@@ -485,7 +494,9 @@ mod tests {
             manufacturer: "IBM".into(),
             vendor: "SW TPM".into(),
             firmware: "1.2.3.4".into(),
+            firmware_version: sceau_format::advisories::Version::from_first_word(0x0001_0002),
         });
+        registry.set_tpm_advisories(vec!["CVE-2017-15361".into()]);
         let text = render_registry(&registry, &build("1.2.3"));
         let families: Vec<&str> = text
             .lines()

@@ -455,6 +455,58 @@ fn an_ek_certificate_must_chain_to_the_manufacturer() {
     assert!(String::from_utf8_lossy(&neither.stderr).contains("--accept-any-ek"));
 }
 
+/// Trust material that cannot be used stops `challenge` with one line that
+/// names the file and what is wrong, before any challenge is written: a
+/// roots path that does not exist, a roots file that holds no certificate,
+/// and a CRL that does not parse.
+#[test]
+fn unusable_trust_material_is_refused_in_one_line() {
+    let tmp = TempDir::new("enroll-bad-trust");
+    let ca = EkCa::create(&tmp.subdir("ca")).expect("a manufacturer CA");
+    let state = tmp.join("tpm");
+    ca.provision_tpm(&state)
+        .expect("a TPM with EK certificates");
+    let tpm = Swtpm::start(&state);
+    let request = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
+        "request",
+    );
+    let roots = ca.roots_pem.to_str().unwrap().to_string();
+    let not_pem = tmp.join("not-a-bundle.pem");
+    std::fs::write(&not_pem, "this is not a certificate\n").unwrap();
+    let not_crl = tmp.join("not-a-crl.pem");
+    std::fs::write(
+        &not_crl,
+        "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n",
+    )
+    .unwrap();
+    let missing = tmp.join("no-such-roots");
+    for (label, trust, says) in [
+        (
+            "missing-roots",
+            vec!["--ek-roots", missing.to_str().unwrap()],
+            "no-such-roots",
+        ),
+        (
+            "not-pem",
+            vec!["--ek-roots", not_pem.to_str().unwrap()],
+            "not-a-bundle.pem",
+        ),
+        (
+            "not-a-crl",
+            vec!["--ek-roots", &roots, "--crl", not_crl.to_str().unwrap()],
+            "not-a-crl.pem",
+        ),
+    ] {
+        let run = challenge(&tmp, label, &request, &trust);
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert!(!run.status.success(), "{label}: challenged");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{label}: {stderr}");
+        assert!(stderr.contains(says), "{label}: {stderr}");
+        assert!(!tmp.join(&format!("{label}.challenge")).exists(), "{label}");
+    }
+}
+
 /// The EK's public point, as swtpm_localca takes it (hex x and y).
 fn ek_coordinates(tools: &Tpm2Tools) -> (String, String) {
     tools.run(

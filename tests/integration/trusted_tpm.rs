@@ -171,9 +171,12 @@ async fn a_persistent_srk_is_read_not_made() {
 }
 
 /// `--expect-srk-name` refuses another TPM (here a second swtpm, as a
-/// swapped TPM or a cleared owner hierarchy would look) with both Names in
-/// one line, and serves with the right Name. Shown failing: with the pin
-/// not checked, the start on the second TPM served.
+/// swapped TPM or a cleared owner hierarchy would look) and an SRK an
+/// interposer substitutes on the right TPM's bus (the test kit's proxy
+/// rewriting CreatePrimary) with both Names in one line, and serves with
+/// the right Name. Shown failing: with the pin not checked, the start on
+/// the second TPM served; the unpinned start through the proxy shows that
+/// the substitution is otherwise silent.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pinned_srk_name_refuses_another_tpm() {
     let tmp = TempDir::new("srk-pin");
@@ -202,6 +205,59 @@ async fn a_pinned_srk_name_refuses_another_tpm() {
         &[],
     );
     assert!(sceau.terminate().success());
+
+    // An interposer on the bus of the right TPM rewrites CreatePrimary's
+    // template: the TPM makes another key of the SRK template and answers
+    // well-formed. Unpinned, sceau takes that key and logs its Name; pinned,
+    // the start is refused with both Names.
+    let proxy = TpmProxy::start(tpm.port(), Profile::instant());
+    proxy.inject(crate::harness::tpm_proxy::Fault::SubstitutePrimaries);
+    let socket = tmp.join("sceau.sock");
+    let through_proxy = |extra: &[&str]| {
+        let mut sceau = Sceau::spawn(
+            &tmp,
+            &socket,
+            sceau::serve_args(&socket, Some(&proxy.tcti()), extra),
+            &[],
+        );
+        let exited = sceau.wait_exit(START_TIMEOUT);
+        (exited, sceau)
+    };
+    let (exited, refused) = through_proxy(&["--expect-srk-name", &ours]);
+    let refused = refused.stderr_text();
+    assert!(
+        matches!(exited, Some(status) if !status.success()),
+        "{refused}"
+    );
+    let line = refused
+        .lines()
+        .find(|l| l.contains("--expect-srk-name pins"))
+        .unwrap_or_else(|| panic!("{refused}"));
+    assert!(line.contains(&ours), "{line}");
+    assert!(proxy.substituted() >= 1);
+    let substitute = line
+        .split(|c: char| !c.is_ascii_hexdigit())
+        .find(|word| word.len() == ours.len() && !word.eq_ignore_ascii_case(&ours))
+        .unwrap_or_else(|| panic!("no second Name in {line}"))
+        .to_ascii_lowercase();
+    let mut unpinned = Sceau::spawn(
+        &tmp,
+        &socket,
+        sceau::serve_args(&socket, Some(&proxy.tcti()), &[]),
+        &[],
+    );
+    if let Err(why) = unpinned.wait_serving() {
+        panic!(
+            "unpinned through the proxy: {why}\n{}",
+            unpinned.stderr_text()
+        );
+    }
+    assert!(unpinned.terminate().success());
+    let log = unpinned.stderr_text();
+    assert!(
+        log.contains(&format!("Name {substitute}")) && !log.contains(&format!("Name {ours}")),
+        "the unpinned start should have taken the substituted SRK {substitute}:\n{log}"
+    );
 
     for malformed in ["000b", "zz", &format!("0004{}", &ours[4..])] {
         let socket = tmp.join("sceau.sock");
@@ -254,7 +310,8 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The manufacturer, vendor string and firmware version sceau logs at
-/// start are the ones tpm2-tools read from the same TPM.
+/// start, and `sceau check --tpm-identity` prints, are the ones tpm2-tools
+/// read from the same TPM.
 #[test]
 fn the_tpm_identity_logged_is_what_tpm2_getcap_reads() {
     let tmp = TempDir::new("tpm-identity");
@@ -262,8 +319,113 @@ fn the_tpm_identity_logged_is_what_tpm2_getcap_reads() {
     let tools = Tpm2Tools::new(&tpm, &tmp.subdir("tools"));
     let firmware = tools.firmware_version();
     let mut sceau = serving(&tmp, &tpm, &[], &[]);
+
+    // `sceau check --tpm-identity` prints the same from its own
+    // GetCapability. swtpm serves one connection at a time and sceau holds
+    // its own, so check reads a second swtpm here; the VM reads the
+    // serving TPM through /dev/tpmrm0.
+    let other = Swtpm::start(&tmp.subdir("other"));
+    let socket = tmp.join("sceau.sock");
+    let checked = run_with_timeout(
+        Command::new(BIN).args([
+            "check",
+            "--status-only",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--tpm-identity",
+            "--tcti",
+            &other.tcti(),
+        ]),
+        tmp.path(),
+        START_TIMEOUT,
+    );
+    let printed = format!("tpm: manufacturer=IBM vendor=\"SW   TPM\" firmware={firmware}");
+    assert!(checked.status.success(), "{}", checked.stderr);
+    assert!(
+        checked.stdout.contains(&printed),
+        "{printed:?} not in:\n{}",
+        checked.stdout
+    );
+
     assert!(sceau.terminate().success());
     let log = sceau.stderr_text();
     let expected = format!("TPM: manufacturer IBM, vendor \"SW   TPM\", firmware {firmware}");
     assert!(log.contains(&expected), "{expected:?} not in:\n{log}");
+}
+
+/// A vendor advisory that names this TPM's manufacturer and firmware (an
+/// operator's file, since no real advisory names swtpm) is a warning by
+/// default and the end of the start with `--tpm-advisories refuse`; an
+/// advisory for the next firmware version is neither; a file that is not
+/// a list stops the start with its line. Shown failing: with the refusal
+/// in `check_advisories` turned into a warning, the refusing start served.
+#[test]
+fn a_tpm_under_an_advisory_is_named_and_can_be_refused() {
+    let tmp = TempDir::new("tpm-advisories");
+    let tpm = Swtpm::start(&tmp.subdir("tpm"));
+    let tools = Tpm2Tools::new(&tpm, &tmp.subdir("tools"));
+    let firmware = tools.firmware_version();
+    let mut parts = firmware.split('.').map(|p| p.parse::<u32>().unwrap());
+    let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
+    drop(tools);
+    let file = tmp.join("advisories");
+    let file_arg = file.to_str().unwrap().to_string();
+    let write = |line: &str| std::fs::write(&file, format!("# local\n{line}\n")).unwrap();
+
+    write(&format!(
+        "CVE-2099-0001 IBM {major}.{minor} a test advisory naming this swtpm"
+    ));
+    let mut sceau = serving(&tmp, &tpm, &["--tpm-advisories-file", &file_arg], &[]);
+    assert!(sceau.terminate().success());
+    let log = sceau.stderr_text();
+    assert!(
+        log.contains(&format!(
+            "this TPM (IBM firmware {major}.{minor}) is under CVE-2099-0001 (a test advisory \
+             naming this swtpm)"
+        )) && log.contains("serving, as --tpm-advisories warn asks"),
+        "{log}"
+    );
+
+    let refused = refused_start(
+        &tmp,
+        &tpm,
+        &[
+            "--tpm-advisories-file",
+            &file_arg,
+            "--tpm-advisories",
+            "refuse",
+        ],
+        &[],
+    );
+    assert!(
+        refused.contains("is under CVE-2099-0001")
+            && refused.contains("or use --tpm-advisories warn to serve anyway"),
+        "{refused}"
+    );
+
+    write(&format!(
+        "CVE-2099-0001 IBM {major}.{} the next version only",
+        minor + 1
+    ));
+    let mut sceau = serving(
+        &tmp,
+        &tpm,
+        &[
+            "--tpm-advisories-file",
+            &file_arg,
+            "--tpm-advisories",
+            "refuse",
+        ],
+        &[],
+    );
+    assert!(sceau.terminate().success());
+    assert!(!sceau.stderr_text().contains("CVE-2099-0001 ("));
+
+    write("CVE-2099-0001 IBM seven a version that is not one");
+    let refused = refused_start(&tmp, &tpm, &["--tpm-advisories-file", &file_arg], &[]);
+    assert!(
+        refused.contains("is not an advisory list")
+            && refused.contains("line 2: seven is not a firmware version"),
+        "{refused}"
+    );
 }

@@ -139,6 +139,16 @@ else
     fail "second round trip" "$(echo "$check2" | tail -1)"
 fi
 
+# Beside the serving sceau through the resource manager: the identity check
+# prints is the one the service logged at its start.
+identity=$(timeout 60 sceau check --status-only --tpm-identity 2>&1 | sed -n 's/^tpm: //p')
+logged=$(journalctl -q -o cat -u sceau.service | sed -n 's/^TPM: manufacturer \([^,]*\), vendor "\([^"]*\)", firmware \(.*\)$/manufacturer=\1 vendor="\2" firmware=\3/p' | tail -n 1)
+if [ -n "$identity" ] && [ "$identity" = "$logged" ]; then
+    pass "sceau check --tpm-identity beside the service reads what it logged: $identity"
+else
+    fail "check --tpm-identity" "printed '${identity}', the service logged '${logged}'"
+fi
+
 show_out=$(systemctl show -p Type,ActiveState,SubState,StatusText,MainPID,NRestarts,TriggeredBy sceau.service)
 echo "$show_out" | show
 get() { echo "$show_out" | sed -n "s/^$1=//p"; }

@@ -31,12 +31,14 @@
 //!   value in the systemd credential `tpm-owner-auth`, and the pinned SRK
 //!   Name of `--expect-srk-name`), `roca` (the fingerprint of RSA keys that
 //!   can be factored from their public half, CVE-2017-15361), `tpm_info`
-//!   (a TPM's manufacturer, vendor string and firmware version as text).
+//!   (a TPM's manufacturer, vendor string and firmware version as text),
+//!   `advisories` (vendors' advisories by manufacturer and firmware version).
 //! - `key_id` and `text` (what may be echoed of client input).
 //!
 //! The daemon, the offline tool `sceau-recover`, the fuzz targets and the
 //! SPIRE plugins depend on this crate; it depends on none of them.
 
+pub mod advisories;
 pub mod armor;
 pub mod credential;
 pub mod der;

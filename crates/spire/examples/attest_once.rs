@@ -94,6 +94,8 @@ fn attest(tcti: &str, algorithm: &str, event_log: Option<PathBuf>) -> Result<Str
         measured_boot,
         measured_boot_bank: Bank::Sha256,
         measured_boot_banks: vec![Bank::Sha256],
+        advisories: Vec::new(),
+        refuse_advised_tpms: false,
     };
     let verified =
         check_payload(&config, &payload, SystemTime::now()).map_err(|e| e.to_string())?;

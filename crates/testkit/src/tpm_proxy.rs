@@ -106,6 +106,7 @@ const COMMAND_NAMES: &[(u32, &str)] = &[
 const RETURNS_A_HANDLE: [u32; 6] = [0x131, 0x157, 0x167, 0x191, 0x176, 0x161];
 const CC_FLUSH_CONTEXT: u32 = 0x165;
 const CC_STARTUP: u32 = 0x144;
+const CC_CREATE_PRIMARY: u32 = 0x131;
 
 /// tag, size, command code (or return code): the header of every command
 /// and response.
@@ -383,6 +384,12 @@ pub enum Fault {
     /// Closes every open connection now, on both ports; a command in flight
     /// gets no answer. New connections are accepted as before.
     DropConnections,
+    /// Until [`TpmProxy::clear_faults`], rewrites every CreatePrimary of an
+    /// ECC key with an empty `unique` (sceau's SRK template) to carry a
+    /// one-byte `unique.x`: the TPM then makes another key of the same
+    /// template, as an interposer on the bus would have it do, and the
+    /// client sees a well-formed answer for a key it did not ask for.
+    SubstitutePrimaries,
 }
 
 /// A small seeded generator, SplitMix64 (Steele, Lea and Flood, 2014; the
@@ -423,6 +430,8 @@ struct State {
     rng: SplitMix64,
     answers: Vec<Pending>,
     hung: bool,
+    substitute_primaries: bool,
+    substituted: u64,
     /// Bumped by DropConnections: a connection that sees a newer generation
     /// than its own after a wait is gone.
     generation: u64,
@@ -557,6 +566,8 @@ impl TpmProxy {
                 rng: SplitMix64(seed),
                 answers: Vec::new(),
                 hung: false,
+                substitute_primaries: false,
+                substituted: 0,
                 generation: 0,
                 handles: BTreeSet::new(),
                 connections: HashMap::new(),
@@ -634,7 +645,14 @@ impl TpmProxy {
             }),
             Fault::Hang => state.hung = true,
             Fault::DropConnections => self.shared.drop_connections(&mut state),
+            Fault::SubstitutePrimaries => state.substitute_primaries = true,
         }
+    }
+
+    /// How many CreatePrimary commands [`Fault::SubstitutePrimaries`]
+    /// rewrote.
+    pub fn substituted(&self) -> u64 {
+        self.shared.lock().substituted
     }
 
     /// Lets held responses go and stops holding new ones.
@@ -643,9 +661,13 @@ impl TpmProxy {
         self.shared.released.notify_all();
     }
 
-    /// Cancels pending injected answers and releases a hang.
+    /// Cancels pending injected answers, stops substituting primaries and
+    /// releases a hang.
     pub fn clear_faults(&self) {
-        self.shared.lock().answers.clear();
+        let mut state = self.shared.lock();
+        state.answers.clear();
+        state.substitute_primaries = false;
+        drop(state);
         self.release();
     }
 
@@ -727,6 +749,12 @@ fn execute(shared: &Shared, code: u32, command: &[u8]) -> Option<Vec<u8>> {
     let response = match injected {
         Some(rc) => error_response(rc),
         None => {
+            let substitute = code == CC_CREATE_PRIMARY && shared.lock().substitute_primaries;
+            let rewritten = substitute.then(|| substituted_primary(command)).flatten();
+            if rewritten.is_some() {
+                shared.lock().substituted += 1;
+            }
+            let command = rewritten.as_deref().unwrap_or(command);
             let response = exchange(shared.tpm_port, command).ok()?;
             if response.get(6..10) == Some(&[0, 0, 0, 0]) {
                 shared.track_handles(code, command, &response);
@@ -736,6 +764,35 @@ fn execute(shared: &Shared, code: u32, command: &[u8]) -> Option<Vec<u8>> {
     };
     std::thread::sleep(latency.saturating_sub(started.elapsed()));
     Some(response)
+}
+
+/// A CreatePrimary command whose inPublic is an ECC template with an
+/// empty `unique` (its last four bytes, two empty TPM2Bs), rewritten with
+/// `unique.x` one byte long: the sizes of inPublic and of the command grow
+/// by one. None for any other CreatePrimary, left as it is.
+fn substituted_primary(command: &[u8]) -> Option<Vec<u8>> {
+    const TPM_ALG_ECC: [u8; 2] = [0x00, 0x23];
+    let u16_at = |at: usize| -> Option<usize> {
+        Some(u16::from_be_bytes(command.get(at..at + 2)?.try_into().ok()?) as usize)
+    };
+    // Header (10), primaryHandle (4), the authorization area's size (4).
+    let auth_size = u32::from_be_bytes(command.get(14..18)?.try_into().ok()?) as usize;
+    let sensitive_at = 18 + auth_size;
+    let public_at = sensitive_at + 2 + u16_at(sensitive_at)?;
+    let public_size = u16_at(public_at)?;
+    let public = command.get(public_at + 2..public_at + 2 + public_size)?;
+    if public.get(..2)? != TPM_ALG_ECC || !public.ends_with(&[0, 0, 0, 0]) {
+        return None;
+    }
+    let mut rewritten = Vec::with_capacity(command.len() + 1);
+    rewritten.extend_from_slice(&command[..public_at]);
+    rewritten.extend_from_slice(&(public_size as u16 + 1).to_be_bytes());
+    rewritten.extend_from_slice(&public[..public_size - 4]);
+    rewritten.extend_from_slice(&[0, 1, 0x5A, 0, 0]);
+    rewritten.extend_from_slice(&command[public_at + 2 + public_size..]);
+    let size = rewritten.len() as u32;
+    rewritten[2..6].copy_from_slice(&size.to_be_bytes());
+    Some(rewritten)
 }
 
 /// Sends one command to swtpm on a connection of its own and reads its

@@ -8,7 +8,9 @@ use tss_esapi::Context;
 use tss_esapi::constants::{CapabilityType, PropertyTag};
 use tss_esapi::structures::CapabilityData;
 
-use super::fault::TpmError;
+use super::fault::{INITIALIZE, TpmError};
+use super::tcti::Tcti;
+use sceau_format::advisories::Version;
 use sceau_format::tpm_info;
 
 /// The TPM's own account of itself, as text (`sceau_format::tpm_info`).
@@ -17,6 +19,8 @@ pub struct TpmIdentity {
     pub manufacturer: String,
     pub vendor: String,
     pub firmware: String,
+    /// TPM_PT_FIRMWARE_VERSION_1 as vendors' advisories write it.
+    pub firmware_version: Version,
 }
 
 /// From TPM_PT_MANUFACTURER (0x105) to TPM_PT_FIRMWARE_VERSION_2 (0x10C).
@@ -47,5 +51,14 @@ pub fn read(ctx: &mut Context) -> Result<TpmIdentity, TpmError> {
             value(PropertyTag::FirmwareVersion1),
             value(PropertyTag::FirmwareVersion2),
         ),
+        firmware_version: Version::from_first_word(value(PropertyTag::FirmwareVersion1)),
     })
+}
+
+/// [`read`] on a TPM of its own: no SRK, no session, nothing created, so it
+/// runs beside a serving sceau through a resource manager.
+pub fn read_at(tcti: &Tcti) -> Result<TpmIdentity, TpmError> {
+    let mut ctx = Context::new(tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
+    super::device::ensure_started(&mut ctx)?;
+    read(&mut ctx)
 }

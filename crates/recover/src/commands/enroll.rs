@@ -156,17 +156,33 @@ fn check_ek(request: &sceau_format::enrollment::Request, trust: &EkTrust) -> any
         Ok(out)
     };
     let intermediates = match &trust.intermediates {
-        Some(path) => certificates(path)?,
+        Some(path) => certificates(path).with_context(|| {
+            format!(
+                "--ek-intermediates {}: give the manufacturer's intermediate certificates, a PEM \
+                 file or a directory of them",
+                path.display()
+            )
+        })?,
         None => Vec::new(),
     };
     let mut crls = Vec::new();
     for file in &trust.crls {
-        crls.extend(Crl::from_file_bytes(
-            &read_bounded(file)?,
-            &file.display().to_string(),
-        )?);
+        let bytes = read_bounded(file).with_context(|| {
+            format!(
+                "--crl {}: give a CRL the manufacturer publishes (PEM or DER)",
+                file.display()
+            )
+        })?;
+        crls.extend(Crl::from_file_bytes(&bytes, &file.display().to_string())?);
     }
-    let store = TrustStore::new(certificates(roots)?, intermediates)
+    let root_certificates = certificates(roots).with_context(|| {
+        format!(
+            "--ek-roots {}: give the manufacturer's root certificates, a PEM file or a directory \
+             of them",
+            roots.display()
+        )
+    })?;
+    let store = TrustStore::new(root_certificates, intermediates)
         .and_then(|store| store.with_crls(crls))
         .with_context(|| format!("reading --ek-roots {}", roots.display()))?;
     let der = request.certificate.as_deref().expect("checked above");

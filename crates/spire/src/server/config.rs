@@ -10,6 +10,8 @@
 //! measured_boot         = "off"                               # or "optional", "required"
 //! measured_boot_bank    = "sha256"
 //! measured_boot_banks   = ["sha1", "sha256"]                 # optional
+//! tpm_advisories        = "warn"                              # or "refuse"
+//! tpm_advisories_path   = "/etc/spire/sceau/tpm-advisories"   # optional: more advisories
 //! ```
 //!
 //! At least one trust source is required. With `measured_boot` on, PCRs
@@ -20,9 +22,19 @@
 //! the log, so it chooses what it declares). The files are read when SPIRE
 //! configures the plugin (at load, and again on reconfiguration), so a
 //! changed allow list takes effect on SIGUSR1 with `plugin_data_file`.
+//!
+//! Vendor advisories (`sceau_format::advisories`, the built-in list and
+//! `tpm_advisories_path`) are held against the manufacturer of a verified
+//! EK certificate and the firmware version of a quote signed by an AK under
+//! the EK (the TPM's own, not obfuscated): with "warn" a match adds an
+//! `advisory:CVE-…` selector and a log line, with "refuse" it refuses the
+//! node, as it does a node for which either fact is missing. "refuse"
+//! therefore needs `ek_roots_path` and `quote_pcrs`.
 
 use std::collections::HashSet;
 use std::path::Path;
+
+use sceau_format::advisories::{self, Advisory};
 
 use super::event_log::{BOOT_PCRS, Bank};
 use super::x509::{Crl, TrustStore};
@@ -31,7 +43,7 @@ use crate::plugin::file::read_bounded;
 use crate::plugin::hcl::Body;
 use crate::plugin::{ConfigError, CoreConfig};
 
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 11] = [
     "ek_hashes_path",
     "ek_roots_path",
     "ek_intermediates_path",
@@ -41,6 +53,8 @@ const KEYS: [&str; 9] = [
     "measured_boot",
     "measured_boot_bank",
     "measured_boot_banks",
+    "tpm_advisories",
+    "tpm_advisories_path",
 ];
 /// The largest allow list or PEM bundle read.
 const MAX_FILE_LEN: u64 = 4 * 1024 * 1024;
@@ -83,6 +97,10 @@ pub struct ServerConfig {
     /// The banks the log must declare and the quote cover, besides every
     /// other bank the log declares; `measured_boot_bank` is among them.
     pub measured_boot_banks: Vec<Bank>,
+    /// The built-in advisories and `tpm_advisories_path`'s.
+    pub advisories: Vec<Advisory>,
+    /// `tpm_advisories = "refuse"`.
+    pub refuse_advised_tpms: bool,
 }
 
 impl ServerConfig {
@@ -217,6 +235,31 @@ impl ServerConfig {
             }
         }
         let quote_pcrs = pcrs_to_quote(quote_pcrs, measured_boot);
+        let refuse_advised_tpms = match body.string("tpm_advisories").map_err(error)?.as_deref() {
+            None | Some("warn") => false,
+            Some("refuse") => true,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "tpm_advisories is `{other}`; it must be \"warn\" or \"refuse\""
+                )));
+            }
+        };
+        if refuse_advised_tpms && (trust_store.is_none() || quote_pcrs.is_empty()) {
+            return Err(ConfigError(
+                "tpm_advisories = \"refuse\" needs ek_roots_path (the manufacturer comes from the EK certificate) and quote_pcrs (the firmware version from the quote)"
+                    .into(),
+            ));
+        }
+        let mut advisories = advisories::parse(advisories::BUILTIN)
+            .map_err(|e| ConfigError(format!("the built-in advisory list: {e}")))?;
+        if let Some(path) = body.string("tpm_advisories_path").map_err(error)? {
+            let text = read_text(Path::new(&path), "tpm_advisories_path")?;
+            advisories.extend(advisories::parse(&text).map_err(|e| {
+                ConfigError(format!(
+                    "tpm_advisories_path: {path} is not an advisory list (CVE MANUFACTURER FIRMWARE SUMMARY a line): {e}"
+                ))
+            })?);
+        }
         Ok(Self {
             trust_domain: core.trust_domain.clone(),
             ek_hashes,
@@ -226,6 +269,8 @@ impl ServerConfig {
             measured_boot,
             measured_boot_bank,
             measured_boot_banks,
+            advisories,
+            refuse_advised_tpms,
         })
     }
 
@@ -244,6 +289,15 @@ impl ServerConfig {
         if self.quote_pcrs.is_empty() {
             notes.push("no quote is asked (quote_pcrs is empty)".into());
         }
+        notes.push(format!(
+            "{} TPM advisories, {}",
+            self.advisories.len(),
+            if self.refuse_advised_tpms {
+                "refused"
+            } else {
+                "warned of"
+            }
+        ));
         match self.measured_boot {
             MeasuredBoot::Off => {}
             mode => notes.push(format!(
@@ -408,6 +462,51 @@ mod tests {
             error.0,
             "ek_intermediates_path: /dev/zero is a character device, not a regular file"
         );
+    }
+
+    #[test]
+    fn advisory_settings_that_cannot_work_are_refused_at_configuration() {
+        let dir = TempDir::new("sceau-spire-config");
+        let hashes = dir.join("ek-hashes");
+        std::fs::write(&hashes, format!("{HASH}\n")).unwrap();
+        let with = |extra: &str| {
+            parse_bounded(format!(
+                "ek_hashes_path = \"{}\"\nquote_pcrs = [0]\n{extra}",
+                hashes.display()
+            ))
+            .0
+        };
+        let config = with("").expect("warn is the default");
+        assert!(!config.refuse_advised_tpms);
+        assert_eq!(config.advisories.len(), 2, "the built-in list");
+        assert!(
+            with("tpm_advisories = \"refuse\"")
+                .unwrap_err()
+                .0
+                .contains("needs ek_roots_path")
+        );
+        assert!(
+            with("tpm_advisories = \"deny\"")
+                .unwrap_err()
+                .0
+                .contains("\"warn\" or \"refuse\"")
+        );
+        let list = dir.join("advisories");
+        std::fs::write(
+            &list,
+            "CVE-2099-0001 SWTP 1.0 fine\nCVE-2099-0002 SWTP one bad\n",
+        )
+        .unwrap();
+        let error = with(&format!("tpm_advisories_path = \"{}\"", list.display()))
+            .unwrap_err()
+            .0;
+        assert!(
+            error.contains("line 2: one is not a firmware version"),
+            "{error}"
+        );
+        std::fs::write(&list, "CVE-2099-0001 SWTP 1.0 fine\n").unwrap();
+        let config = with(&format!("tpm_advisories_path = \"{}\"", list.display())).unwrap();
+        assert_eq!(config.advisories.len(), 3);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! Each refusal is a [`Refusal`] whose text is one line for the log and the
 //! gRPC status; none carries TPM return codes.
 
+use sceau_format::advisories::{self, Advisory, Version};
 use sceau_format::roca::has_roca_fingerprint;
 use std::time::SystemTime;
 
@@ -66,6 +67,17 @@ pub enum Refusal {
          TPM and use its new keys, or use its ECC EK"
     )]
     Roca(&'static str),
+    #[error(
+        "the TPM ({manufacturer} firmware {firmware}) is under {cve} ({summary}): update its firmware from the vendor, or set tpm_advisories = \"warn\" to attest it anyway"
+    )]
+    Advisory {
+        manufacturer: String,
+        firmware: String,
+        cve: String,
+        summary: String,
+    },
+    #[error("tpm_advisories = \"refuse\" cannot clear this TPM: {0}")]
+    AdvisoryUnknown(&'static str),
     #[error("the AK's creation attestation is not acceptable: {0}")]
     Creation(&'static str),
     #[error("the credential was not activated: the answer does not match")]
@@ -127,6 +139,9 @@ pub struct VerifiedPayload {
     /// endorsement hierarchy, so the TPM does not obfuscate the clockInfo
     /// counts of what it signs (`server::resets`).
     pub ak_under_ek: bool,
+    /// TPM_PT_MANUFACTURER's text from a verified EK certificate
+    /// (`id:49465800` is `IFX`), for the advisories.
+    pub manufacturer: Option<String>,
 }
 
 /// What the server remembers between its challenge and the answer.
@@ -138,6 +153,8 @@ pub struct Pending {
     measured_boot: MeasuredBoot,
     /// The banks the log must declare; the first is the selectors' bank.
     measured_boot_banks: Vec<Bank>,
+    advisories: Vec<Advisory>,
+    refuse_advised_tpms: bool,
 }
 
 /// The TCG default EK policy, PolicySecret(TPM_RH_ENDORSEMENT) (EK
@@ -193,6 +210,7 @@ fn check_trusted_payload(
         format!("ek:{}", ek.algorithm()),
     ];
 
+    let mut manufacturer = None;
     let on_list = config
         .ek_hashes
         .as_ref()
@@ -212,7 +230,10 @@ fn check_trusted_payload(
         (EkTrust::Both, _) if config.ek_hashes.is_some() && !on_list => {
             return Err(Refusal::NotAllowed(pub_hash));
         }
-        (_, Some(Ok(facts))) => selectors.extend(facts),
+        (_, Some(Ok((facts, maker)))) => {
+            selectors.extend(facts);
+            manufacturer = maker;
+        }
         (EkTrust::Both, Some(Err(refusal))) => return Err(refusal),
         (EkTrust::Either, Some(Err(refusal))) if !on_list => return Err(refusal),
         (_, None) if !on_list => return Err(Refusal::NotAllowed(pub_hash)),
@@ -242,6 +263,7 @@ fn check_trusted_payload(
         selectors,
         place_proof,
         ak_under_ek,
+        manufacturer,
     })
 }
 
@@ -302,13 +324,15 @@ fn check_ek_kind(area: &PublicArea) -> Result<(), Refusal> {
 }
 
 /// The certificate chains to a root, and certifies exactly `ek`. Returns
-/// the selectors the certificate vouches for.
+/// the selectors the certificate vouches for, and the TPM's manufacturer
+/// ID as TPM_PT_MANUFACTURER spells it when the certificate gives one in
+/// the TCG's `id:` form.
 fn check_certificate(
     store: &super::x509::TrustStore,
     der: &[u8],
     ek: &Key,
     now: SystemTime,
-) -> Result<Vec<String>, Refusal> {
+) -> Result<(Vec<String>, Option<String>), Refusal> {
     let certificate = Parsed::from_der(der).map_err(|e| Refusal::Certificate(e.to_string()))?;
     store
         .verify(&certificate, now)
@@ -320,6 +344,14 @@ fn check_certificate(
         return Err(Refusal::CertificateKeyMismatch);
     }
     let identity = certificate.tpm_identity();
+    let manufacturer = identity
+        .manufacturer
+        .as_deref()
+        .and_then(|id| id.strip_prefix("id:"))
+        .filter(|hex| hex.len() == 8)
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .map(sceau_format::tpm_info::manufacturer)
+        .filter(|id| !id.is_empty());
     let mut selectors = Vec::new();
     for (name, value) in [
         ("manufacturer", identity.manufacturer),
@@ -333,7 +365,7 @@ fn check_certificate(
     if let Some(issuer) = certificate.issuer_common_name() {
         selectors.push(format!("issuer:cn:{issuer}"));
     }
-    Ok(selectors)
+    Ok((selectors, manufacturer))
 }
 
 /// The AK: a restricted signing key created in a TPM, which certified its
@@ -442,6 +474,8 @@ pub fn issue_challenge(
             quote_pcrs: config.quote_pcrs.clone(),
             measured_boot: config.measured_boot,
             measured_boot_banks: config.measured_boot_banks.clone(),
+            advisories: config.advisories.clone(),
+            refuse_advised_tpms: config.refuse_advised_tpms,
         },
         challenge,
     ))
@@ -459,7 +493,7 @@ pub fn check_response(
 /// `None` when no quote was asked, so that counts an agent sent unasked,
 /// in a quote nothing verified, are never read.
 pub fn check_response_clocked(
-    pending: Pending,
+    mut pending: Pending,
     response: &ChallengeResponse,
 ) -> Result<(Vec<String>, Option<ClockInfo>), Refusal> {
     let matches: bool = response
@@ -470,7 +504,7 @@ pub fn check_response_clocked(
     if !matches {
         return Err(Refusal::Credential);
     }
-    let mut selectors = pending.verified.selectors;
+    let mut selectors = std::mem::take(&mut pending.verified.selectors);
     if pending.quote_pcrs.is_empty() {
         return Ok((selectors, None));
     }
@@ -544,6 +578,7 @@ pub fn check_response_clocked(
             sceau_format::tpm_info::firmware_version_of(attestation.firmware_version)
         ));
     }
+    selectors.extend(check_advisories(&pending, attestation.firmware_version)?);
     if pending.measured_boot != MeasuredBoot::Off {
         selectors.extend(check_event_log(
             pending.measured_boot,
@@ -553,6 +588,54 @@ pub fn check_response_clocked(
         )?);
     }
     Ok((selectors, Some(attestation.clock)))
+}
+
+/// The vendor advisories the node's TPM falls under, as `advisory:CVE-…`
+/// selectors; with `tpm_advisories = "refuse"`, a refusal for the first,
+/// or for a TPM whose manufacturer or firmware is not known from the TPM
+/// itself (a certificate, a quote under the EK).
+fn check_advisories(pending: &Pending, quoted_firmware: u64) -> Result<Vec<String>, Refusal> {
+    let refuse = pending.refuse_advised_tpms;
+    let Some(manufacturer) = &pending.verified.manufacturer else {
+        return match refuse {
+            true => Err(Refusal::AdvisoryUnknown(
+                "no verified EK certificate names its manufacturer",
+            )),
+            false => Ok(Vec::new()),
+        };
+    };
+    if !pending.verified.ak_under_ek {
+        return match refuse {
+            true => Err(Refusal::AdvisoryUnknown(
+                "its AK is not under its EK, so the quote's firmware version is obfuscated",
+            )),
+            false => Ok(Vec::new()),
+        };
+    }
+    let firmware = Version::from_first_word((quoted_firmware >> 32) as u32);
+    let matched = advisories::matching(&pending.advisories, manufacturer, firmware);
+    if let (true, Some(first)) = (refuse, matched.first()) {
+        return Err(Refusal::Advisory {
+            manufacturer: manufacturer.clone(),
+            firmware: firmware.to_string(),
+            cve: first.cve.clone(),
+            summary: first.summary.clone(),
+        });
+    }
+    Ok(matched
+        .iter()
+        .map(|advisory| {
+            log::warn!(
+                "EK {}: the TPM ({manufacturer} firmware {firmware}) is under {} ({}); attested \
+                 with the selector advisory:{}, as tpm_advisories = \"warn\" asks",
+                pending.verified.pub_hash,
+                advisory.cve,
+                advisory.summary,
+                advisory.cve
+            );
+            format!("advisory:{}", advisory.cve)
+        })
+        .collect())
 }
 
 /// The banks a quote covers, in its selection's order: each of SHA-1,
@@ -805,6 +888,8 @@ pub(crate) mod tests {
             measured_boot: MeasuredBoot::Off,
             measured_boot_bank: Bank::Sha256,
             measured_boot_banks: vec![Bank::Sha256],
+            advisories: Vec::new(),
+            refuse_advised_tpms: false,
         }
     }
 

@@ -54,6 +54,8 @@ fn config(store: Option<TrustStore>, hashes: &[String], quote_pcrs: Vec<u8>) -> 
         measured_boot: MeasuredBoot::Off,
         measured_boot_bank: Bank::Sha256,
         measured_boot_banks: vec![Bank::Sha256],
+        advisories: Vec::new(),
+        refuse_advised_tpms: false,
     }
 }
 
@@ -314,4 +316,66 @@ fn a_real_quote_over_another_nonce_or_other_pcrs_is_refused() {
             Err(Refusal::Quote(expected))
         );
     }
+}
+
+/// Vendor advisories against a real swtpm: an advisory naming the
+/// certificate's manufacturer (`id:53575450`, "SWTP") and the firmware the
+/// quote signed adds its selector with "warn" and refuses the node with
+/// "refuse"; one for the next version does neither; a node whose
+/// manufacturer no verified certificate gives cannot be cleared, so
+/// "refuse" refuses it. Shown failing: with the quote's firmware read from
+/// its second word instead of its first, no advisory matched.
+#[test]
+fn a_tpm_under_an_advisory_is_selected_or_refused() {
+    use sceau_format::advisories;
+    let pki = Pki::new();
+    let store = || TrustStore::from_pem(&pki.pem("root"), &pki.pem("intermediate")).unwrap();
+    let dir = TempDir::new("sceau-spire-advisory");
+    let tpm = Swtpm::start(dir.path());
+    let firmware = Tpm2Tools::new(&tpm, &dir.subdir("tools")).firmware_version();
+    let mut parts = firmware.split('.');
+    let (major, minor): (u32, u32) = (
+        parts.next().unwrap().parse().unwrap(),
+        parts.next().unwrap().parse().unwrap(),
+    );
+    let run = |list: &str, refuse: bool, certified: bool| {
+        let (mut agent, mut payload) =
+            Attestation::begin(&settings(&tpm, EkAlgorithm::EccP256)).unwrap();
+        let ek = ek_key(&payload);
+        let mut config = if certified {
+            payload.ek_certificate = pki.ek_certificate(&ek, "intermediate", "ek");
+            config(Some(store()), &[], vec![0])
+        } else {
+            config(Some(store()), &[ek.pub_hash()], vec![0])
+        };
+        config.advisories = advisories::parse(list).unwrap();
+        config.refuse_advised_tpms = refuse;
+        attest(&config, &mut agent, &payload)
+    };
+    let this = format!("CVE-2099-0001 SWTP {major}.{minor} a test advisory naming this swtpm");
+    let selectors = run(&this, false, true).expect("warn attests");
+    assert!(
+        selectors.contains(&"advisory:CVE-2099-0001".to_string()),
+        "{selectors:?}"
+    );
+    match run(&this, true, true) {
+        Err(Refusal::Advisory {
+            cve, manufacturer, ..
+        }) => {
+            assert_eq!(
+                (cve.as_str(), manufacturer.as_str()),
+                ("CVE-2099-0001", "SWTP")
+            );
+        }
+        other => panic!("refuse: {other:?}"),
+    }
+    let next = format!("CVE-2099-0001 SWTP {major}.{} the next version", minor + 1);
+    let selectors = run(&next, true, true).expect("no advisory for this firmware");
+    assert!(!selectors.iter().any(|s| s.starts_with("advisory:")));
+    assert!(matches!(
+        run(&next, true, false),
+        Err(Refusal::AdvisoryUnknown(_))
+    ));
+    // Without "refuse", a node no certificate names is attested as before.
+    run(&this, false, false).expect("warn attests an uncertified node");
 }

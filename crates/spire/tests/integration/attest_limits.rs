@@ -342,6 +342,8 @@ fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
             measured_boot: MeasuredBoot::Off,
             measured_boot_bank: Bank::Sha256,
             measured_boot_banks: vec![Bank::Sha256],
+            advisories: Vec::new(),
+            refuse_advised_tpms: false,
         };
         let verified = check_payload(&config, &payload, std::time::SystemTime::now()).unwrap();
         let (pending, challenge) = issue_challenge(&config, verified).unwrap();

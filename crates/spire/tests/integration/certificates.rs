@@ -32,6 +32,8 @@ fn config(store: TrustStore, hashes: Option<&[&str]>, ek_trust: EkTrust) -> Serv
         measured_boot: MeasuredBoot::Off,
         measured_boot_bank: Bank::Sha256,
         measured_boot_banks: vec![Bank::Sha256],
+        advisories: Vec::new(),
+        refuse_advised_tpms: false,
     }
 }
 
