@@ -70,6 +70,7 @@ expected_sceau=(
     "0644 ./usr/share/doc/sceau/examples/sceau-rules.yml"
     "0644 ./usr/share/doc/sceau/examples/sceau-dashboard.json"
     "0644 ./usr/lib/sysusers.d/sceau.conf"
+    "0644 ./usr/lib/systemd/catalog/sceau.catalog"
 )
 for unit in systemd/*.socket systemd/*.service; do
     expected_sceau+=("0644 ./usr/lib/systemd/system/$(basename "$unit")")

@@ -141,6 +141,9 @@ done
 install -D -m 0644 packaging/examples/encryption-config.yaml "$doc/examples/encryption-config.yaml"
 install -D -m 0644 packaging/prometheus/sceau-rules.yml "$doc/examples/sceau-rules.yml"
 install -D -m 0644 packaging/grafana/sceau-dashboard.json "$doc/examples/sceau-dashboard.json"
+# journalctl -x's text for the lifecycle events; systemd's package triggers
+# on this directory and rebuilds its catalog index.
+install -D -m 0644 packaging/journald/sceau.catalog "$root/usr/lib/systemd/catalog/sceau.catalog"
 for pkg in sceau sceau-spire; do
     if [ -e "packaging/debian/$pkg.lintian-overrides" ]; then
         install -D -m 0644 "packaging/debian/$pkg.lintian-overrides" \

@@ -53,7 +53,8 @@ for bin in sceau sceau-recover sceau-spire-server sceau-spire-agent; do
 done
 cp systemd/*.socket systemd/*.service "$stage/units/"
 cp packaging/examples/encryption-config.yaml packaging/prometheus/sceau-rules.yml \
-    packaging/grafana/sceau-dashboard.json packaging/debian/copyright "$stage/doc/"
+    packaging/grafana/sceau-dashboard.json packaging/journald/sceau.catalog \
+    packaging/debian/copyright "$stage/doc/"
 cp packaging/sysusers/sceau.conf "$work/SOURCES/"
 
 load=()
@@ -97,7 +98,8 @@ fi
 list() { # RPM: "mode owner:group path" per entry
     rpm -qp --qf '[%{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILENAMES}\n]' "$1" 2>/dev/null | sort
 }
-expected_main="-rw-r--r-- root:root /usr/lib/systemd/system/sceau-metrics.socket
+expected_main="-rw-r--r-- root:root /usr/lib/systemd/catalog/sceau.catalog
+-rw-r--r-- root:root /usr/lib/systemd/system/sceau-metrics.socket
 -rw-r--r-- root:root /usr/lib/systemd/system/sceau.service
 -rw-r--r-- root:root /usr/lib/systemd/system/sceau.socket
 -rw-r--r-- root:root /usr/lib/sysusers.d/sceau.conf

@@ -14,6 +14,7 @@ pub mod build_info;
 pub mod cli;
 pub mod cluster;
 pub mod credentials;
+pub mod events;
 pub mod kek;
 pub mod kms;
 pub mod logging;

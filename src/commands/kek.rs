@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{Context as _, bail};
 use sceau::cli::{KekOptions, KekStep};
+use sceau::events::{self, Event, Kind};
 use sceau::kek::{StateDir, now};
 use sceau_format::kek::{KeyIdRecord, Ledger, MAX_OPEN_GENERATIONS, key_id, single_node_config};
 use sceau_format::key_id::hex;
@@ -21,6 +22,9 @@ use sceau_tpm::{Observer, ParameterEncryption, Tpm, TpmConfig};
 
 pub fn run(options: &KekOptions) -> anyhow::Result<()> {
     super::silence_tss_log(super::RevealingTssLog::Warn)?;
+    if !matches!(options.step, KekStep::List { .. }) {
+        events::connect_for_command();
+    }
     let create = matches!(options.step, KekStep::Rotate);
     let state = StateDir::open(&options.state_dir, create)?;
     let mut tpm = open(options)?;
@@ -124,6 +128,17 @@ fn rotate(
         )
     })?;
     println!("generation {number} key_id {}", record.key_id);
+    events::emit(
+        Event::new(
+            Kind::KekRotated,
+            format!(
+                "kek rotate: generation {number} made, key_id {}",
+                record.key_id
+            ),
+        )
+        .field("GENERATION", number)
+        .field("KEY_ID", &record.key_id),
+    );
     eprintln!(
         "next: systemctl reload sceau; rewrite the Secrets; sceau-recover inventory \
          --require-current {}; then sceau kek retire the older generations",
@@ -178,13 +193,19 @@ fn retire(
     if let Err(error) = state.write_ledger(&ledger) {
         log::warn!("generation {number} is destroyed, but the ledger was not updated: {error:#}");
     }
-    println!(
+    let said = format!(
         "generation {number} retired: its key is destroyed in the TPM, and its envelopes{} \
          never open here again",
         match key_ids.is_empty() {
             true => String::new(),
             false => format!(" (key_id {})", key_ids.join(", ")),
         }
+    );
+    println!("{said}");
+    events::emit(
+        Event::new(Kind::KekRetired, format!("kek retire: {said}"))
+            .field("GENERATION", number)
+            .field("KEY_IDS", key_ids.join(" ")),
     );
     Ok(())
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use sceau::cli::ServeOptions;
+use sceau::events::{self, Event, Kind};
 use sceau::kek::StateDir;
 use sceau::kms;
 use sceau::kms::ServedKeys;
@@ -65,6 +66,7 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
     let passed = sys::take_passed_fds().context("reading LISTEN_FDS")?;
     let activated = activation::select_listeners(passed)?;
     notify::connect();
+    events::connect_for_daemon();
     let socket_options = socket::SocketOptions {
         path: options.socket.clone(),
         mode: options.socket_mode,
@@ -86,6 +88,23 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         )?),
         None => None,
     };
+    if let Some(boot) = &boot_policy {
+        events::emit(
+            Event::new(
+                Kind::PolicyLoaded,
+                format!(
+                    "boot-state binding: policy key {}, {} signed policies",
+                    sceau_format::key_id::hex(&boot.key.name()),
+                    boot.policies.len()
+                ),
+            )
+            .field(
+                "POLICY_KEY_NAME",
+                sceau_format::key_id::hex(&boot.key.name()),
+            )
+            .field("POLICIES", boot.policies.len()),
+        );
+    }
     // 3. The TPM: flush leftovers, recreate the SRK, start the salted
     //    session, extending systemd's start timeout meanwhile.
     let config = TpmConfig {
@@ -130,6 +149,22 @@ pub fn run(options: ServeOptions) -> anyhow::Result<()> {
         .map(|m| membership_at_its_epoch(&options, &mut tpm, m, &served_keys))
         .transpose()?
         .map(Arc::new);
+    if let Some(membership) = &membership {
+        let digest = sceau_format::key_id::hex(&membership.digest().0);
+        events::emit(
+            Event::new(
+                Kind::Membership,
+                format!(
+                    "cluster mode: {} members, key_id {}",
+                    membership.describe().len(),
+                    membership.key_id()
+                ),
+            )
+            .field("KEY_ID", membership.key_id())
+            .field("MEMBERS", membership.describe().len())
+            .field("MEMBERSHIP_DIGEST", digest),
+        );
+    }
     clock.step("KEK generations, key_id");
     //    Stop signals wait from here until their handlers exist.
     let deferred_signals = DeferredStopSignals::hold().context("holding stop signals")?;
@@ -502,6 +537,23 @@ fn confine_and_serve(
     let allow_inet = matches!(tpm_access, Some(TpmAccess::Tcp { .. }));
     sandbox::seccomp::install(allow_inet, files, options.seccomp)?;
     clock.step("seccomp");
+    let landlock = match files {
+        sandbox::Files::ConfinedByLandlock => "enforced",
+        sandbox::Files::NotConfined => "not enforced",
+    };
+    let seccomp = match options.seccomp {
+        sandbox::Enforcement::Require => "kill",
+        sandbox::Enforcement::BestEffort => "log",
+        sandbox::Enforcement::Off => "off",
+    };
+    events::emit(
+        Event::new(
+            Kind::Sandbox,
+            format!("sandbox: Landlock {landlock}, seccomp {seccomp}, no capability, no_new_privs"),
+        )
+        .field("LANDLOCK", landlock)
+        .field("SECCOMP", seccomp),
+    );
 
     // 10. Serve; 11. READY=1 and the watchdog, once serving.
     let worker = Arc::new(worker);
@@ -518,6 +570,7 @@ fn confine_and_serve(
         let stop = server::stop_requested(death)?;
         let reloads = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let cluster_key_id = clustered.then(|| key_id.clone());
+        let started = started_event(options, &key_id, &served_keys);
         tokio::spawn(reload_on_sighup(
             reloads,
             worker.clone(),
@@ -540,6 +593,7 @@ fn confine_and_serve(
             ),
             None => log::info!("serving key_id={key_id} on the socket systemd passed"),
         }
+        events::emit(started);
         // Start-up's freed C heap (OpenSSL's initialisation above all)
         // leaves the resident set before serving begins.
         sys::release_free_heap();
@@ -550,6 +604,31 @@ fn confine_and_serve(
     drop(runtime);
     wait_for_worker(worker_thread);
     Ok(reason)
+}
+
+/// The start's record: the key_id, the generation, the TPM, and a digest of
+/// the effective configuration (every option as `sceau serve` would be
+/// given it, defaults included), so that two starts can be compared
+/// without their command lines.
+fn started_event(options: &ServeOptions, key_id: &sceau_tpm::KeyId, keys: &ServedKeys) -> Event {
+    let args = sceau::cli::Command::Serve(Box::new(options.clone()))
+        .to_args()
+        .unwrap_or_default();
+    let digest = sceau_format::key_id::hex(&sceau_format::wire::sha256(args.join("\0").as_bytes()));
+    let generation = keys.table().current.generation;
+    let mut event = Event::new(
+        Kind::Started,
+        format!("started: key_id {key_id}, KEK generation {generation}, configuration {digest}"),
+    )
+    .field("KEY_ID", key_id)
+    .field("GENERATION", generation)
+    .field("CONFIG_DIGEST", &digest);
+    if let Some(tpm) = metrics::METRICS.tpm_identity() {
+        event = event
+            .field("TPM_MANUFACTURER", tpm.manufacturer)
+            .field("TPM_FIRMWARE", tpm.firmware);
+    }
+    event
 }
 
 /// The served generation and key_id at start: the ledger's last key_id if
@@ -579,13 +658,21 @@ fn served_keys(
     let made = ledger.generations().get(&generation).map_or(0, |g| g.made);
     metrics::METRICS.set_kek(generation, made, generations.open.len() - 1);
     match record.epoch > counter {
-        true => log::info!(
-            "KEK generation {generation}: new key_id {} (epoch {}; the generation or what the \
-             key_id names changed since the last one, or the ledger in {} is older than the \
-             TPM's counter)",
-            record.key_id,
-            record.epoch,
-            state.path().display()
+        true => events::emit(
+            Event::new(
+                Kind::KeyIdChanged,
+                format!(
+                    "KEK generation {generation}: new key_id {} (epoch {}; the generation or what \
+                     the key_id names changed since the last one, or the ledger in {} is older \
+                     than the TPM's counter)",
+                    record.key_id,
+                    record.epoch,
+                    state.path().display()
+                ),
+            )
+            .field("KEY_ID", &record.key_id)
+            .field("GENERATION", generation)
+            .field("EPOCH", record.epoch),
         ),
         false => log::info!(
             "KEK generation {generation}: key_id {} as before",
@@ -637,10 +724,30 @@ async fn reload_on_sighup(
                 if cluster_key_id.is_none() {
                     metrics::METRICS.set_key_id(table.current.key_id.as_str());
                 }
-                log::info!(
-                    "reloaded: KEK generation {generation} (open: {:?}), key_id {}",
-                    table.open,
-                    table.current.key_id
+                if table.current.key_id != before.current.key_id {
+                    events::emit(
+                        Event::new(
+                            Kind::KeyIdChanged,
+                            format!(
+                                "KEK generation {generation}: key_id {} replaces {}",
+                                table.current.key_id, before.current.key_id
+                            ),
+                        )
+                        .field("KEY_ID", &table.current.key_id)
+                        .field("FORMER_KEY_ID", &before.current.key_id)
+                        .field("GENERATION", generation),
+                    );
+                }
+                events::emit(
+                    Event::new(
+                        Kind::Reloaded,
+                        format!(
+                            "reloaded: KEK generation {generation} (open: {:?}), key_id {}",
+                            table.open, table.current.key_id
+                        ),
+                    )
+                    .field("KEY_ID", &table.current.key_id)
+                    .field("GENERATION", generation),
                 );
             }
             Err(fault) => log::error!("reload failed ({fault}); serving as before"),

@@ -20,6 +20,7 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::events::{self, Event, Kind};
 use sceau_tpm::TpmObserver;
 use sceau_tpm::identity::TpmIdentity;
 
@@ -265,13 +266,16 @@ impl Registry {
         self.envelopes_refused[refusal.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn set_boot_policy_matched(&self, matched: bool) {
-        self.boot_policy
-            .store(if matched { 1 } else { 2 }, Ordering::Relaxed);
+    /// Returns whether this changes what was known: unknown or matched to
+    /// not matched, or the reverse.
+    pub fn set_boot_policy_matched(&self, matched: bool) -> bool {
+        let value = if matched { 1 } else { 2 };
+        self.boot_policy.swap(value, Ordering::Relaxed) != value
     }
 
-    pub fn set_tpm_healthy(&self, healthy: bool) {
-        self.tpm_healthy.store(healthy, Ordering::Relaxed);
+    /// Returns whether the verdict changed.
+    pub fn set_tpm_healthy(&self, healthy: bool) -> bool {
+        self.tpm_healthy.swap(healthy, Ordering::Relaxed) != healthy
     }
 
     /// The key_id sceau serves under; set once, when it starts serving.
@@ -360,12 +364,28 @@ impl TpmObserver for TpmMetrics {
         METRICS.tpm_command(command, took);
     }
 
+    /// Each change of the verdict is a lifecycle event.
     fn health(&self, healthy: bool) {
-        METRICS.set_tpm_healthy(healthy);
+        if METRICS.set_tpm_healthy(healthy) {
+            events::emit(match healthy {
+                true => Event::new(Kind::TpmHealthy, "the TPM answers again"),
+                false => Event::new(
+                    Kind::TpmUnhealthy,
+                    "the TPM stopped answering: Status reports unhealthy until it answers",
+                ),
+            });
+        }
     }
 
+    /// A boot that no signed policy matches is a lifecycle event, once per
+    /// change.
     fn boot_policy(&self, matched: bool) {
-        METRICS.set_boot_policy_matched(matched);
+        if METRICS.set_boot_policy_matched(matched) && !matched {
+            events::emit(Event::new(
+                Kind::PolicyMismatch,
+                "no signed boot policy matches this boot: bound DEKs do not open",
+            ));
+        }
     }
 
     fn queued(&self) {

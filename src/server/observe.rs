@@ -3,7 +3,9 @@
 //! the interceptor refuses, a request tonic cannot decode, a call past its
 //! limit) count like the others.
 //!
-//! The log line is one INFO line of `key=value` fields (logfmt):
+//! The log line is one line of `key=value` fields (logfmt), INFO for a
+//! success; a failure is a `call-refused` event (`events`: WARNING, and
+//! native journal fields under systemd) whose message is the same line:
 //!
 //! ```text
 //! call method=Decrypt uid="4f9e…" key_id="sceau-2.7-…" envelope=3a1f…c2 code=OK duration_ms=12.408 tpm_ms=11.927
@@ -31,6 +33,7 @@ use std::time::{Duration, Instant};
 use tonic::body::Body;
 use tonic::codegen::http;
 
+use crate::events::{self, Event, Kind};
 use crate::metrics::call::CallRecord;
 use crate::metrics::{GRPC_CODES, METRICS, Method};
 
@@ -83,10 +86,29 @@ fn completed(
 ) {
     let (code, message) = outcome(response);
     METRICS.call(method, code, elapsed);
-    log::info!(
-        "{}",
-        log_line(method, record, code, message.as_deref(), elapsed)
-    );
+    let line = log_line(method, record, code, message.as_deref(), elapsed);
+    if code == 0 {
+        log::info!("{line}");
+        return;
+    }
+    let code_name = usize::try_from(code)
+        .ok()
+        .and_then(|c| GRPC_CODES.get(c))
+        .unwrap_or(&"Unknown");
+    let mut event = Event::new(Kind::CallRefused, line)
+        .facts_in_message()
+        .field("METHOD", method.name())
+        .field("CODE", code_name);
+    if let Some(uid) = record.uid() {
+        event = event.field("UID", uid);
+    }
+    if let Some((key_id, fingerprint)) = record.envelope() {
+        event = event.field("KEY_ID", key_id).field("ENVELOPE", fingerprint);
+    }
+    if let Some(message) = message {
+        event = event.field("REASON", message);
+    }
+    events::emit(event);
 }
 
 /// The gRPC code of an answer and, for a failure, its message. A failure

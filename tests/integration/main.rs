@@ -20,6 +20,7 @@ mod harness {
     }
 }
 
+mod audit_events;
 mod boot_binding;
 mod bus_capture;
 mod cli;

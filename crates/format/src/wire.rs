@@ -147,6 +147,12 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    Sha256::digest(bytes).into()
+}
+
 /// The TPM Name of an object with nameAlg SHA-256: the algorithm ID and the
 /// digest of its marshalled TPMT_PUBLIC.
 pub fn sha256_name(tpmt_public: &[u8]) -> [u8; NAME_LEN] {
