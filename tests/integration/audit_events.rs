@@ -17,12 +17,12 @@ use crate::harness::{Sceau, Swtpm, TempDir, Tpm2Tools, random_bytes, rpc};
 const TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The lines of `log` that are events of `kind`.
-fn events<'a>(log: &'a str, kind: Kind) -> Vec<&'a str> {
+fn events(log: &str, kind: Kind) -> Vec<&str> {
     let marker = format!(" event={} message_id={}", kind.name(), kind.message_id());
     log.lines().filter(|l| l.contains(&marker)).collect()
 }
 
-fn one<'a>(log: &'a str, kind: Kind) -> &'a str {
+fn one(log: &str, kind: Kind) -> &str {
     let found = events(log, kind);
     assert_eq!(found.len(), 1, "{}: {found:?}\n{log}", kind.name());
     found[0]
