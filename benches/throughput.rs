@@ -34,7 +34,7 @@ use sceau_testkit::{Swtpm, TempDir, random_bytes};
 use sceau_tpm::sealed::LoadableObject;
 use sceau_tpm::secret::Dek;
 use sceau_tpm::worker::{DEFAULT_DEADLINE, TpmWorker};
-use sceau_tpm::{Observer, ParameterEncryption, Tpm, TpmConfig};
+use sceau_tpm::{ParameterEncryption, Tpm, TpmConfig};
 
 /// Rounds alternate the paths, so that load from other tenants of the
 /// machine hits both alike; each ratio is the median of per-round ratios.
@@ -163,14 +163,8 @@ fn main() {
 
 fn tpm_config(swtpm: &Swtpm, parameter_encryption: ParameterEncryption) -> TpmConfig {
     TpmConfig {
-        tcti: swtpm.tcti().parse().expect("swtpm TCTI"),
-        srk_handle: None,
         parameter_encryption,
-        observer: Observer::none(),
-        envelope_signing_key: false,
-        boot_policy: None,
-        owner_auth: None,
-        pinned_srk_name: None,
+        ..TpmConfig::plain(swtpm.tcti().parse().expect("swtpm TCTI"))
     }
 }
 
@@ -496,16 +490,7 @@ fn modelled_hardware(tmp: &TempDir) {
         let decrypt_before = modelled(&["Load", "Unseal", "FlushContext", "Hash"]);
         let swtpm = Swtpm::start(&tmp.subdir(&format!("tpm-{}", name.replace(' ', "-"))));
         let proxy = TpmProxy::start(swtpm.port(), profile);
-        let config = TpmConfig {
-            tcti: proxy.tcti().parse().expect("proxy TCTI"),
-            srk_handle: None,
-            parameter_encryption: ParameterEncryption::SaltedSession,
-            observer: Observer::none(),
-            envelope_signing_key: false,
-            boot_policy: None,
-            owner_auth: None,
-            pinned_srk_name: None,
-        };
+        let config = TpmConfig::plain(proxy.tcti().parse().expect("proxy TCTI"));
         let opened = Instant::now();
         let mut tpm = Tpm::open(&config).expect("open the TPM through the proxy");
         let open_ms = ms(opened.elapsed());

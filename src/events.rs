@@ -26,9 +26,10 @@
 //!
 //! **Priorities** place events in journald's rate-limit pools away from the
 //! flood of successful call records (INFO): refused calls are WARNING, the
-//! lifecycle events NOTICE, a TPM that stops answering ERR. The unit turns
-//! journald's rate limit off for sceau (`LogRateLimitIntervalSec=0`), so
-//! none is dropped; docs/audit-trail.md says what re-enabling it costs.
+//! lifecycle events NOTICE, a TPM that stops answering ERR. The unit sets
+//! journald's rate limit for sceau far beyond what it can answer (a unit
+//! cannot turn it off), so none is dropped; docs/audit-trail.md says what
+//! a lower limit costs.
 #![forbid(unsafe_code)]
 
 use std::fmt::Write as _;

@@ -10,7 +10,7 @@ pub mod accept;
 pub mod idle;
 mod log_budget;
 pub mod metrics;
-mod observe;
+pub mod observe;
 pub mod peer;
 pub mod socket;
 

@@ -126,7 +126,9 @@ fn outcome(response: &http::Response<Body>) -> (i32, Option<String>) {
     }
 }
 
-fn log_line(
+/// The call's line; public for the benchmark of its cost
+/// (`benches/call_record.rs`).
+pub fn log_line(
     method: Method,
     record: &CallRecord,
     code: i32,

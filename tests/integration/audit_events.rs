@@ -22,6 +22,12 @@ fn events(log: &str, kind: Kind) -> Vec<&str> {
     log.lines().filter(|l| l.contains(&marker)).collect()
 }
 
+/// Whether `log` holds an event of `kind`: for the tests that provoke one
+/// on the way (boot binding, cluster mode, a frozen TPM).
+pub(crate) fn has_event(log: &str, kind: Kind) -> bool {
+    !events(log, kind).is_empty()
+}
+
 fn one(log: &str, kind: Kind) -> &str {
     let found = events(log, kind);
     assert_eq!(found.len(), 1, "{}: {found:?}\n{log}", kind.name());

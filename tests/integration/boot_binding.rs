@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use sceau::events::Kind;
 use sha2::{Digest as _, Sha256};
 use tonic::Code;
 
+use crate::audit_events::has_event;
 use crate::harness::envelope::Envelope;
 use crate::harness::process::{Finished, run_with_timeout};
 use crate::harness::rpc::{self, assert_clean_message};
@@ -255,7 +257,8 @@ async fn a_dek_opens_only_in_a_signed_boot_state() {
 
     let mut sceau = rig.start(&rig.bound_args());
     assert!(
-        sceau.stderr_text().contains("boot policy: the PCRs match"),
+        sceau.stderr_text().contains("boot policy: the PCRs match")
+            && has_event(&sceau.stderr_text(), Kind::PolicyLoaded),
         "{}",
         sceau.stderr_text()
     );
@@ -298,6 +301,7 @@ async fn a_dek_opens_only_in_a_signed_boot_state() {
         )) && !line.contains("PCR 11"),
         "{line}"
     );
+    assert!(has_event(&log, Kind::PolicyMismatch), "{log}");
     let mut client = sceau.client().await;
     assert_eq!(rpc::status(&mut client).await.healthz, "policy-mismatch");
     for (envelope, _) in &sealed {
@@ -1066,6 +1070,12 @@ async fn a_revoked_boot_state_never_opens_again() {
             &["revoke-policy", "--tcti", &rig.tpm.tcti(), "--serial", "1"],
         );
         assert!(out.stdout.contains(expect), "{}", out.all_output());
+        assert_eq!(
+            has_event(&out.stderr, Kind::PolicyRevoked),
+            !expect.contains("already"),
+            "{}",
+            out.all_output()
+        );
     };
     revoke("serial 1 revoked");
     let refused = rpc::decrypt(&mut client, &envelope, &key_id)

@@ -3,6 +3,8 @@
 //! member is a real swtpm reached through the real TCTI; the Import, Load and
 //! Unseal are the TPM's.
 
+use crate::audit_events::has_event;
+use sceau::events::Kind;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -131,6 +133,9 @@ async fn three_members_and_a_recovery_key(tmp: &TempDir) -> Serving {
     let mut clients = Vec::new();
     for node in &nodes {
         clients.push(node.client().await);
+        // Cluster mode's start is a lifecycle event (src/events.rs).
+        let log = node.sceau.as_ref().expect("serving").stderr_text();
+        assert!(has_event(&log, Kind::Membership), "{log}");
     }
     Serving {
         nodes,

@@ -340,6 +340,21 @@ fn an_ek_certificate_must_name_the_ek() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("does not contain this EK"));
 }
 
+/// A manufacturer CA (the test kit's swtpm CA), a TPM it certified, running,
+/// and that TPM's enrollment request.
+fn certified_tpm(tmp: &TempDir) -> (EkCa, std::path::PathBuf, Swtpm, String) {
+    let ca = EkCa::create(&tmp.subdir("ca")).expect("a manufacturer CA");
+    let state = tmp.join("tpm");
+    ca.provision_tpm(&state)
+        .expect("a TPM with EK certificates");
+    let tpm = Swtpm::start(&state);
+    let request = ok(
+        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
+        "request",
+    );
+    (ca, state, tpm, request)
+}
+
 /// With `--ek-roots`, the EK certificate must chain to the manufacturer
 /// (the test kit's swtpm CA: a root and an intermediate, made by
 /// swtpm_localca) with the SPIRE server's validator: a genuine certificate
@@ -354,15 +369,7 @@ fn an_ek_certificate_must_name_the_ek() {
 #[test]
 fn an_ek_certificate_must_chain_to_the_manufacturer() {
     let tmp = TempDir::new("enroll-chain");
-    let ca = EkCa::create(&tmp.subdir("ca")).expect("a manufacturer CA");
-    let state = tmp.join("tpm");
-    ca.provision_tpm(&state)
-        .expect("a TPM with EK certificates");
-    let tpm = Swtpm::start(&state);
-    let request = ok(
-        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
-        "request",
-    );
+    let (ca, state, tpm, request) = certified_tpm(&tmp);
     assert!(request.contains("-----BEGIN EK CERTIFICATE-----"));
     let roots = ca.roots_pem.to_str().unwrap().to_string();
     let intermediates = ca.intermediates_pem.to_str().unwrap().to_string();
@@ -462,15 +469,7 @@ fn an_ek_certificate_must_chain_to_the_manufacturer() {
 #[test]
 fn unusable_trust_material_is_refused_in_one_line() {
     let tmp = TempDir::new("enroll-bad-trust");
-    let ca = EkCa::create(&tmp.subdir("ca")).expect("a manufacturer CA");
-    let state = tmp.join("tpm");
-    ca.provision_tpm(&state)
-        .expect("a TPM with EK certificates");
-    let tpm = Swtpm::start(&state);
-    let request = ok(
-        sceau(&["enroll", "request", "--tcti", &tpm.tcti()]),
-        "request",
-    );
+    let (ca, _, _tpm, request) = certified_tpm(&tmp);
     let roots = ca.roots_pem.to_str().unwrap().to_string();
     let not_pem = tmp.join("not-a-bundle.pem");
     std::fs::write(&not_pem, "this is not a certificate\n").unwrap();

@@ -5,6 +5,8 @@
 //! request cannot reach a KMS method and the KMS socket serves no metrics;
 //! and `SCEAU_LOG` takes only the log levels.
 
+use crate::audit_events::has_event;
+use sceau::events::Kind;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -377,6 +379,12 @@ async fn a_frozen_tpm_shows_as_deadline_misses_and_unhealthy() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(rpc::status(&mut client).await.healthz, "ok");
     assert_eq!(sample(&fresh_scrape_tcp(port), "sceau_tpm_healthy"), 1.0);
+    // Each change of the verdict is a lifecycle event (src/events.rs).
+    let log = sceau.log_text();
+    assert!(
+        has_event(&log, Kind::TpmUnhealthy) && has_event(&log, Kind::TpmHealthy),
+        "{log}"
+    );
 }
 
 /// The two sockets serve only what they are for. Controls: the same

@@ -371,6 +371,12 @@ fn a_tpm_under_an_advisory_is_named_and_can_be_refused() {
     let file = tmp.join("advisories");
     let file_arg = file.to_str().unwrap().to_string();
     let write = |line: &str| std::fs::write(&file, format!("# local\n{line}\n")).unwrap();
+    let refusing = [
+        "--tpm-advisories-file",
+        file_arg.as_str(),
+        "--tpm-advisories",
+        "refuse",
+    ];
 
     write(&format!(
         "CVE-2099-0001 IBM {major}.{minor} a test advisory naming this swtpm"
@@ -386,17 +392,7 @@ fn a_tpm_under_an_advisory_is_named_and_can_be_refused() {
         "{log}"
     );
 
-    let refused = refused_start(
-        &tmp,
-        &tpm,
-        &[
-            "--tpm-advisories-file",
-            &file_arg,
-            "--tpm-advisories",
-            "refuse",
-        ],
-        &[],
-    );
+    let refused = refused_start(&tmp, &tpm, &refusing, &[]);
     assert!(
         refused.contains("is under CVE-2099-0001")
             && refused.contains("or use --tpm-advisories warn to serve anyway"),
@@ -407,17 +403,7 @@ fn a_tpm_under_an_advisory_is_named_and_can_be_refused() {
         "CVE-2099-0001 IBM {major}.{} the next version only",
         minor + 1
     ));
-    let mut sceau = serving(
-        &tmp,
-        &tpm,
-        &[
-            "--tpm-advisories-file",
-            &file_arg,
-            "--tpm-advisories",
-            "refuse",
-        ],
-        &[],
-    );
+    let mut sceau = serving(&tmp, &tpm, &refusing, &[]);
     assert!(sceau.terminate().success());
     assert!(!sceau.stderr_text().contains("CVE-2099-0001 ("));
 

@@ -427,6 +427,125 @@ else
     fail "key_id across a restart" "$key_id2 before, $(status_key_id) after"
 fi
 
+# --- the audit trail in the journal -------------------------------------------
+# The lifecycle events as native journal records (src/events.rs): found by
+# MESSAGE_ID, with their SCEAU_ fields, journald's trusted _UID for the
+# commands an operator ran, and the text of the catalog the package
+# installed (journalctl -x), indexed by systemd's own trigger.
+id_started=3166a606872f4f1da0cee51f1e993b44
+id_key_id_changed=007b11f8cf7643d3953737c043da158d
+id_reloaded=9011f275aaf444f281f48e00141d9ec5
+id_kek_rotated=81689816d8d54b938aa664a45d61736c
+id_kek_retired=7e3cc07aa35044ad9aada9a9991f0ef5
+id_call_refused=26aad01f05d04dbdb22b92373f70a801
+id_sandbox=9d946c948cb8443fbad0acfae53d9019
+records() { journalctl -b -q --no-pager "$@" 2>/dev/null; }
+count() { records "$@" -o cat | grep -c .; }
+field() { # FIELD MATCH...: FIELD of the last record that matches
+    local name=$1
+    shift
+    records "$@" -o verbose -n 1 | sed -n "s/^ *$name=//p" | head -n 1
+}
+started_key=$(field SCEAU_KEY_ID MESSAGE_ID=$id_started)
+digest=$(field SCEAU_CONFIG_DIGEST MESSAGE_ID=$id_started)
+landlock=$(field SCEAU_LANDLOCK MESSAGE_ID=$id_sandbox _SYSTEMD_UNIT=sceau.service)
+rotations=$(count MESSAGE_ID=$id_kek_rotated _UID=0)
+retired=$(field SCEAU_GENERATION MESSAGE_ID=$id_kek_retired)
+changes=$(count MESSAGE_ID=$id_key_id_changed _SYSTEMD_UNIT=sceau.service)
+if [ "$started_key" = "$key_id2" ] && echo "$digest" | grep -Eq '^[0-9a-f]{64}$' &&
+    [ "$landlock" = enforced ] && [ "$rotations" = 2 ] && [ "$retired" = 1 ] && [ "$changes" -ge 2 ]; then
+    pass "lifecycle events in the journal by MESSAGE_ID: started (SCEAU_KEY_ID $started_key, configuration ${digest:0:12}…), sandbox (Landlock $landlock), $rotations kek-rotated by _UID=0, kek-retired generation $retired, $changes key-id-changed"
+else
+    fail "lifecycle events in the journal" "started '$started_key' (want $key_id2), digest '$digest', landlock '$landlock', rotations $rotations, retired '$retired', key-id changes $changes"
+    records -u sceau.service -o verbose -n 30 | grep -E 'MESSAGE(_ID)?=|SCEAU_' | tail -n 20 | show
+fi
+explained=$(records -x MESSAGE_ID=$id_started -n 1)
+if echo "$explained" | grep -q "Subject: sceau started serving key_id $key_id2" &&
+    echo "$explained" | grep -q 'SCEAU_CONFIG_DIGEST is the SHA-256'; then
+    pass "journalctl -x explains the start from the packaged catalog: $(echo "$explained" | grep -o 'Subject: .*' | head -n 1)"
+else
+    fail "catalog" "journalctl -x shows: $(echo "$explained" | tr '\n' ' ' | cut -c1-300); catalog file: $(ls -l /usr/lib/systemd/catalog/sceau.catalog 2>&1)"
+fi
+
+# No record lost under a flood of successful calls. journald drops a unit's
+# messages past its burst; this host's journald.conf is made strict (200 in
+# 30 s) so that 3,000 calls are a flood here: the unit's own limit (a
+# million a second) must keep every record anyway. Then the same
+# flood with the unit's limit put back shows what that setting prevents:
+# journald suppresses records, the NOTICE reload event among them, while
+# the refusals, WARNING and in a rate-limit pool of their own, survive.
+flood_totals() { # status-records refusals reloads stderr-refusals, in this boot
+    echo "$(records _SYSTEMD_UNIT=sceau.service -o cat | grep -c 'call method=Status .*code=OK')" \
+        "$(count MESSAGE_ID=$id_call_refused)" \
+        "$(count MESSAGE_ID=$id_reloaded)" \
+        "$(records _SYSTEMD_UNIT=sceau.service -o cat | grep -c 'event=call-refused')"
+}
+flood_once() { # prints what the flood added: status-records refusals reloads stderr-refusals
+    local before after out
+    read -r -a before <<<"$(flood_totals)"
+    out=$(timeout 120 "$P/kms_envelope" flood /run/sceau/kms.sock 3000/30 | tail -n 1)
+    systemctl reload sceau.service
+    sleep 3
+    echo "$out" >/run/flood.out
+    read -r -a after <<<"$(flood_totals)"
+    echo "$((after[0] - before[0])) $((after[1] - before[1])) $((after[2] - before[2])) $((after[3] - before[3]))"
+}
+mkdir -p /etc/systemd/journald.conf.d
+printf '[Journal]\nRateLimitIntervalSec=30s\nRateLimitBurst=200\n' >/etc/systemd/journald.conf.d/strict.conf
+systemctl restart systemd-journald
+read -r statuses refusals reloads fallbacks <<<"$(flood_once)"
+show </run/flood.out
+if [ "$statuses" -ge 3000 ] && [ "$refusals" = 30 ] && [ "$reloads" = 1 ]; then
+    pass "a flood of 3000 Status calls and 30 refused Decrypts under a strict journald (200 in 30 s): $statuses call records, $refusals/30 refusals, the reload event"
+else
+    fail "records under a flood" "$statuses Status records, $refusals/30 refusals ($fallbacks as stderr lines), $reloads reload events; $(systemctl show -p LogRateLimitIntervalUSec,LogRateLimitBurst sceau.service | tr '\n' ' ')"
+    records -o verbose | grep -E '^ *SCEAU_EVENT=' | sort | uniq -c | show
+    records _SYSTEMD_UNIT=sceau.service -o cat | grep -E 'reload|SIGHUP' | tail -n 5 | show
+fi
+mkdir -p /etc/systemd/system/sceau.service.d
+# Five minutes, so that the window cannot end during a slow flood.
+printf '[Service]\nLogRateLimitIntervalSec=5min\nLogRateLimitBurst=200\n' >/etc/systemd/system/sceau.service.d/rate-limit.conf
+systemctl daemon-reload && systemctl restart sceau.service
+read -r statuses refusals reloads fallbacks <<<"$(flood_once)"
+show </run/flood.out
+if [ "$statuses" -lt 3000 ] && [ "$reloads" = 0 ] && [ "$refusals" = 30 ]; then
+    pass "with the unit's rate limit put back (200 in 5 minutes), the same flood loses records ($statuses of 3000 Status records kept, the reload event lost) and keeps the refusals ($refusals/30, WARNING's own pool)"
+else
+    fail "the flood with journald's rate limit" "$statuses Status records, $refusals/30 refusals ($fallbacks as stderr lines), $reloads reload events"
+fi
+rm -f /etc/systemd/system/sceau.service.d/rate-limit.conf /etc/systemd/journald.conf.d/strict.conf
+systemctl daemon-reload && systemctl restart systemd-journald sceau.service
+
+# Forward Secure Sealing (docs/audit-trail.md): a persistent journal, its
+# sealing key, records sealed into it; journalctl --verify passes with the
+# verification key, and one byte changed in a sealed file fails it.
+mkdir -p /var/log/journal
+systemd-tmpfiles --create --prefix /var/log/journal >/dev/null 2>&1
+journalctl --flush
+verify_key=$(journalctl --setup-keys --force --interval=2s 2>/dev/null | tr -d '\n')
+journalctl --rotate
+timeout 60 sceau check --socket /run/sceau/kms.sock >/dev/null 2>&1
+sleep 3
+timeout 60 sceau check --socket /run/sceau/kms.sock >/dev/null 2>&1
+journalctl --rotate
+sealed=$(ls -t /var/log/journal/*/system@*.journal 2>/dev/null | head -n 1)
+sealed_records=$(journalctl --file "$sealed" -q -o cat _SYSTEMD_UNIT=sceau.service 2>/dev/null | grep -c 'call method=')
+verified=$(journalctl --verify --verify-key="$verify_key" --file "$sealed" 2>&1)
+verified_rc=$?
+altered=/var/tmp/altered.journal
+cp "$sealed" "$altered"
+size=$(stat -c %s "$altered")
+# One byte in the second half, where the entries are (the header is first).
+printf '\x5a' | dd of="$altered" bs=1 seek=$((size * 3 / 4)) conv=notrunc status=none
+tampered=$(journalctl --verify --verify-key="$verify_key" --file "$altered" 2>&1)
+tampered_rc=$?
+if [ -n "$verify_key" ] && [ "$sealed_records" -ge 2 ] && [ $verified_rc -eq 0 ] && [ $tampered_rc -ne 0 ]; then
+    pass "Forward Secure Sealing: $sealed_records sceau records in a sealed file verify ($(echo "$verified" | grep -o 'PASS.*' | head -n 1 | cut -c1-80)), and one changed byte fails it ($(echo "$tampered" | grep -v '^PASS' | head -n 1 | cut -c1-100))"
+else
+    fail "Forward Secure Sealing" "key '${verify_key:0:12}…', $sealed_records records in '$sealed', verify rc $verified_rc ($(echo "$verified" | head -n 2 | tr '\n' ' ' | cut -c1-200)), altered rc $tampered_rc"
+fi
+rm -f "$altered"
+
 # --- signed envelopes under systemd -------------------------------------------
 # docs/ha.md's set-up on one node: the member file `sceau srk-public` writes
 # (the SRK and the envelope signing key, both recreated by this TPM), a

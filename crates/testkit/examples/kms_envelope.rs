@@ -5,7 +5,14 @@
 //! ```text
 //! kms_envelope encrypt SOCKET FILE   # a random 32-byte DEK, Encrypt; FILE keeps it and the reply
 //! kms_envelope decrypt SOCKET FILE   # Decrypt FILE's envelope; must give FILE's DEK back
+//! kms_envelope flood SOCKET N/R      # N Status calls with R refused Decrypts among them
 //! ```
+//!
+//! `flood` is the audit trail's load: Status answers without the TPM, so
+//! thousands of successful calls a second reach the journal even under
+//! TCG, and each refused Decrypt (an unknown key_id, refused before the
+//! TPM) must leave its record among them. It prints `flood: N status, R
+//! refused in S s`.
 //!
 //! Each prints one line: `status: healthz=… key_id=…`, then
 //! `encrypt: ok (…)` / `decrypt: ok (…)` and exit 0, or
@@ -83,6 +90,32 @@ async fn run(op: &str, socket: &Path, file: &Path) -> Result<String, String> {
                 ciphertext.len()
             ))
         }
+        "flood" => {
+            let spec = file.to_string_lossy();
+            let (calls, refusals) = spec
+                .split_once('/')
+                .and_then(|(n, r)| Some((n.parse::<u64>().ok()?, r.parse::<u64>().ok()?)))
+                .filter(|(n, r)| *r > 0 && n >= r)
+                .ok_or_else(|| format!("flood: {spec} is not N/R with N >= R > 0"))?;
+            let every = calls / refusals;
+            let started = std::time::Instant::now();
+            let mut refused = 0;
+            for i in 0..calls {
+                rpc::status(&mut client).await;
+                if i % every == 0 && refused < refusals {
+                    let answer =
+                        rpc::decrypt(&mut client, &[0x5a; 64], "flood-unknown-key-id").await;
+                    if answer.is_ok() {
+                        return Err("flood: a Decrypt for an unknown key_id was answered".into());
+                    }
+                    refused += 1;
+                }
+            }
+            Ok(format!(
+                "flood: {calls} status, {refused} refused in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ))
+        }
         _ => Err(format!("unknown operation {op}")),
     }
 }
@@ -90,7 +123,7 @@ async fn run(op: &str, socket: &Path, file: &Path) -> Result<String, String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [op, socket, file] = args.as_slice() else {
-        eprintln!("usage: kms_envelope encrypt|decrypt SOCKET FILE");
+        eprintln!("usage: kms_envelope encrypt|decrypt SOCKET FILE, or flood SOCKET N/R");
         return ExitCode::from(2);
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -52,6 +52,24 @@ pub struct TpmConfig {
     pub pinned_srk_name: Option<[u8; NAME_LEN]>,
 }
 
+impl TpmConfig {
+    /// A TPM at `tcti` with nothing added: the salted session, CreatePrimary
+    /// of the SRK, no observer, no signing key, no boot policy, no owner
+    /// authorization, no pin. What a tool or a benchmark opens.
+    pub fn plain(tcti: Tcti) -> TpmConfig {
+        TpmConfig {
+            tcti,
+            srk_handle: None,
+            parameter_encryption: ParameterEncryption::SaltedSession,
+            observer: Observer::none(),
+            envelope_signing_key: false,
+            boot_policy: None,
+            owner_auth: None,
+            pinned_srk_name: None,
+        }
+    }
+}
+
 /// The generations a TPM holds, by number and Name (0: the SRK), and its
 /// epoch counter, as read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]

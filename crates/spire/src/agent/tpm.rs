@@ -20,7 +20,7 @@ use sceau_tpm::enroll::{self, EndorsementKey};
 use sceau_tpm::fault::{Fault, Recovery, TpmError};
 use sceau_tpm::session::start_salted;
 use sceau_tpm::srk::SrkError;
-use sceau_tpm::{Observer, ParameterEncryption, Tcti, Tpm, TpmConfig};
+use sceau_tpm::{Tcti, Tpm, TpmConfig};
 use sha2::{Digest as _, Sha256};
 use tss_esapi::Context;
 use tss_esapi::abstraction::AsymmetricAlgorithmSelection;
@@ -199,16 +199,7 @@ impl Attestation {
     ) -> Result<(Self, Payload), AgentTpmError> {
         // Refuse a TCTI that cannot carry CertifyCreation before any TPM work.
         let raw = RawChannel::for_tcti(&settings.tcti)?;
-        let config = TpmConfig {
-            tcti: settings.tcti.clone(),
-            srk_handle: None,
-            parameter_encryption: ParameterEncryption::SaltedSession,
-            observer: Observer::none(),
-            envelope_signing_key: false,
-            boot_policy: None,
-            owner_auth: None,
-            pinned_srk_name: None,
-        };
+        let config = TpmConfig::plain(settings.tcti.clone());
         let mut tpm = Tpm::open(&config).map_err(|e| open_error(&settings.tcti, e))?;
         // Tpm::open starts the daemon's long-lived DEK session; the agent
         // starts its own for the one command that needs it, and keeps a
