@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use sceau::cli::EnrollStep;
 use sceau_format::enrollment;
 use sceau_format::storage_key::StorageKey;
+use sceau_tpm::CredentialFor;
 use zeroize::Zeroizing;
 
 use super::{open_tpm_for_tool, own_member};
@@ -19,8 +20,7 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
             let mut tpm = open_tpm_for_tool(options)?;
             let member = own_member(&tpm)?;
             let key_id = tpm.srk().key_id();
-            let (ctx, _) = tpm.context_and_srk();
-            let ek = sceau_tpm::enroll::endorsement_key(ctx)?;
+            let ek = tpm.endorsement_key()?;
             let ek_key = StorageKey::from_tpm2b_public(&ek.public)
                 .context("the EK is not an ECC P-256 decryption key")?;
             let text =
@@ -31,27 +31,17 @@ pub fn run(step: &EnrollStep) -> anyhow::Result<()> {
             let mut tpm = open_tpm_for_tool(tpm)?;
             let member = own_member(&tpm)?;
             let blobs = enrollment::parse_challenge(&read(challenge)?, &member)?;
-            let signing_handle = tpm
-                .signing_key_handle()
-                .context("the TPM was opened without its envelope signing key")?;
-            let (ctx, srk) = tpm.context_and_srk();
-            let srk_handle = srk.handle;
-            let ek = sceau_tpm::enroll::endorsement_key(ctx)?;
+            let ek = tpm.endorsement_key()?;
             let mut answer = Zeroizing::new(Vec::with_capacity(enrollment::ANSWER_LEN));
-            for (key, handle, blob) in [
-                ("SRK", srk_handle, &blobs.srk),
-                ("signing key", signing_handle, &blobs.signing),
+            for (name, key, blob) in [
+                ("SRK", CredentialFor::Srk, &blobs.srk),
+                ("signing key", CredentialFor::SigningKey, &blobs.signing),
             ] {
-                let credential = sceau_tpm::enroll::activate_credential(
-                    ctx,
-                    handle,
-                    &ek,
-                    &blob.duplicate,
-                    &blob.in_sym_seed,
-                )
-                .with_context(|| {
-                    format!("TPM2_ActivateCredential refused the challenge for the {key}")
-                })?;
+                let credential = tpm
+                    .activate_credential(key, &ek, &blob.duplicate, &blob.in_sym_seed)
+                    .with_context(|| {
+                        format!("TPM2_ActivateCredential refused the challenge for the {name}")
+                    })?;
                 answer.extend_from_slice(&credential);
             }
             print!("{}", enrollment::response_file(&answer));

@@ -14,14 +14,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tss_esapi::structures::Private;
-
 use sceau_format::members::{Member, Membership};
 use sceau_format::recovery_key::RecoveryIdentity;
 use sceau_format::sealed::SealedBlobs;
 use sceau_format::signing_key::{SIGNATURE_LEN, SigningKey, SoftwareSigner};
 use sceau_tpm::device::Generations;
-use sceau_tpm::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed_template};
+use sceau_tpm::sealed::{ImportableObject, LoadableObject, unbound_blobs_with_private};
 use sceau_tpm::secret::{Dek, MAX_DEK_LEN};
 use sceau_tpm::worker::SealingTpm;
 use sceau_tpm::{Fault, KeyId};
@@ -91,9 +89,7 @@ impl FakeTpm {
     pub fn seal_bytes(dek: &[u8]) -> SealedBlobs {
         let mut content = TAG.to_vec();
         content.extend(dek.iter().map(|b| b ^ MASK));
-        let private = Private::try_from(content).expect("tag and DEK fit a TPM2B_PRIVATE");
-        let template = sealed_template(None).expect("the sealed-data template builds");
-        blobs_from_created(template, &private).expect("the template marshals")
+        unbound_blobs_with_private(&content).expect("tag and DEK fit a TPM2B_PRIVATE")
     }
 
     /// The public half of the fake's envelope signing key, for the

@@ -2,10 +2,11 @@
 //! no TPM, no I/O, no async, no `unsafe` (forbidden for the whole workspace
 //! but `sceau-sys`, through `[workspace.lints]`).
 //!
-//! - Envelopes: `envelope` (the one parser, `Envelope::parse`, over both
-//!   versions), `sealed` (version 1, a TPM sealed-data object under one
-//!   SRK) and `wrapped` (version 2, one object wrapped for every cluster
-//!   member and the recovery key).
+//! - Envelopes: `envelope` (the one parser, `Envelope::parse`, over every
+//!   version), `sealed` (version 1, a TPM sealed-data object under one
+//!   SRK) and `wrapped` (versions 2 and 3, one object wrapped for every
+//!   cluster member and the recovery key; version 3 signed by the member
+//!   that made it).
 //! - TPM wire structures: `wire` (the bounded `Reader`), `public` (the one
 //!   TPMT_PUBLIC reader), `storage_key`
 //!   (an ECC P-256 storage key's TPM2B_PUBLIC and Name), `signing_key` (a

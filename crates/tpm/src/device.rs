@@ -3,16 +3,17 @@
 #![forbid(unsafe_code)]
 
 use tss_esapi::Context;
+use tss_esapi::constants::SessionType;
 use tss_esapi::constants::response_code::Tss2ResponseCode;
-use tss_esapi::constants::{CapabilityType, SessionType, StartupType};
 use tss_esapi::handles::{KeyHandle, ObjectHandle, SessionHandle, TpmHandle};
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::interface_types::session_handles::AuthSession;
-use tss_esapi::structures::{CapabilityData, SensitiveData, SymmetricDefinitionObject};
+use tss_esapi::structures::{SensitiveData, SymmetricDefinitionObject};
 
 use std::collections::BTreeMap;
 
-use super::boot_policy::{BootPolicies, BootPolicyConfig};
+use super::boot_policy::{BootPolicies, BootPolicyConfig, BootPolicyError};
+use super::enroll::EndorsementKey;
 use super::fault::{ConnectFailure, Fault, INITIALIZE, TpmError};
 use super::kek::{self, KekError, OpenGeneration};
 use super::observe::{Observer, TpmCommand};
@@ -21,6 +22,7 @@ use super::sealed::{ImportableObject, LoadableObject, blobs_from_created, sealed
 use super::session::{ParameterEncryption, start_salted};
 use super::signing::EnvelopeSigningKey;
 use super::srk::{KeyId, Srk, SrkError};
+use super::start::{FIRST_LOADED_SESSION_HANDLE, list_handles, started_and_transients};
 use super::tcti::{Tcti, Transport};
 use crate::secret::Dek;
 use sceau_format::members::Member;
@@ -68,6 +70,13 @@ impl TpmConfig {
             pinned_srk_name: None,
         }
     }
+}
+
+/// Which of this TPM's keys an enrollment credential was made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialFor {
+    Srk,
+    SigningKey,
 }
 
 /// The generations a TPM holds, by number and Name (0: the SRK), and its
@@ -126,9 +135,6 @@ pub enum ScrubCheckError {
     Unreadable(std::io::Error),
 }
 
-/// TPM_HT_TRANSIENT and TPM_HT_LOADED_SESSION: the first handle of each.
-const FIRST_TRANSIENT_HANDLE: u32 = 0x8000_0000;
-const FIRST_LOADED_SESSION_HANDLE: u32 = 0x0200_0000;
 /// Bytes of zeros the unsent scrub Create carries as its data: marshalled at
 /// buffer offset 20, they cover where Unseal's largest answer (header,
 /// parameter size, TPM2B size, a DEK of at most 128 bytes) lay, 16..144.
@@ -136,8 +142,6 @@ const SCRUB_LEN: usize = 160;
 /// TSS2_ESYS_RC_LAYER | TSS2_BASE_RC_BAD_TR: ESAPI's "not a handle it
 /// knows as that kind of resource".
 const ESYS_RC_BAD_TR: u32 = (7 << 16) | tss_esapi::tss2_esys::TSS2_BASE_RC_BAD_TR;
-/// More than any TPM holds at once (the PC Client minimum is 3).
-const MAX_HANDLES: u32 = 64;
 
 pub struct Tpm {
     ctx: Context,
@@ -156,7 +160,7 @@ impl Tpm {
     /// recreates the SRK and starts the salted session, so that the first
     /// request pays for none of it (and OpenSSL is initialised before the
     /// sandbox closes the filesystem).
-    pub fn open(config: &TpmConfig) -> Result<Self, SrkError> {
+    pub fn open(config: &TpmConfig) -> Result<Self, OpenFailure> {
         Self::open_with(config, Leftovers::Flush)
     }
 
@@ -169,7 +173,7 @@ impl Tpm {
             .map_err(|error| OpenError::explain(config, error))
     }
 
-    fn open_with(config: &TpmConfig, leftovers: Leftovers) -> Result<Self, SrkError> {
+    fn open_with(config: &TpmConfig, leftovers: Leftovers) -> Result<Self, OpenFailure> {
         if !sceau_sys::openssl_without_legacy_name_tables() {
             log::debug!("OpenSSL refused OPENSSL_INIT_NO_ADD_ALL_*; its start-up is just slower");
         }
@@ -194,7 +198,7 @@ impl Tpm {
             .as_ref()
             .map(|c| BootPolicies::load(&mut ctx, c, &config.observer))
             .transpose()?;
-        let generations = kek::read_open(&mut ctx, srk.algorithm).map_err(SrkError::Kek)?;
+        let generations = kek::read_open(&mut ctx, srk.algorithm).map_err(OpenFailure::Kek)?;
         let mut tpm = Self {
             ctx,
             srk,
@@ -396,10 +400,39 @@ impl Tpm {
         self.signing_key.as_ref().map(EnvelopeSigningKey::handle)
     }
 
-    /// The context and SRK for one-off commands outside the request path
-    /// (`sceau enroll respond`); the serving daemon never calls this.
+    /// The context and SRK for the SPIRE agent's attestation, which runs
+    /// its own TPM work on the TPM this layer opened; the daemon never
+    /// calls this (its enrollment uses the two methods below).
     pub fn context_and_srk(&mut self) -> (&mut Context, &Srk) {
         (&mut self.ctx, &self.srk)
+    }
+
+    /// Enrollment: the TCG default ECC P-256 EK and its certificate, if the
+    /// TPM keeps one. The EK stays loaded until this TPM is dropped.
+    pub fn endorsement_key(&mut self) -> Result<EndorsementKey, TpmError> {
+        super::enroll::endorsement_key(&mut self.ctx)
+    }
+
+    /// Enrollment's answer: TPM2_ActivateCredential of a credential made for
+    /// `key` (the SRK, or the envelope signing key, which the TPM must have
+    /// been opened with), its seed decrypted by `ek`.
+    pub fn activate_credential(
+        &mut self,
+        key: CredentialFor,
+        ek: &EndorsementKey,
+        credential_blob: &[u8],
+        secret: &[u8],
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, TpmError> {
+        let object = match key {
+            CredentialFor::Srk => self.srk.handle,
+            CredentialFor::SigningKey => self.signing_key_handle().ok_or_else(|| {
+                TpmError::refused(
+                    "the TPM was opened without its envelope signing key".into(),
+                    Fault::Failure,
+                )
+            })?,
+        };
+        super::enroll::activate_credential(&mut self.ctx, object, ek, credential_blob, secret)
     }
 
     /// TPM2_Create of a sealed-data object holding `dek`, under KEK
@@ -693,7 +726,7 @@ fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle, data: &[u8]) -> Scr
     );
     // tss-esapi logs each failed call at error level; this failure is the
     // plan, so it stays out of the log even at debug.
-    let result = crate::without_tss_log(|| {
+    let result = super::tss_log::without_tss_log(|| {
         ctx.execute_with_session(not_a_session, |c| {
             c.create(srk, template, None, Some(sensitive), None, None)
         })
@@ -704,30 +737,6 @@ fn scrub_by_unsent_create(ctx: &mut Context, srk: KeyHandle, data: &[u8]) -> Scr
         }
         Err(other) => ScrubOutcome::RefusedOtherwise(other),
         Ok(_) => ScrubOutcome::Sent,
-    }
-}
-
-/// The transient objects the TPM holds: the first command sceau sends, so
-/// it also finds a TPM that was reset without Startup, which answers
-/// TPM_RC_INITIALIZE to everything (the kernel and swtpm's `startup-clear`
-/// normally send Startup): sceau then sends Startup(CLEAR) and asks again.
-/// One GetCapability serves both purposes, one round trip less at every
-/// start than a separate probe.
-/// Sends Startup(CLEAR) to a TPM nothing has started (a simulator without
-/// firmware in front of it), for a command that creates nothing.
-pub(crate) fn ensure_started(ctx: &mut Context) -> Result<(), TpmError> {
-    started_and_transients(ctx).map(drop)
-}
-
-fn started_and_transients(ctx: &mut Context) -> Result<Vec<TpmHandle>, TpmError> {
-    match list_handles(ctx, FIRST_TRANSIENT_HANDLE) {
-        Err(e) if e.response_code() == Some(0x100) => {
-            log::info!("TPM was not started; sending Startup(CLEAR)");
-            ctx.execute_without_session(|c| c.startup(StartupType::Clear))
-                .map_err(|e| TpmError::new("Startup", e))?;
-            list_handles(ctx, FIRST_TRANSIENT_HANDLE)
-        }
-        listed => listed,
     }
 }
 
@@ -770,30 +779,42 @@ fn refuse_leftovers(
     ctx: &mut Context,
     tcti: &Tcti,
     transients: Vec<TpmHandle>,
-) -> Result<(), SrkError> {
+) -> Result<(), OpenFailure> {
     let sessions = list_handles(ctx, FIRST_LOADED_SESSION_HANDLE)?;
     match transients.len() + sessions.len() {
         0 => Ok(()),
-        loaded => Err(SrkError::InUse {
+        loaded => Err(OpenFailure::InUse {
             tcti: tcti.to_string(),
             loaded,
         }),
     }
 }
 
-/// The handles of one type (the top byte of `first`) the TPM reports.
-fn list_handles(ctx: &mut Context, first: u32) -> Result<Vec<TpmHandle>, TpmError> {
-    let (data, _) = ctx
-        .execute_without_session(|c| c.get_capability(CapabilityType::Handles, first, MAX_HANDLES))
-        .map_err(|e| TpmError::new("GetCapability", e))?;
-    let CapabilityData::Handles(handles) = data else {
-        return Ok(Vec::new());
-    };
-    Ok(handles
-        .iter()
-        .copied()
-        .filter(|h| u32::from(*h) >> 24 == first >> 24)
-        .collect())
+/// Why opening a TPM failed, before [`OpenError`] explains it: the SRK, or
+/// what opening does besides (the boot policies, the KEK generations, a
+/// TPM another process holds). The one error type of opening.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenFailure {
+    #[error(transparent)]
+    Srk(#[from] SrkError),
+    /// Opening also loads the signed boot policies, and refuses bad ones.
+    #[error(transparent)]
+    BootPolicy(#[from] BootPolicyError),
+    #[error(
+        "the TPM at {tcti} has no resource manager and holds {loaded} objects or sessions \
+         another process loaded (a serving sceau?): stop sceau first (systemctl stop sceau), \
+         or use device:/dev/tpmrm0, where both run at once"
+    )]
+    InUse { tcti: String, loaded: usize },
+    /// Opening also finds the KEK generations the TPM holds.
+    #[error(transparent)]
+    Kek(KekError),
+}
+
+impl From<TpmError> for OpenFailure {
+    fn from(error: TpmError) -> Self {
+        OpenFailure::Srk(SrkError::Tpm(error))
+    }
 }
 
 /// Why [`Tpm::open_explained`] failed, in one line an operator can act on.
@@ -805,7 +826,7 @@ pub enum OpenError {
     #[error("{cause}")]
     Unreachable {
         cause: ConnectFailure,
-        detail: Box<SrkError>,
+        detail: Box<OpenFailure>,
     },
     /// The TPM answered, but refused a command of the start-up sequence.
     #[error(
@@ -816,7 +837,7 @@ pub enum OpenError {
         tcti: String,
         operation: &'static str,
         fault: Fault,
-        detail: Box<SrkError>,
+        detail: Box<OpenFailure>,
     },
     /// The owner hierarchy has an authorization value that sceau was not
     /// given, or was given wrong.
@@ -829,18 +850,18 @@ pub enum OpenError {
     OwnerAuth {
         tcti: String,
         given: bool,
-        detail: Box<SrkError>,
+        detail: Box<OpenFailure>,
     },
     /// Not a TPM error: a persistent SRK handle that is not the SRK, or the
     /// like; these messages are sceau's own.
     #[error("{0}")]
-    Srk(SrkError),
+    Srk(OpenFailure),
 }
 
 impl OpenError {
-    fn explain(config: &TpmConfig, error: SrkError) -> Self {
+    fn explain(config: &TpmConfig, error: OpenFailure) -> Self {
         let tcti = &config.tcti;
-        let SrkError::Tpm(tpm_error) = &error else {
+        let OpenFailure::Srk(SrkError::Tpm(tpm_error)) = &error else {
             return Self::Srk(error);
         };
         if owner::refused(tpm_error) {
@@ -872,7 +893,7 @@ impl OpenError {
             | Self::OwnerAuth { detail, .. } => {
                 // tss-esapi's Display leaves the code to its error's source.
                 Some(match detail.as_ref() {
-                    SrkError::Tpm(e) => match e.response_code() {
+                    OpenFailure::Srk(SrkError::Tpm(e)) => match e.response_code() {
                         Some(rc) => format!("{e} (TSS2_RC {rc:#x})"),
                         None => e.to_string(),
                     },

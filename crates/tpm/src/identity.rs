@@ -8,7 +8,7 @@ use tss_esapi::Context;
 use tss_esapi::constants::{CapabilityType, PropertyTag};
 use tss_esapi::structures::CapabilityData;
 
-use super::fault::{INITIALIZE, TpmError};
+use super::fault::TpmError;
 use super::tcti::Tcti;
 use sceau_format::advisories::Version;
 use sceau_format::tpm_info;
@@ -58,7 +58,6 @@ pub fn read(ctx: &mut Context) -> Result<TpmIdentity, TpmError> {
 /// [`read`] on a TPM of its own: no SRK, no session, nothing created, so it
 /// runs beside a serving sceau through a resource manager.
 pub fn read_at(tcti: &Tcti) -> Result<TpmIdentity, TpmError> {
-    let mut ctx = Context::new(tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
-    super::device::ensure_started(&mut ctx)?;
+    let mut ctx = super::start::started_context(tcti)?;
     read(&mut ctx)
 }

@@ -33,33 +33,16 @@ pub mod secret;
 pub mod session;
 pub mod signing;
 pub mod srk;
+pub mod start;
 pub mod tcti;
+pub mod tss_log;
 pub mod worker;
 
-pub use device::{Tpm, TpmConfig};
+pub use device::{CredentialFor, Tpm, TpmConfig};
 pub use fault::Fault;
 pub use observe::{Observer, TpmCommand, TpmObserver};
 pub use session::ParameterEncryption;
 pub use srk::KeyId;
 pub use tcti::Tcti;
 
-std::thread_local! {
-    /// Set while this thread runs a TSS call whose failure is planned.
-    static TSS_LOG_MUTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `call` with tss-esapi's log lines from this thread to be dropped at
-/// every level: for a call that is meant to fail (`device`'s unsent scrub),
-/// whose error line would mislead whoever reads a debug log. The daemon's
-/// logger asks [`tss_log_muted`]; this crate only says when.
-pub fn without_tss_log<T>(call: impl FnOnce() -> T) -> T {
-    TSS_LOG_MUTED.set(true);
-    let result = call();
-    TSS_LOG_MUTED.set(false);
-    result
-}
-
-/// Whether this thread is inside [`without_tss_log`].
-pub fn tss_log_muted() -> bool {
-    TSS_LOG_MUTED.get()
-}
+pub use tss_log::{tss_log_muted, without_tss_log};

@@ -7,7 +7,7 @@ use tss_esapi::Context;
 use tss_esapi::interface_types::algorithm::HashingAlgorithm;
 use tss_esapi::structures::{PcrSelectionList, PcrSelectionListBuilder, PcrSlot};
 
-use super::fault::{INITIALIZE, TpmError};
+use super::fault::TpmError;
 use super::tcti::Tcti;
 use sceau_format::pcr_policy::{PcrSelection, PcrValues};
 
@@ -101,8 +101,7 @@ pub(crate) fn sha256_selection(selection: PcrSelection) -> Result<PcrSelectionLi
 
 /// [`read`] on a TPM of its own: no SRK, no session, nothing created.
 pub fn read_at(tcti: &Tcti, selection: PcrSelection) -> Result<PcrValues, PcrReadError> {
-    let mut ctx = Context::new(tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
-    super::device::ensure_started(&mut ctx)?;
+    let mut ctx = super::start::started_context(tcti)?;
     read(&mut ctx, selection)
 }
 

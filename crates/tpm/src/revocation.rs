@@ -16,7 +16,7 @@ use tss_esapi::interface_types::resource_handles::{NvAuth, Provision};
 use tss_esapi::interface_types::session_handles::AuthSession;
 use tss_esapi::structures::{MaxNvBuffer, NvPublicBuilder};
 
-use super::fault::{Fault, INITIALIZE, TpmError};
+use super::fault::{Fault, TpmError};
 use super::owner::{self, OwnerAuth};
 use super::tcti::Tcti;
 use sceau_format::revocation::{DATA_SIZE, Serial, SerialState, state_from_name};
@@ -155,11 +155,10 @@ pub fn revoke_at(
     owner_auth: Option<&OwnerAuth>,
     serial: Serial,
 ) -> Result<Revocation, TpmError> {
-    let mut ctx = Context::new(tcti.name_conf()).map_err(|e| TpmError::new(INITIALIZE, e))?;
+    let mut ctx = super::start::started_context(tcti)?;
     if let Some(auth) = owner_auth {
         auth.apply(&mut ctx)?;
     }
-    super::device::ensure_started(&mut ctx)?;
     revoke(&mut ctx, serial)
 }
 

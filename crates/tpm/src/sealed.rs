@@ -185,6 +185,16 @@ pub fn blobs_from_created(
     Ok(SealedBlobs { public, private })
 }
 
+/// The blobs of a sealed-data object with the unbound template and
+/// `private` as its TPM2B_PRIVATE content: what the daemon's stand-in TPM
+/// (`kms::fake`) writes, so that its envelopes go through the real parser.
+pub fn unbound_blobs_with_private(private: &[u8]) -> Result<SealedBlobs, tss_esapi::Error> {
+    blobs_from_created(
+        sealed_template(None)?,
+        &Private::try_from(private.to_vec())?,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

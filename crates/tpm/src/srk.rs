@@ -72,18 +72,6 @@ pub enum SrkError {
          every DEK on the bus; update the TPM's firmware and clear the TPM"
     )]
     Roca,
-    /// Opening also loads the signed boot policies, and refuses bad ones.
-    #[error(transparent)]
-    BootPolicy(#[from] super::boot_policy::BootPolicyError),
-    #[error(
-        "the TPM at {tcti} has no resource manager and holds {loaded} objects or sessions \
-         another process loaded (a serving sceau?): stop sceau first (systemctl stop sceau), \
-         or use device:/dev/tpmrm0, where both run at once"
-    )]
-    InUse { tcti: String, loaded: usize },
-    /// Opening also finds the KEK generations the TPM holds.
-    #[error(transparent)]
-    Kek(super::kek::KekError),
 }
 
 impl Srk {

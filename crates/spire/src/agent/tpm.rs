@@ -16,6 +16,7 @@
 //! every other bank the log declares (the server replays each). Dropping the [`Attestation`] flushes every object and session
 //! it loaded, whichever way the attestation ended.
 
+use sceau_tpm::device::OpenFailure;
 use sceau_tpm::enroll::{self, EndorsementKey};
 use sceau_tpm::fault::{Fault, Recovery, TpmError};
 use sceau_tpm::session::start_salted;
@@ -402,9 +403,9 @@ fn flush(ctx: &mut Context, handle: ObjectHandle, what: &str) {
     }
 }
 
-fn open_error(tcti: &Tcti, error: SrkError) -> AgentTpmError {
+fn open_error(tcti: &Tcti, error: OpenFailure) -> AgentTpmError {
     let fault = match &error {
-        SrkError::Tpm(e) => fault_of(e),
+        OpenFailure::Srk(SrkError::Tpm(e)) => fault_of(e),
         _ => Fault::Failure,
     };
     log::debug!("opening the TPM at {tcti}: {error}");
