@@ -96,20 +96,7 @@ fn main() {
     let tcti = sceau_tpm.tcti();
     let serve_sceau = {
         let binary = sceau_binary.clone();
-        move |socket: &Path| {
-            let mut serve = Command::new(&binary);
-            serve
-                .args(["serve", "--tcti", &tcti, "--socket"])
-                .arg(socket)
-                .arg("--state-dir")
-                .arg(socket.with_extension("state"))
-                .env("SCEAU_LOG", "warn")
-                .env(
-                    "GLIBC_TUNABLES",
-                    sceau_testkit::sceau::unit_glibc_tunables(),
-                );
-            serve
-        }
+        move |socket: &Path| sceau_testkit::sceau::bench_serve_command(&binary, &tcti, socket)
     };
     let contenders = [
         Contender {

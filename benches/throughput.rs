@@ -538,19 +538,14 @@ fn startup_and_rss(tmp: &TempDir, tcti: &str) -> (Duration, Footprint) {
         let port = tcti.rsplit('=').next().unwrap_or_default();
         let socket = tmp.join(&format!("startup-{port}-{run}.sock"));
         let started = Instant::now();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sceau"))
-            .args(["serve", "--tcti", tcti, "--socket"])
-            .arg(&socket)
-            .arg("--state-dir")
-            .arg(socket.with_extension("state"))
-            .env("SCEAU_LOG", "warn")
-            // As the unit starts it: the malloc tunables set, no re-exec.
-            .env(
-                "GLIBC_TUNABLES",
-                sceau_testkit::sceau::unit_glibc_tunables(),
-            )
-            .spawn()
-            .expect("spawn sceau");
+        // As the unit starts it: the malloc tunables set, no re-exec.
+        let mut child = sceau_testkit::sceau::bench_serve_command(
+            Path::new(env!("CARGO_BIN_EXE_sceau")),
+            tcti,
+            &socket,
+        )
+        .spawn()
+        .expect("spawn sceau");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

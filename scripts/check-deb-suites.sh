@@ -38,10 +38,7 @@ root_packages=systemd,swtpm,swtpm-tools,lintian,ca-certificates
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/sceau-interop/roots
 mkdir -p "$cache"
 
-passed=0
-failed=0
-pass() { echo "PASS $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+count_checks
 
 shopt -s nullglob
 debs=("$outdir"/sceau_*.deb "$outdir"/sceau-spire_*.deb)

@@ -19,10 +19,7 @@ outdir=${1:-target/debian}
 SCEAU_PACKAGES+=(lintian dpkg-dev)
 install_packages
 
-passed=0
-failed=0
-pass() { echo "PASS $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+count_checks
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

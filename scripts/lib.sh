@@ -152,3 +152,12 @@ stop() { # stop PID [SECONDS]: TERM, then KILL after SECONDS (default 20)
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null || true
 }
+
+# The PASS/FAIL lines of a checking script and their counts: `pass NAME`,
+# `fail NAME WHY`, then "$passed passed, $failed failed" at its end.
+count_checks() {
+    passed=0
+    failed=0
+    pass() { echo "PASS $1"; passed=$((passed + 1)); }
+    fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+}

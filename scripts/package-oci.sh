@@ -36,10 +36,7 @@ SCEAU_PACKAGES+=(binutils gzip tar coreutils python3)
 install_packages
 require_cargo
 
-passed=0
-failed=0
-pass() { echo "PASS $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+count_checks
 
 version=$(package_version)
 if [ -z "${SCEAU_OCI_NO_BUILD:-}" ]; then

@@ -24,10 +24,7 @@ SCEAU_PACKAGES+=(rpm rpmlint cpio)
 install_packages
 require_cargo
 
-passed=0
-failed=0
-pass() { echo "PASS $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+count_checks
 
 version=$(package_version)
 spec=packaging/rpm/sceau.spec

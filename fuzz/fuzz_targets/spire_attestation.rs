@@ -21,8 +21,7 @@ use std::time::SystemTime;
 
 use libfuzzer_sys::fuzz_target;
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
-use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
-use sceau_spire::server::event_log::Bank;
+use sceau_spire::server::config::ServerConfig;
 use sceau_spire::server::verify::{check_payload, check_response, issue_challenge, test_support};
 
 struct Fixture {
@@ -35,18 +34,12 @@ fn fixture() -> &'static Fixture {
     FIXTURE.get_or_init(|| {
         let (forged, ek) = test_support::forgery_with_ek(3);
         Fixture {
-            config: ServerConfig {
-                trust_domain: "example.org".into(),
-                ek_hashes: Some(HashSet::from([ek.pub_hash()])),
-                trust_store: None,
-                ek_trust: EkTrust::Either,
-                quote_pcrs: vec![0, 7],
-                measured_boot: MeasuredBoot::Off,
-                measured_boot_bank: Bank::Sha256,
-                measured_boot_banks: vec![Bank::Sha256],
-                advisories: Vec::new(),
-                refuse_advised_tpms: false,
-            },
+            config: ServerConfig::with_trust(
+                "example.org",
+                Some(HashSet::from([ek.pub_hash()])),
+                None,
+                vec![0, 7],
+            ),
             forged,
         }
     })

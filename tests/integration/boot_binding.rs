@@ -7,6 +7,7 @@
 //! tpm2-tools while no sceau runs, as the firmware and boot loader would
 //! before the daemon starts.
 
+use sceau_format::key_id::hex;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -228,10 +229,6 @@ fn run_ok(dir: &Path, program: &Path, args: &[&str]) -> Finished {
         finished.all_output()
     );
     finished
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {

@@ -4,6 +4,7 @@
 //! instead of making it with CreatePrimary; and `--expect-srk-name`, which pins the
 //! node's SRK so that another TPM is refused with both Names in the line.
 
+use sceau_format::key_id::hex;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::Command;
@@ -303,10 +304,6 @@ fn a_credential_systemd_would_not_write_is_refused() {
         "{}",
         run.all_output()
     );
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The manufacturer, vendor string and firmware version sceau logs at

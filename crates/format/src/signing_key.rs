@@ -14,10 +14,8 @@ use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
 use p256::ecdsa::{Signature, VerifyingKey};
 
 use super::public::{PublicArea, PublicAreaError, PublicKey as TpmPublicKey, expect};
-use super::storage_key::{StorageKeyError, point_from_coordinates};
-use super::wire::{
-    ALG_NULL, ALG_SHA256, ECC_NIST_P256, NAME_LEN, Reader, WireError, Writer, sha256_name,
-};
+use super::storage_key::{EccPublic, StorageKeyError, point_from_coordinates};
+use super::wire::{ALG_NULL, ALG_SHA256, ECC_NIST_P256, NAME_LEN, Reader, WireError, Writer};
 
 /// fixedTPM, fixedParent, sensitiveDataOrigin, userWithAuth, noDA, sign:
 /// the TPM made the key and will never let it out, it needs no password
@@ -71,9 +69,7 @@ pub enum SignatureError {
 /// A parsed, validated signing key public and its TPM Name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SigningKey {
-    tpmt_public: Vec<u8>,
-    name: [u8; NAME_LEN],
-    point: PublicKey,
+    public: EccPublic,
 }
 
 impl SigningKey {
@@ -103,9 +99,7 @@ impl SigningKey {
         expect("curve", *curve, ECC_NIST_P256)?;
         expect("kdf", kdf.map_or(ALG_NULL, |(kdf, _)| kdf), ALG_NULL)?;
         Ok(Self {
-            tpmt_public: tpmt_public.to_vec(),
-            name: sha256_name(tpmt_public),
-            point: point_from_coordinates(x, y)?,
+            public: EccPublic::new(tpmt_public.to_vec(), point_from_coordinates(x, y)?),
         })
     }
 
@@ -113,27 +107,22 @@ impl SigningKey {
     /// fake TPM and for forgers, never for a member.
     #[cfg(any(test, feature = "test-support"))]
     pub fn from_point(point: &PublicKey) -> Self {
-        let tpmt_public = signing_public(point);
         Self {
-            name: sha256_name(&tpmt_public),
-            tpmt_public,
-            point: *point,
+            public: EccPublic::new(signing_public(point), *point),
         }
     }
 
     pub fn to_tpm2b_public(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        w.tpm2b(&self.tpmt_public);
-        w.finish()
+        self.public.to_tpm2b_public()
     }
 
     pub fn name(&self) -> &[u8; NAME_LEN] {
-        &self.name
+        self.public.name()
     }
 
     /// Checks `signature` (`r ‖ s`, low s) over the SHA-256 `digest`.
     pub fn verify(&self, digest: &[u8; 32], signature: &[u8]) -> Result<(), SignatureError> {
-        verify_prehash(&self.point, digest, signature)
+        verify_prehash(self.public.point(), digest, signature)
     }
 }
 

@@ -46,13 +46,47 @@ crate::inner_errors!(StorageKeyError {
     Public(PublicAreaError),
 });
 
+/// What every P-256 key read from a TPM keeps, whatever its template
+/// (the storage keys here, the envelope signing keys of `signing_key`): its
+/// marshalled TPMT_PUBLIC, its Name (nameAlg SHA-256), and the point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EccPublic {
+    tpmt_public: Vec<u8>,
+    name: [u8; NAME_LEN],
+    point: PublicKey,
+}
+
+impl EccPublic {
+    /// `tpmt_public` is the area `point` was read from or written into.
+    pub fn new(tpmt_public: Vec<u8>, point: PublicKey) -> Self {
+        Self {
+            name: sha256_name(&tpmt_public),
+            tpmt_public,
+            point,
+        }
+    }
+
+    /// The area as a TPM2B_PUBLIC, as `tpm2_readpublic -o` writes it.
+    pub fn to_tpm2b_public(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.tpm2b(&self.tpmt_public);
+        w.finish()
+    }
+
+    pub fn name(&self) -> &[u8; NAME_LEN] {
+        &self.name
+    }
+
+    pub fn point(&self) -> &PublicKey {
+        &self.point
+    }
+}
+
 /// A parsed, validated storage key public and its TPM Name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageKey {
-    tpmt_public: Vec<u8>,
-    name: [u8; NAME_LEN],
+    public: EccPublic,
     attributes: u32,
-    point: PublicKey,
 }
 
 impl StorageKey {
@@ -88,32 +122,25 @@ impl StorageKey {
         expect("curve", *curve, ECC_NIST_P256)?;
         expect("kdf", kdf.map_or(ALG_NULL, |(kdf, _)| kdf), ALG_NULL)?;
         Ok(Self {
-            tpmt_public: tpmt_public.to_vec(),
-            name: sha256_name(tpmt_public),
+            public: EccPublic::new(tpmt_public.to_vec(), point_from_coordinates(x, y)?),
             attributes,
-            point: point_from_coordinates(x, y)?,
         })
     }
 
     /// Describes a software P-256 key with the SRK template (the recovery key).
     pub fn from_point(point: &PublicKey) -> Self {
-        let tpmt_public = ecc_storage_public(SRK_ATTRIBUTES, point);
         Self {
-            name: sha256_name(&tpmt_public),
-            tpmt_public,
+            public: EccPublic::new(ecc_storage_public(SRK_ATTRIBUTES, point), *point),
             attributes: SRK_ATTRIBUTES,
-            point: *point,
         }
     }
 
     pub fn to_tpm2b_public(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        w.tpm2b(&self.tpmt_public);
-        w.finish()
+        self.public.to_tpm2b_public()
     }
 
     pub fn name(&self) -> &[u8; NAME_LEN] {
-        &self.name
+        self.public.name()
     }
 
     pub fn attributes(&self) -> u32 {
@@ -135,12 +162,12 @@ impl StorageKey {
     }
 
     pub fn point(&self) -> &PublicKey {
-        &self.point
+        self.public.point()
     }
 
     /// The x-coordinate, as KDFe takes it.
     pub fn x(&self) -> [u8; COORDINATE_LEN] {
-        coordinates(&self.point).0
+        coordinates(self.public.point()).0
     }
 }
 

@@ -23,8 +23,7 @@ use std::time::{Instant, SystemTime};
 
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
-use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig, pcrs_to_quote};
-use sceau_spire::server::event_log::Bank;
+use sceau_spire::server::config::{MeasuredBoot, ServerConfig, pcrs_to_quote};
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::structures::PublicArea;
 use sceau_spire::server::verify::{check_payload, check_response, issue_challenge};
@@ -86,16 +85,13 @@ fn attest(tcti: &str, algorithm: &str, event_log: Option<PathBuf>) -> Result<Str
     };
     let quote_pcrs = pcrs_to_quote(vec![0, 7], measured_boot);
     let config = ServerConfig {
-        trust_domain: "example.org".into(),
-        ek_hashes: Some([ek.pub_hash()].into_iter().collect()),
-        trust_store: None,
-        ek_trust: EkTrust::Either,
-        quote_pcrs,
         measured_boot,
-        measured_boot_bank: Bank::Sha256,
-        measured_boot_banks: vec![Bank::Sha256],
-        advisories: Vec::new(),
-        refuse_advised_tpms: false,
+        ..ServerConfig::with_trust(
+            "example.org",
+            Some([ek.pub_hash()].into_iter().collect()),
+            None,
+            quote_pcrs,
+        )
     };
     let verified =
         check_payload(&config, &payload, SystemTime::now()).map_err(|e| e.to_string())?;

@@ -1,6 +1,7 @@
 //! gRPC client helpers, built on `sceau_kms_api`, and the checks every test
 //! applies to sceau's answers.
 
+use sceau_format::key_id::hex;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -77,10 +78,6 @@ pub fn is_well_formed_key_id(s: &str) -> bool {
         }
         None => matches!(rest.len(), 16 | 32) && lower_hex(rest),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Connects to the KMS socket at `socket`. A refused connection is tried

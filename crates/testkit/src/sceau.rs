@@ -265,6 +265,21 @@ fn parse_logged_key_id(log: &str) -> Option<String> {
 /// GLIBC_TUNABLES as `systemd/sceau.service` sets it (`Environment=`), so
 /// that a test or a benchmark starts sceau as the unit does: with the
 /// tunables in force from the first exec, and no re-exec.
+/// `binary serve` on `socket` for the TPM at `tcti`, as a benchmark runs
+/// it: its own state directory beside the socket, warnings only, and the
+/// unit's malloc tunables (so no re-exec), ready to spawn.
+pub fn bench_serve_command(binary: &Path, tcti: &str, socket: &Path) -> std::process::Command {
+    let mut serve = std::process::Command::new(binary);
+    serve
+        .args(["serve", "--tcti", tcti, "--socket"])
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(socket.with_extension("state"))
+        .env("SCEAU_LOG", "warn")
+        .env("GLIBC_TUNABLES", unit_glibc_tunables());
+    serve
+}
+
 pub fn unit_glibc_tunables() -> &'static str {
     include_str!("../../../systemd/sceau.service")
         .lines()

@@ -152,6 +152,7 @@
 //! twenty times the largest log and event count seen, five times the
 //! largest event.
 
+use sceau_format::key_id::hex;
 use sha1::Sha1;
 use sha2::{Sha256, Sha384, Sha512};
 
@@ -1146,10 +1147,6 @@ impl<'a> Cursor<'a> {
     fn done(&self) -> bool {
         self.pos == self.bytes.len()
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The forgery an agent with root can make of its node's real log

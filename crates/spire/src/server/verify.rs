@@ -873,24 +873,18 @@ pub(crate) mod tests {
     //! covered by crates/spire/tests/integration/attest.rs against swtpm.
     use super::test_support::*;
     use super::*;
-    use crate::server::config::EkTrust;
+
     use p256::ecdsa::SigningKey;
     use sceau_format::wire::Writer;
     use std::collections::HashSet;
 
     fn config(hashes: &[&str], quote_pcrs: Vec<u8>) -> ServerConfig {
-        ServerConfig {
-            trust_domain: "example.org".into(),
-            ek_hashes: Some(hashes.iter().map(|h| h.to_string()).collect::<HashSet<_>>()),
-            trust_store: None,
-            ek_trust: EkTrust::Either,
+        ServerConfig::with_trust(
+            "example.org",
+            Some(hashes.iter().map(|h| h.to_string()).collect::<HashSet<_>>()),
+            None,
             quote_pcrs,
-            measured_boot: MeasuredBoot::Off,
-            measured_boot_bank: Bank::Sha256,
-            measured_boot_banks: vec![Bank::Sha256],
-            advisories: Vec::new(),
-            refuse_advised_tpms: false,
-        }
+        )
     }
 
     fn check(forgery: &Forgery) -> Result<VerifiedPayload, Refusal> {

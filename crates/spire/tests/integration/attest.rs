@@ -13,8 +13,7 @@ use std::time::SystemTime;
 use crate::pki::Pki;
 use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings, ak_template_with};
 use sceau_spire::payload::{Challenge, ChallengeResponse, Payload};
-use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
-use sceau_spire::server::event_log::Bank;
+use sceau_spire::server::config::ServerConfig;
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::structures::{PublicArea, attributes};
 use sceau_spire::server::verify::{
@@ -45,18 +44,12 @@ fn ek_key(payload: &Payload) -> Key {
 }
 
 fn config(store: Option<TrustStore>, hashes: &[String], quote_pcrs: Vec<u8>) -> ServerConfig {
-    ServerConfig {
-        trust_domain: "example.org".into(),
-        ek_hashes: (!hashes.is_empty()).then(|| hashes.iter().cloned().collect()),
-        trust_store: store,
-        ek_trust: EkTrust::Either,
+    ServerConfig::with_trust(
+        "example.org",
+        (!hashes.is_empty()).then(|| hashes.iter().cloned().collect()),
+        store,
         quote_pcrs,
-        measured_boot: MeasuredBoot::Off,
-        measured_boot_bank: Bank::Sha256,
-        measured_boot_banks: vec![Bank::Sha256],
-        advisories: Vec::new(),
-        refuse_advised_tpms: false,
-    }
+    )
 }
 
 /// One attestation through the encoded messages; returns the selectors or

@@ -314,8 +314,8 @@ async fn a_stall_ends_at_the_answer_deadline_and_frees_its_slot() {
 #[test]
 fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
     use sceau_spire::agent::tpm::{Attestation, EkAlgorithm, TpmSettings};
-    use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
-    use sceau_spire::server::event_log::Bank;
+    use sceau_spire::server::config::ServerConfig;
+
     use sceau_spire::server::keys::Key;
     use sceau_spire::server::structures::PublicArea;
     use sceau_spire::server::verify::{check_payload, check_response, issue_challenge};
@@ -333,18 +333,12 @@ fn an_answer_through_a_discrete_tpm_model_fits_well_within_the_deadline() {
         };
         let (mut agent, payload) = Attestation::begin(&settings).unwrap();
         let ek = Key::from_tpm(&PublicArea::parse(&payload.ek_public).unwrap().key).unwrap();
-        let config = ServerConfig {
-            trust_domain: "example.org".into(),
-            ek_hashes: Some([ek.pub_hash()].into_iter().collect()),
-            trust_store: None,
-            ek_trust: EkTrust::Either,
-            quote_pcrs: vec![0, 7],
-            measured_boot: MeasuredBoot::Off,
-            measured_boot_bank: Bank::Sha256,
-            measured_boot_banks: vec![Bank::Sha256],
-            advisories: Vec::new(),
-            refuse_advised_tpms: false,
-        };
+        let config = ServerConfig::with_trust(
+            "example.org",
+            Some([ek.pub_hash()].into_iter().collect()),
+            None,
+            vec![0, 7],
+        );
         let verified = check_payload(&config, &payload, std::time::SystemTime::now()).unwrap();
         let (pending, challenge) = issue_challenge(&config, verified).unwrap();
         proxy.reset_counts();

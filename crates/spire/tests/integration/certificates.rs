@@ -14,8 +14,7 @@ use crate::pki::Pki;
 use sceau_spire::payload::Payload;
 use sceau_spire::plugin::log::{MAX_FIELD_BYTES, format_line};
 use sceau_spire::server::Failure;
-use sceau_spire::server::config::{EkTrust, MeasuredBoot, ServerConfig};
-use sceau_spire::server::event_log::Bank;
+use sceau_spire::server::config::{EkTrust, ServerConfig};
 use sceau_spire::server::keys::Key;
 use sceau_spire::server::verify::{
     NamedRefusal, Refusal, VerifiedPayload, check_payload, check_payload_naming_ek,
@@ -24,16 +23,13 @@ use sceau_spire::server::x509::TrustStore;
 
 fn config(store: TrustStore, hashes: Option<&[&str]>, ek_trust: EkTrust) -> ServerConfig {
     ServerConfig {
-        trust_domain: "example.org".into(),
-        ek_hashes: hashes.map(|h| h.iter().map(|s| s.to_string()).collect()),
-        trust_store: Some(store),
         ek_trust,
-        quote_pcrs: vec![],
-        measured_boot: MeasuredBoot::Off,
-        measured_boot_bank: Bank::Sha256,
-        measured_boot_banks: vec![Bank::Sha256],
-        advisories: Vec::new(),
-        refuse_advised_tpms: false,
+        ..ServerConfig::with_trust(
+            "example.org",
+            hashes.map(|h| h.iter().map(|s| s.to_string()).collect()),
+            Some(store),
+            vec![],
+        )
     }
 }
 

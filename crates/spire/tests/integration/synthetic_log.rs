@@ -6,6 +6,7 @@
 //! scripts/interop-spire.sh runs. The events are kept as a list, so that
 //! a test can change, drop or reorder one and write the log again.
 
+pub use sceau_format::key_id::hex;
 use sceau_spire::server::event_log::ALG_SHA1;
 use sceau_spire::server::event_log::ALG_SHA256;
 use sceau_spire::server::event_log::event_type::{
@@ -21,10 +22,6 @@ pub const SHIM_SHA1: [u8; 20] = [0x15; 20];
 const EFI_GLOBAL_VARIABLE: [u8; 16] = [
     0x61, 0xdf, 0xe4, 0x8b, 0xca, 0x93, 0xd2, 0x11, 0xaa, 0x0d, 0x00, 0xe0, 0x98, 0x03, 0x2b, 0x8c,
 ];
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// One extending event: its PCR, type, digest in the log's one bank, data.
 #[derive(Clone)]
