@@ -15,7 +15,7 @@ use p256::ecdsa::{Signature, VerifyingKey};
 
 use super::public::{PublicArea, PublicAreaError, PublicKey as TpmPublicKey, expect};
 use super::storage_key::{EccPublic, StorageKeyError, point_from_coordinates};
-use super::wire::{ALG_NULL, ALG_SHA256, ECC_NIST_P256, NAME_LEN, Reader, WireError, Writer};
+use super::wire::{ALG_NULL, ALG_SHA256, ECC_NIST_P256, NAME_LEN, Reader, WireError};
 
 /// fixedTPM, fixedParent, sensitiveDataOrigin, userWithAuth, noDA, sign:
 /// the TPM made the key and will never let it out, it needs no password
@@ -179,7 +179,7 @@ pub fn canonical_signature(r: &[u8], s: &[u8]) -> Result<[u8; SIGNATURE_LEN], Si
 #[cfg(any(test, feature = "test-support"))]
 fn signing_public(point: &PublicKey) -> Vec<u8> {
     use super::storage_key::coordinates;
-    use super::wire::ALG_ECC;
+    use super::wire::{ALG_ECC, Writer};
     let (x, y) = coordinates(point);
     let mut w = Writer::default();
     w.u16(ALG_ECC)
