@@ -6,7 +6,9 @@
 # - the TPM layer's module order: the list between its "tpm-modules"
 #   markers must name every module of crates/tpm/src once, and each module
 #   may import (a `super::` or `crate::` path outside its test module) only
-#   modules of earlier steps.
+#   modules of earlier steps;
+# - the size rule of "Where tests go": no source file of crates/*/src or
+#   src/ other than a tests.rs is over 1,200 lines.
 # Exits 1 with the differences otherwise. Needs cargo and python3; no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -101,6 +103,15 @@ for module, source in sorted(sources.items()):
             )
 for module in sorted(set(step_of) - set(sources)):
     problems.append(f"tpm-modules: {module} is listed but crates/tpm/src/{module}.rs does not exist")
+
+# No product source file over 1,200 lines.
+for root in ["src"] + sorted(glob.glob("crates/*/src")):
+    for path in sorted(glob.glob(f"{root}/**/*.rs", recursive=True)):
+        if os.path.basename(path) == "tests.rs":
+            continue
+        lines = sum(1 for _ in open(path))
+        if lines > 1200:
+            problems.append(f"{path}: {lines} lines, over the 1,200 of ARCHITECTURE.md (\"Where tests go\")")
 
 if problems:
     print("ARCHITECTURE.md's map differs from the code:")
