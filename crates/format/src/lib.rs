@@ -2,39 +2,9 @@
 //! no TPM, no I/O, no async, no `unsafe` (forbidden for the whole workspace
 //! but `sceau-sys`, through `[workspace.lints]`).
 //!
-//! - Envelopes: `envelope` (the one parser, `Envelope::parse`, over every
-//!   version), `sealed` (version 1, a TPM sealed-data object under one
-//!   SRK) and `wrapped` (versions 2 and 3, one object wrapped for every
-//!   cluster member and the recovery key; version 3 signed by the member
-//!   that made it).
-//! - TPM wire structures: `wire` (the bounded `Reader`), `public` (the one
-//!   TPMT_PUBLIC reader), `storage_key`
-//!   (an ECC P-256 storage key's TPM2B_PUBLIC and Name), `signing_key` (a
-//!   member's envelope signing key and its ECDSA signatures), `kdf` (KDFa, KDFe),
-//!   `duplicate` (TPM2_Import blobs made in software), `credential`
-//!   (TPM2_MakeCredential's blob).
-//! - Text files: `armor`, `members` (member files and the cluster
-//!   membership), `recovery_key` (the recovery identity and its public
-//!   half), `recovery_share` (that identity split among custodians,
-//!   verifiable share by share), `enrollment` (request, challenge and response files),
-//!   `endorsement` (the offline enrollment key and the endorsement it
-//!   writes into a member file).
-//! - Boot-state binding: `pcr_policy` (PCR lists and values, PolicyPCR
-//!   digests, signed policy files in systemd's format) and `policy_key`
-//!   (the key that signs them, in OpenSSL's PEM files; its TPM Name and the
-//!   authPolicy that commits to it), `revocation` (the NV index a
-//!   revocable policy commits to, and what its Name says), over `der` (the little DER those files
-//!   need) and `json` (a strict reader, also `sceau-recover`'s).
-//! - KEK generations: `kek` (their TPM handles, their key_ids from the
-//!   TPM's epoch counter, the state directory's ledger, and which key_id
-//!   opens under which generation).
-//! - Trusting the TPM: `owner_auth` (the owner hierarchy's authorization
-//!   value in the systemd credential `tpm-owner-auth`, and the pinned SRK
-//!   Name of `--expect-srk-name`), `roca` (the fingerprint of RSA keys that
-//!   can be factored from their public half, CVE-2017-15361), `tpm_info`
-//!   (a TPM's manufacturer, vendor string and firmware version as text),
-//!   `advisories` (vendors' advisories by manufacturer and firmware version).
-//! - `key_id` and `text` (what may be echoed of client input).
+//! Its modules are listed in ARCHITECTURE.md ("The crates"), the one map
+//! of the tree; each module's own documentation says what it reads and
+//! writes.
 //!
 //! The daemon, the offline tool `sceau-recover`, the fuzz targets and the
 //! SPIRE plugins depend on this crate; it depends on none of them.

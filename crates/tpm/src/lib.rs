@@ -1,16 +1,9 @@
 //! sceau's TPM layer, shared by the daemon, the SPIRE agent plugin and the
-//! test kit: the parsed TCTI (`tcti`), the open TPM (`device`), SRK and key_id
-//! (`srk`), the envelope signing key (`signing`), sealed objects (`sealed`),
-//! the salted session (`session`), TSS
-//! errors to class words (`fault`), the cached health verdict (`health`), EK
-//! and credential activation for enrollment (`enroll`), the TPM thread
-//! (`worker`: bounded queue, deadlines, retries, reconnect), the DEK in a
-//! locked page (`secret`), what the layer reports to whoever watches it
-//! (`observe`), PCRs (`pcrs`), the signed boot policies that objects are
-//! sealed to (`boot_policy`) and the NV indices that revoke them
-//! (`revocation`), the KEK generations with their epoch counter
-//! (`kek`), and the owner hierarchy's authorization value (`owner`), and who made
-//! the TPM and its firmware version (`identity`).
+//! test kit: opening the TPM and everything sceau asks of it, from the SRK
+//! and sealed objects to the TPM thread. Its modules, and the one order in
+//! which they import each other, are in ARCHITECTURE.md ("The TPM layer's
+//! modules"; checked by scripts/check-architecture.sh); each module's own
+//! documentation says what it does.
 //!
 //! It depends on `sceau-format` for byte formats and on `sceau-sys` for the
 //! few system calls std does not wrap; it has no `unsafe` of its own, no
