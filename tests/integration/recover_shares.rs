@@ -621,7 +621,7 @@ while True:
         answered += 1
         if passphrase == b"^C":
             os.write(fd, b"\x03")
-            time.sleep(0.3)
+            time.sleep(1.0)
         os.write(fd, passphrase + b"\n" if passphrase != b"^C" else b"\n")
 _, status = os.waitpid(pid, 0)
 sys.stdout.write(shown.decode("utf-8", "replace"))
