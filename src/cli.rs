@@ -960,9 +960,7 @@ fn parse_deadline(value: &str) -> Result<Duration, UsageError> {
     let parsed = if let Some(ms) = value.strip_suffix("ms") {
         ms.parse::<u64>().ok().map(Duration::from_millis)
     } else if let Some(s) = value.strip_suffix('s') {
-        s.parse::<f64>()
-            .ok()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        decimal_seconds(s)
     } else {
         None
     };
@@ -975,6 +973,20 @@ fn parse_deadline(value: &str) -> Result<Duration, UsageError> {
                 "expected 100ms to 60s, such as 2.5s or 800ms",
             )
         })
+}
+
+/// Seconds written as digits with at most nine decimals, read exactly: a
+/// float parse would round `0.1s` and link the float parser for this one
+/// flag.
+fn decimal_seconds(text: &str) -> Option<Duration> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    let well_formed = !whole.is_empty() && digits(whole) && digits(fraction);
+    if !well_formed || fraction.len() > 9 || text.ends_with('.') {
+        return None;
+    }
+    let nanos = format!("{fraction:0<9}").parse::<u32>().ok()?;
+    Some(Duration::new(whole.parse().ok()?, nanos))
 }
 
 /// A deadline as `--request-deadline` takes it: whole milliseconds when it

@@ -121,6 +121,11 @@ fn rejects_bad_values() {
         "serve --request-deadline 2.5",
         "serve --request-deadline 5ms",
         "serve --request-deadline 10m",
+        "serve --request-deadline 2.s",
+        "serve --request-deadline .5s",
+        "serve --request-deadline 1e1s",
+        "serve --request-deadline +2s",
+        "serve --request-deadline 0.1234567891s",
         "serve --allow-uid kube",
         "serve --landlock maybe",
         "serve --seccomp strict",
@@ -259,5 +264,22 @@ fn moved_commands_point_to_sceau_recover() {
             "{line}"
         );
         assert!(error.to_string().contains("run `sceau-recover "), "{error}");
+    }
+}
+
+#[test]
+fn deadlines_in_seconds_are_read_exactly() {
+    for (text, millis, nanos) in [
+        ("0.1s", 100, 0),
+        ("2.5s", 2500, 0),
+        ("60s", 60_000, 0),
+        ("1.000000001s", 1000, 1),
+        ("0.25s", 250, 0),
+    ] {
+        let options = serve(&format!("serve --request-deadline {text}"), None);
+        let expected = Duration::from_millis(millis) + Duration::from_nanos(nanos);
+        assert_eq!(options.request_deadline, expected, "{text}");
+        // What the re-exec passes on reads back the same.
+        assert_eq!(parse_deadline(&deadline_arg(expected)).unwrap(), expected);
     }
 }
