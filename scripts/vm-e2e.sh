@@ -186,6 +186,27 @@ install -m 0644 "${debs[@]}" tests/vm/guest-lib.sh tests/vm/guest-checks.sh test
 install -m 0644 systemd/*.socket systemd/*.service "$work/payload/units/"
 strip -o "$work/payload/attest_once" target/debug/examples/attest_once
 strip -o "$work/payload/kms_envelope" target/debug/examples/kms_envelope
+# TLS for shipping the journal (guest-checks.sh): a CA, the collector's
+# certificate for localhost and 127.0.0.1 and the node's client certificate, as
+# docs/audit-trail.md has an operator make them. The guest has no openssl.
+journal_tls() { # DIR
+    local dir=$1 name
+    mkdir -p "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=sceau-vm-log-ca -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null || return 1
+    for name in collector node; do
+        openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
+            -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null &&
+            openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+                -days 2 -extfile <(printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n') \
+                -out "$dir/$name.pem" 2>/dev/null || return 1
+    done
+    # A CA that signed nothing here: what an upload to an impostor trusts.
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=another-ca -keyout /dev/null -out "$dir/other-ca.pem" 2>/dev/null || return 1
+    rm -f "$dir/ca.key" "$dir"/*.csr
+}
+journal_tls "$work/payload/journal-tls" || echo "INFO could not make the journal-shipping certificates; the guest's check will say so"
 # QEMU does not hand OVMF the -kernel file as it is, but a copy with four
 # fields of the bzImage setup header filled in, as for any boot loader
 # (x86_load_linux: type_of_loader, the CAN_USE_HEAP flag, heap_end_ptr,

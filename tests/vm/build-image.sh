@@ -29,18 +29,21 @@ secmirror=${SCEAU_VM_SECMIRROR:-http://deb.debian.org/debian-security}
 # - podman (with crun): runs the static pod's OCI image (guest-checks.sh);
 #   curl: the kube-apiserver that writes through the pod's socket is called
 #   over HTTPS.
+# - systemd-journal-remote: systemd-journal-upload ships the journal to a
+#   systemd-journal-remote collector over HTTPS, as docs/audit-trail.md
+#   configures it (guest-checks.sh, on loopback).
 # - on trixie, the same libraries under their 64-bit-time names.
 suite=${SCEAU_VM_SUITE:-bookworm}
 case $suite in
 bookworm)
-    packages=systemd,systemd-sysv,udev,kmod,dbus,procps,tpm-udev,libtss2-esys-3.0.2-0,libtss2-tctildr0,libtss2-tcti-device0,libtss2-mu0,libtss2-rc0,libtss2-sys1,libssl3,podman,crun,curl,linux-image-cloud-amd64
+    packages=systemd,systemd-sysv,udev,kmod,dbus,procps,tpm-udev,libtss2-esys-3.0.2-0,libtss2-tctildr0,libtss2-tcti-device0,libtss2-mu0,libtss2-rc0,libtss2-sys1,libssl3,podman,crun,curl,systemd-journal-remote,linux-image-cloud-amd64
     backports_kernel=linux-image-cloud-amd64
     sources=("deb $mirror bookworm main" "deb $mirror bookworm-updates main"
         "deb $secmirror bookworm-security main" "deb $mirror bookworm-backports main")
     kernel_hook=(--chrooted-customize-hook="DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -t bookworm-backports $backports_kernel >/dev/null")
     ;;
 trixie)
-    packages=systemd,systemd-sysv,udev,kmod,dbus,procps,tpm-udev,libtss2-esys-3.0.2-0t64,libtss2-tctildr0t64,libtss2-tcti-device0t64,libtss2-mu-4.0.1-0t64,libtss2-rc0t64,libtss2-sys1t64,libssl3t64,podman,crun,curl,linux-image-cloud-amd64
+    packages=systemd,systemd-sysv,udev,kmod,dbus,procps,tpm-udev,libtss2-esys-3.0.2-0t64,libtss2-tctildr0t64,libtss2-tcti-device0t64,libtss2-mu-4.0.1-0t64,libtss2-rc0t64,libtss2-sys1t64,libssl3t64,podman,crun,curl,systemd-journal-remote,linux-image-cloud-amd64
     sources=("deb $mirror trixie main" "deb $mirror trixie-updates main"
         "deb $secmirror trixie-security main")
     kernel_hook=()

@@ -546,6 +546,59 @@ else
 fi
 rm -f "$altered"
 
+# Shipping off the node (docs/audit-trail.md), configured as the guide
+# says: systemd-journal-upload, its key handed to the unit's dynamic user
+# as a credential, sends the journal over HTTPS to a systemd-journal-remote
+# collector (on loopback: the guest has no second machine) whose
+# certificate it checks against the CA. The collector's files hold
+# sceau's records with their fields. The control first: an upload that
+# trusts another CA sends nothing. (Debian builds journal-remote without
+# GnuTLS, so it cannot check the node's certificate: "Option --trust is
+# not available".)
+collected=/var/tmp/collected
+tls=$P/journal-tls
+mkdir -p "$collected" /etc/systemd/journal-upload /etc/systemd/journal-upload.conf.d \
+    /etc/systemd/system/systemd-journal-upload.service.d
+systemd-run --quiet --unit=log-collector /lib/systemd/systemd-journal-remote \
+    --listen-https=127.0.0.1:19532 --key="$tls/collector.key" --cert="$tls/collector.pem" \
+    --output="$collected/"
+sleep 2
+timeout 20 /lib/systemd/systemd-journal-upload --url=https://127.0.0.1:19532 --key=- --cert=- \
+    --trust="$tls/other-ca.pem" --follow=no >/var/tmp/impostor-upload.out 2>&1
+impostor_rc=$?
+impostor=$(journalctl -D "$collected" -q -o cat 2>/dev/null | grep -c .)
+install -m 0644 "$tls/ca.pem" "$tls/node.pem" /etc/systemd/journal-upload/
+install -m 0600 "$tls/node.key" /etc/systemd/journal-upload/
+printf '[Service]\nLoadCredential=upload.key:/etc/systemd/journal-upload/node.key\n' \
+    >/etc/systemd/system/systemd-journal-upload.service.d/key.conf
+printf '[Upload]\nURL=https://127.0.0.1:19532\nServerKeyFile=/run/credentials/systemd-journal-upload.service/upload.key\nServerCertificateFile=/etc/systemd/journal-upload/node.pem\nTrustedCertificateFile=/etc/systemd/journal-upload/ca.pem\n' \
+    >/etc/systemd/journal-upload.conf.d/collector.conf
+systemctl daemon-reload
+systemctl start systemd-journal-upload.service
+systemctl reload sceau.service
+local_reloads=$(count MESSAGE_ID=$id_reloaded)
+shipped() { journalctl -D "$collected" -q --no-pager "$@" 2>/dev/null; }
+for _ in $(seq 60); do
+    [ "$(shipped MESSAGE_ID=$id_reloaded -o cat | grep -c .)" = "$local_reloads" ] && break
+    sleep 1
+done
+remote_reloads=$(shipped MESSAGE_ID=$id_reloaded -o cat | grep -c .)
+remote_calls=$(shipped _SYSTEMD_UNIT=sceau.service -o cat | grep -c 'call method=')
+local_calls=$(records _SYSTEMD_UNIT=sceau.service -o cat | grep -c 'call method=')
+remote_key=$(shipped MESSAGE_ID=$id_started -o verbose -n 1 | sed -n 's/^ *SCEAU_KEY_ID=//p' | head -n 1)
+local_key=$(field SCEAU_KEY_ID MESSAGE_ID=$id_started)
+if [ "$impostor_rc" -ne 0 ] && [ "$impostor" = 0 ] && [ "$local_reloads" -ge 1 ] &&
+    [ "$remote_reloads" = "$local_reloads" ] && [ "$remote_calls" -ge 3000 ] &&
+    [ "$remote_calls" = "$local_calls" ] && [ -n "$remote_key" ] && [ "$remote_key" = "$local_key" ]; then
+    pass "journal shipped by systemd-journal-upload (key as a credential) to systemd-journal-remote over HTTPS: $remote_calls/$local_calls call records, $remote_reloads/$local_reloads reload events, SCEAU_KEY_ID $remote_key kept; an upload trusting another CA sent nothing (exit $impostor_rc)"
+else
+    fail "journal shipping" "upload trusting another CA: exit $impostor_rc, $impostor records collected; reload events $remote_reloads shipped of $local_reloads; call records $remote_calls of $local_calls; key '$remote_key' (local '$local_key'); upload $(systemctl is-active systemd-journal-upload.service), collector $(systemctl is-active log-collector.service)"
+    tail -n 3 /var/tmp/impostor-upload.out | show
+    journalctl -b -q --no-pager -u log-collector.service -n 6 | show
+    journalctl -b -q --no-pager -u systemd-journal-upload.service -n 6 | show
+fi
+systemctl stop systemd-journal-upload.service log-collector.service 2>/dev/null
+
 # --- signed envelopes under systemd -------------------------------------------
 # docs/ha.md's set-up on one node: the member file `sceau srk-public` writes
 # (the SRK and the envelope signing key, both recreated by this TPM), a
