@@ -73,8 +73,12 @@ echo "== scrape 2 (against the baseline)"
 "$metricscheck" --url "$url" --baseline "$tmp/before.txt" || status=1
 
 echo "== the per-call log line"
+# Status names no key; Encrypt and Decrypt name the caller's uid, the key_id
+# and the envelope's fingerprint, the fields docs/audit-trail.md lists.
+keyed='uid="sceau-check" key_id="sceau-[0-9]+\.[0-9]+-[0-9a-f]{16}" envelope=[0-9a-f]{16} '
 for method in Status Encrypt Decrypt; do
-    if grep -qE "INFO  call method=$method( uid=\"sceau-check\")? code=OK duration_ms=[0-9.]+ tpm_ms=[0-9.]+$" "$tmp/sceau.log"; then
+    fields=$([ "$method" = Status ] || echo "$keyed")
+    if grep -qE "INFO  call method=$method ${fields}code=OK duration_ms=[0-9.]+ tpm_ms=[0-9.]+$" "$tmp/sceau.log"; then
         echo "PASS log line for $method"
     else
         echo "FAIL no log line for $method"
