@@ -11,7 +11,7 @@ require_cargo
 # binaries of packages that have integration tests, so build it first.
 cargo build --locked -p sceau-recover
 # The daemon's tests turn on its insecure-test-hooks themselves (a
-# dev-dependency on itself in Cargo.toml), and the timing test is a test
-# binary of its own, which cargo runs after the others: this is the whole
-# suite, as `cargo test --workspace` runs it anywhere.
+# dev-dependency on itself in Cargo.toml): this is the whole suite, as
+# `cargo test --workspace` runs it anywhere. No test times anything: the
+# figures come from the benches (docs/performance.md).
 cargo test --locked --workspace "$@"

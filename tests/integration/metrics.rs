@@ -22,6 +22,7 @@ use crate::harness::sceau::{BIN, serve_args};
 use crate::harness::{Swtpm, TempDir, rpc};
 
 mod abuse;
+mod isolation;
 
 /// sceau under `systemd-socket-activate`, with the KMS socket and a metrics
 /// socket (`127.0.0.1:PORT` or a unix path) named as the units name them.

@@ -3,7 +3,7 @@
 //! `LISTEN_PID` and `LISTEN_FDNAMES`, and executes sceau in its own process:
 //! systemd-socket-activate can pass neither a socket that is not listening
 //! nor two sockets of one name with a third of another. The metrics tests
-//! and the timing test start sceau this way.
+//! and the scrape-flood benchmark start sceau this way.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -49,7 +49,8 @@ os.execv(sys.argv[2], sys.argv[2:])
 
 /// The sceau these tests start: this build's, or the one named by
 /// `SCEAU_MEASURE_BIN`, which is how docs/performance.md compares the scrape
-/// flood against an earlier build (only the timing test is meant to run so).
+/// flood against an earlier build (only benches/scrape_flood.rs is meant to
+/// run so).
 fn binary_under_test() -> String {
     std::env::var("SCEAU_MEASURE_BIN").unwrap_or_else(|_| crate::sceau::bin().display().to_string())
 }
@@ -104,6 +105,11 @@ impl Launched {
         let mut client = rpc::connect(&launched.kms).await;
         assert_eq!(rpc::status(&mut client).await.healthz, "ok");
         launched
+    }
+
+    /// sceau's process id (the launcher executes it in its own process).
+    pub fn pid(&self) -> u32 {
+        self.sceau.id()
     }
 
     /// What sceau has logged so far.

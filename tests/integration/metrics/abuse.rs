@@ -3,18 +3,16 @@
 //! scrapes, slows the KMS, or stops it.
 //!
 //! sceau gets its sockets here from the test kit's launcher
-//! (`sceau_testkit::launch`), which passes them as systemd does. The scrape
-//! flood's effect on KMS latency is a timing test, in a test binary of its
-//! own (tests/timing.rs).
+//! (`sceau_testkit::launch`), which passes them as systemd does. That a
+//! scrape flood cannot slow the KMS is checked in `isolation` (the endpoint's
+//! own idle thread) and measured by benches/scrape_flood.rs.
 //!
 //! Shown to fail without the protections, with the endpoint as it was
 //! (4 connections, accept-time refusal past them, 5 s to send a request, on
 //! the KMS's own event loop, and any metrics socket problem fatal):
 //! `idle_connections_cannot_blind_the_scrapes` got empty answers once the
 //! holder had its connections open; `problems_with_the_metrics_sockets_never_stop_the_kms`
-//! saw sceau exit with "more than one socket named metrics";
-//! the scrape flood test, run against that build with `SCEAU_MEASURE_BIN`,
-//! measured 1.22x and 1.36x (docs/performance.md).
+//! saw sceau exit with "more than one socket named metrics".
 
 use std::io::Read;
 use std::net::TcpStream;

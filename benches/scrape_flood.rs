@@ -1,11 +1,19 @@
-//! Timing tests, in a test binary of their own: cargo runs test binaries
-//! one after another, so nothing else of the suite runs beside them. Beside
-//! the integration tests (two at a time, each with its own swtpm and sceau),
-//! the scrape flooders below, niced, got no CPU at all.
+//! What a flood of scrapes on the metrics endpoint does to the KMS's
+//! latency: `cargo bench --bench scrape_flood`. Prints one table.
 //!
-//! A flood of scrapes on the metrics endpoint must leave the KMS's latency
-//! alone: the endpoint runs on its own thread at SCHED_IDLE, with its own
-//! event loop (docs/metrics.md).
+//! sceau on swtpm with a TCP metrics socket, four Python scrape loops at
+//! `nice 19` (their own CPU use is not sceau's to limit), and Encrypts timed
+//! in alternating blocks with the flood paused (SIGSTOP) and running
+//! (SIGCONT), so that whatever else the machine does weighs on both alike.
+//! Each measurement is the ratio of the two medians within it.
+//! `SCEAU_MEASURE_BIN=PATH` runs the same against another build, which is
+//! how docs/performance.md compares builds.
+//!
+//! It is a benchmark and not a test: on a shared 2-core machine the
+//! flooders' own pull moves the ratio between 1.06 and 1.34 for one build,
+//! as wide as the effect it shows. What the tests check instead is the
+//! mechanism (metrics::isolation in tests/integration: scrapes run on their
+//! own `SCHED_IDLE` thread and cost the KMS's threads no CPU).
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
@@ -107,51 +115,50 @@ const FLOODERS: usize = 4;
 /// Blocks of Encrypts with the flood running and paused, alternated, so
 /// that whatever else the machine does weighs on both alike. 320 calls a
 /// side: with 80, an Encrypt of about 2 ms on swtpm left the ratio's noise
-/// (1.06 to 1.25 over runs of one build) as wide as the margin it tests
-/// (docs/performance.md).
+/// (1.06 to 1.25 over runs of one build) wider still (docs/performance.md).
 const BLOCKS: usize = 16;
 const CALLS_PER_BLOCK: usize = 20;
 
-/// A flood of scrapes from four processes leaves the KMS's median Encrypt
-/// time within 20 % of its time without the flood.
-///
-/// Shown to fail against the endpoint as it was (on the KMS's own event
-/// loop), run with `SCEAU_MEASURE_BIN`: 1.22x and 1.36x.
-///
-/// Up to [`ATTEMPTS`] measurements, the first within the bound passes: on
-/// this 2-core machine the flooders' own pull (niced, but sharing caches
-/// and, on some hosts, SMT siblings) moves one measurement between 1.06 and
-/// 1.26 for this build and the release before it alike, while the endpoint
-/// on the KMS's loop is over the bound in every one.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_scrape_flood_leaves_kms_latency_alone() {
+/// Measurements, each of 2 × [`BLOCKS`] × [`CALLS_PER_BLOCK`] Encrypts.
+const MEASUREMENTS: usize = 5;
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
     let port = free_port();
     let launched = Launched::start("metrics-flood", &[format!("metrics=tcp:{port}")], &[]).await;
     let mut client = rpc::connect(&launched.kms).await;
     let flood: Vec<Child> = (0..FLOODERS).map(|_| scrape_flood(port)).collect();
+    println!(
+        "Encrypt under a scrape flood ({FLOODERS} flooders at nice 19, {} calls a side)",
+        BLOCKS * CALLS_PER_BLOCK
+    );
+    println!();
+    println!("| measurement | Encrypt p50, quiet | Encrypt p50, flooded | ratio |");
+    println!("|---|---|---|---|");
     let mut ratios = Vec::new();
-    for _ in 0..ATTEMPTS {
-        let ratio = flood_ratio(&mut client, &flood).await;
+    for n in 1..=MEASUREMENTS {
+        let (quiet, flooded) = flood_medians(&mut client, &flood).await;
+        let ratio = flooded.as_secs_f64() / quiet.as_secs_f64();
         ratios.push(ratio);
-        if ratio <= 1.2 {
-            break;
-        }
+        println!(
+            "| {n} | {:.2} ms | {:.2} ms | {ratio:.2} |",
+            quiet.as_secs_f64() * 1e3,
+            flooded.as_secs_f64() * 1e3
+        );
     }
     let scrapes: u64 = flood.into_iter().map(answered_by).sum();
-    eprintln!("{scrapes} scrapes answered");
-    assert!(scrapes > 1000, "the flood made only {scrapes} scrapes");
-    assert!(
-        ratios.iter().any(|r| *r <= 1.2),
-        "a scrape flood slowed Encrypt {ratios:.2?}x"
+    ratios.sort_by(f64::total_cmp);
+    println!();
+    println!(
+        "median ratio {:.2}; {scrapes} scrapes answered",
+        ratios[ratios.len() / 2]
     );
+    drop(launched);
 }
 
-/// Measurements [`a_scrape_flood_leaves_kms_latency_alone`] may take.
-const ATTEMPTS: usize = 3;
-
 /// One measurement: Encrypts in blocks with the flood paused and running,
-/// alternated; the ratio of the medians, flooded over quiet.
-async fn flood_ratio(client: &mut rpc::Client, flood: &[Child]) -> f64 {
+/// alternated; the medians, quiet and flooded.
+async fn flood_medians(client: &mut rpc::Client, flood: &[Child]) -> (Duration, Duration) {
     let (mut quiet, mut flooded) = (Vec::new(), Vec::new());
     for block in 0..2 * BLOCKS {
         let flooding = block % 2 == 1;
@@ -175,8 +182,5 @@ async fn flood_ratio(client: &mut rpc::Client, flood: &[Child]) -> f64 {
             }
         }
     }
-    let (quiet, flooded) = (median(quiet), median(flooded));
-    let ratio = flooded.as_secs_f64() / quiet.as_secs_f64();
-    eprintln!("Encrypt p50: {quiet:?} quiet, {flooded:?} flooded ({ratio:.2}x)");
-    ratio
+    (median(quiet), median(flooded))
 }
