@@ -185,10 +185,12 @@ fn concurrent_commands_queue_behind_each_other_s_modelled_time() {
     let modelled = proxy.modelled_delay().as_secs_f64();
     assert!((modelled - 0.18).abs() < 1e-6, "{modelled}");
     assert_eq!(proxy.counts(), BTreeMap::from([("Create".to_string(), 3)]));
+    // Scale 0 models no delay: checked on the model, not on the clock,
+    // which a loaded machine can hold up past any bound.
     proxy.set_scale(0.0);
-    let started = Instant::now();
+    let modelled = proxy.modelled_delay();
     send(&proxy, 0x153, None);
-    assert!(started.elapsed() < Duration::from_millis(60));
+    assert_eq!(proxy.modelled_delay(), modelled);
 }
 
 #[test]
