@@ -12,6 +12,7 @@ require_cargo
 cargo build --locked -p sceau-recover
 # The daemon's tests turn on its insecure-test-hooks themselves (a
 # dev-dependency on itself in Cargo.toml): this is the whole suite, as
-# `cargo test --workspace` runs it anywhere. No test times anything: the
-# figures come from the benches (docs/performance.md).
+# `cargo test --workspace` runs it anywhere. Tests bound times (a fault
+# ends, never hangs) but measure no speed: the figures come from the
+# benches (docs/performance.md).
 cargo test --locked --workspace "$@"

@@ -15,6 +15,7 @@ use sceau::server::idle::IDLE_LIMIT;
 use sceau_kms_api::pb::EncryptRequest;
 use tonic::Code;
 
+use crate::harness::footprint::cpu_time;
 use crate::harness::process::{poll_until, run_with_timeout};
 use crate::harness::{Fixture, random_bytes, rpc};
 
@@ -100,18 +101,6 @@ fn served_connection(socket: &Path) -> UnixStream {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("sceau served no new connection within 5 s");
-}
-
-/// The daemon's user plus system CPU time, from /proc/<pid>/stat.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the parenthesised command name; utime and stime are the
-    // 14th and 15th fields overall, i.e. the 12th and 13th after it.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // USER_HZ, the unit of these fields, is 100 on every Linux architecture.
-    Duration::from_millis(ticks * 10)
 }
 
 /// The lowest file descriptor number the process has free.
@@ -235,9 +224,9 @@ async fn exhausted_file_descriptors_do_not_spin_the_accept_loop() {
     set_fd_limit(pid, lowest_free_fd(pid));
     let _pending = UnixStream::connect(fx.sceau.socket()).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = cpu_time(pid);
+    let before = cpu_time(pid).unwrap();
     tokio::time::sleep(WINDOW).await;
-    let burned = cpu_time(pid) - before;
+    let burned = cpu_time(pid).unwrap() - before;
     assert!(
         burned < WINDOW / 10,
         "sceau burned {burned:?} of CPU in {WINDOW:?}"

@@ -1,6 +1,7 @@
 //! A live process's footprint as the kernel accounts it: resident memory
 //! from `/proc/PID/smaps_rollup` (and, per mapping, from `/proc/PID/smaps`),
-//! open file descriptors and threads. The benchmark's idle-RSS figure and a
+//! open file descriptors, threads, and CPU time (the process's, and each
+//! thread's with its scheduling policy). The benchmark's idle-RSS figure and a
 //! soak's growth checks read the same numbers, so they agree on what "RSS"
 //! means: `Rss:` of smaps_rollup, which is `VmRSS` without its rounding
 //! through per-thread counters.
@@ -10,7 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The totals of `/proc/PID/smaps_rollup`, in KiB.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -86,6 +88,86 @@ pub fn open_fds(pid: u32) -> io::Result<usize> {
 /// Entries in `/proc/PID/task`: one per thread, the main thread included.
 pub fn threads(pid: u32) -> io::Result<usize> {
     Ok(std::fs::read_dir(proc_path(pid, "task"))?.count())
+}
+
+/// One thread of a process, as `/proc/PID/task/TID` shows it.
+#[derive(Debug, Clone)]
+pub struct Thread {
+    pub id: u32,
+    /// Its `comm`: the name the program gave it.
+    pub name: String,
+    /// Its scheduling policy (`SCHED_IDLE` is 5).
+    pub policy: u32,
+    /// Time it has run on a CPU: nanoseconds from `schedstat`, or without
+    /// it, utime and stime in clock ticks.
+    pub cpu: Duration,
+}
+
+/// User plus system CPU time of the whole process, from `/proc/PID/stat`,
+/// in clock ticks (10 ms).
+pub fn cpu_time(pid: u32) -> io::Result<Duration> {
+    let fields = stat_fields(&std::fs::read_to_string(proc_path(pid, "stat"))?)?;
+    ticks(&fields)
+}
+
+/// Every thread of `pid` that still runs when its files are read.
+pub fn threads_of(pid: u32) -> io::Result<Vec<Thread>> {
+    let mut threads = Vec::new();
+    for entry in std::fs::read_dir(proc_path(pid, "task"))? {
+        let Some(id) = entry?.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let dir = proc_path(pid, &format!("task/{id}"));
+        // A thread that ended between the listing and the reads is skipped.
+        if let Ok(thread) = read_thread(id, &dir) {
+            threads.push(thread);
+        }
+    }
+    Ok(threads)
+}
+
+fn read_thread(id: u32, dir: &Path) -> io::Result<Thread> {
+    let name = std::fs::read_to_string(dir.join("comm"))?;
+    let fields = stat_fields(&std::fs::read_to_string(dir.join("stat"))?)?;
+    let policy = stat_field(&fields, 41)? as u32;
+    let run_ns = std::fs::read_to_string(dir.join("schedstat"))
+        .ok()
+        .and_then(|s| s.split(' ').next()?.parse().ok());
+    let cpu = match run_ns {
+        Some(ns) => Duration::from_nanos(ns),
+        None => ticks(&fields)?,
+    };
+    Ok(Thread {
+        id,
+        name: name.trim().to_string(),
+        policy,
+        cpu,
+    })
+}
+
+/// The fields of a `stat` file after "PID (COMM) ", whose COMM may itself
+/// hold spaces and parentheses: field N of proc(5) is at N - 3.
+fn stat_fields(stat: &str) -> io::Result<Vec<String>> {
+    let (_, rest) = stat
+        .rsplit_once(") ")
+        .ok_or_else(|| io::Error::other(format!("not a stat line: {stat:?}")))?;
+    Ok(rest.split(' ').map(str::to_string).collect())
+}
+
+/// Field `n` of proc(5)'s numbering (state is 3), as a number.
+fn stat_field(fields: &[String], n: usize) -> io::Result<u64> {
+    fields
+        .get(n - 3)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("stat field {n} missing")))
+}
+
+/// utime plus stime (fields 14 and 15), in clock ticks: USER_HZ is 100 on
+/// every Linux architecture.
+fn ticks(fields: &[String]) -> io::Result<Duration> {
+    Ok(Duration::from_millis(
+        10 * (stat_field(fields, 14)? + stat_field(fields, 15)?),
+    ))
 }
 
 /// Resident KiB per mapped object, largest first: a library or the program

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{SCRAPE, exchange, free_port};
+use crate::harness::footprint::{Thread, threads_of};
 use crate::harness::launch::Launched;
 
 /// The scheduling policy `sched_setscheduler(2)` calls `SCHED_IDLE`.
@@ -36,48 +37,6 @@ const SCRAPERS: usize = 3;
 const FLOOD_TIME: Duration = Duration::from_secs(2);
 const MIN_SCRAPES: usize = 300;
 const FLOOD_LIMIT: Duration = Duration::from_secs(60);
-
-/// One thread of a process, as /proc shows it.
-#[derive(Debug)]
-struct Task {
-    id: u32,
-    name: String,
-    policy: u32,
-    /// Time it has run on a CPU.
-    cpu: Duration,
-}
-
-/// Every thread of `pid`.
-fn tasks_of(pid: u32) -> Vec<Task> {
-    let dir = format!("/proc/{pid}/task");
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{dir}: {e}"))
-        .filter_map(|entry| {
-            let id: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let task = format!("{dir}/{id}");
-            let name = std::fs::read_to_string(format!("{task}/comm")).ok()?;
-            let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
-            // Fields after "pid (comm) ", which may itself hold spaces:
-            // state is field 3, utime 14, stime 15, policy 41 (proc(5)).
-            let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').collect();
-            let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-            let policy = field(41)? as u32;
-            // schedstat's first field is the run time in nanoseconds;
-            // without it, utime and stime in clock ticks (100 a second).
-            let cpu = std::fs::read_to_string(format!("{task}/schedstat"))
-                .ok()
-                .and_then(|s| s.split(' ').next()?.parse().ok())
-                .map(Duration::from_nanos)
-                .or_else(|| Some(Duration::from_millis(10 * (field(14)? + field(15)?))))?;
-            Some(Task {
-                id,
-                name: name.trim().to_string(),
-                policy,
-                cpu,
-            })
-        })
-        .collect()
-}
 
 /// Scrapes `port` from [`SCRAPERS`] threads until the flood has lasted
 /// [`FLOOD_TIME`] and made [`MIN_SCRAPES`] answers (or [`FLOOD_LIMIT`]);
@@ -123,8 +82,8 @@ fn flood(port: u16) -> usize {
 async fn scrapes_run_only_on_an_idle_thread_of_their_own() {
     let port = free_port();
     let launched = Launched::start("metrics-idle", &[format!("metrics=tcp:{port}")], &[]).await;
-    let before = tasks_of(launched.pid());
-    let metrics: Vec<&Task> = before.iter().filter(|t| t.name == METRICS_THREAD).collect();
+    let before = threads_of(launched.pid()).unwrap();
+    let metrics: Vec<&Thread> = before.iter().filter(|t| t.name == METRICS_THREAD).collect();
     assert_eq!(
         metrics.len(),
         1,
@@ -138,7 +97,7 @@ async fn scrapes_run_only_on_an_idle_thread_of_their_own() {
     );
 
     let scrapes = flood(port);
-    let after = tasks_of(launched.pid());
+    let after = threads_of(launched.pid()).unwrap();
     let spent = |id: u32| {
         let at_start = before
             .iter()
